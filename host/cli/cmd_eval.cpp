@@ -1,0 +1,58 @@
+// ptxlab eval --load FILE: test accuracy and confusion matrix of a checkpoint.
+#include "commands.hpp"
+#include "safetensors.hpp"
+#include "train.hpp"
+
+namespace ptxlab::cli {
+
+namespace {
+
+struct EvalOptions {
+    std::string load, data, kernels = "ptx", ptx_dir;
+    int device = 0;
+};
+
+int run_eval(const EvalOptions& o) {
+    NetParams net = load_safetensors(o.load);
+    const std::string dir = o.data.empty() ? default_data_dir() : o.data;
+    Dataset data = load_dataset(dir);
+    if (net.sizes.front() != data.test.dim() || net.sizes.back() != kClasses)
+        PTXLAB_THROW(InputError,
+                     "{}: the checkpoint's network is {} but the dataset in {} has {}x{} = {} pixels and {} classes",
+                     o.load, layers_text(net.sizes), dir, data.test.rows, data.test.cols, data.test.dim(), kClasses);
+    Context ctx(o.device);
+    const bool three = net.sizes.size() == 4;
+    KernelDirs dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
+    KernelSet ks(parse_kernel_source(o.kernels), ctx.info(), dirs, {three ? "forward3" : "forward2"});
+    EvalResult r = evaluate(ks, net, data.test);
+    fmt::print("eval: {} ({} MLP) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
+               r.count, dir, o.kernels, ctx.info().name);
+    fmt::print("test accuracy {:.2f} % ({} of {}), mean loss {:.5f}\n", 100.0 * r.accuracy,
+               static_cast<size_t>(r.accuracy * double(r.count) + 0.5), r.count, r.loss);
+    fmt::print("confusion matrix (rows: true label, columns: predicted)\n      ");
+    for (unsigned p = 0; p < kClasses; ++p) fmt::print("{:>6}", p);
+    fmt::print("\n");
+    for (unsigned t = 0; t < kClasses; ++t) {
+        fmt::print("{:>6}", t);
+        for (unsigned p = 0; p < kClasses; ++p) fmt::print("{:>6}", r.confusion[t * kClasses + p]);
+        fmt::print("\n");
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+void setup_eval(CLI::App& app, Command& chosen) {
+    auto o = std::make_shared<EvalOptions>();
+    auto* sub = app.add_subcommand(
+        "eval", "Report the test accuracy and confusion matrix of a checkpoint saved by `ptxlab train --save`, "
+                "computed with the forward kernel on the GPU.");
+    sub->add_option("--load", o->load, "checkpoint (.safetensors)")->required();
+    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
+    sub->add_option("--kernels", o->kernels, "kernel set: ptx or reference")->capture_default_str();
+    sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory");
+    sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+    sub->callback([o, &chosen] { chosen = [o] { return run_eval(*o); }; });
+}
+
+}  // namespace ptxlab::cli

@@ -1,0 +1,20 @@
+// Subcommands of the ptxlab executable: each file holds an options struct,
+// a setup function that declares the flags, and a run function.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace ptxlab::cli {
+
+// The command chosen on the command line; main() runs it and maps exceptions to exit codes.
+using Command = std::function<int()>;
+
+void setup_check(CLI::App& app, Command& chosen);
+void setup_data(CLI::App& app, Command& chosen);
+void setup_verify(CLI::App& app, Command& chosen);
+void setup_train(CLI::App& app, Command& chosen);
+void setup_eval(CLI::App& app, Command& chosen);
+
+}  // namespace ptxlab::cli

@@ -1,0 +1,223 @@
+#include "compile.hpp"
+
+#include <nvJitLink.h>
+#include <nvrtc.h>
+
+#include <memory>
+#include <regex>
+#include <sstream>
+
+namespace ptxlab {
+
+// ---- nvJitLink (offline) ----------------------------------------------------
+
+namespace {
+
+const char* jitlink_result_name(nvJitLinkResult r) {
+    switch (r) {
+        case NVJITLINK_SUCCESS: return "NVJITLINK_SUCCESS";
+        case NVJITLINK_ERROR_UNRECOGNIZED_OPTION: return "NVJITLINK_ERROR_UNRECOGNIZED_OPTION";
+        case NVJITLINK_ERROR_MISSING_ARCH: return "NVJITLINK_ERROR_MISSING_ARCH";
+        case NVJITLINK_ERROR_INVALID_INPUT: return "NVJITLINK_ERROR_INVALID_INPUT";
+        case NVJITLINK_ERROR_PTX_COMPILE: return "NVJITLINK_ERROR_PTX_COMPILE";
+        case NVJITLINK_ERROR_NVVM_COMPILE: return "NVJITLINK_ERROR_NVVM_COMPILE";
+        case NVJITLINK_ERROR_INTERNAL: return "NVJITLINK_ERROR_INTERNAL";
+        default: return "NVJITLINK_ERROR (other)";
+    }
+}
+
+void jitlink_check(nvJitLinkResult r, const char* call, const char* file, int line) {
+    if (r != NVJITLINK_SUCCESS)
+        throw Error(fmt::format("{} failed: {} ({})", call, jitlink_result_name(r), static_cast<int>(r)),
+                    source_location(file, line));
+}
+#define JL(call, ...) jitlink_check(call(__VA_ARGS__), #call, __FILE__, __LINE__)
+
+std::string jitlink_log(nvJitLinkHandle h, bool error) {
+    size_t n = 0;
+    if (error) JL(nvJitLinkGetErrorLogSize, h, &n);
+    else JL(nvJitLinkGetInfoLogSize, h, &n);
+    std::string s(n, '\0');
+    if (n) {
+        if (error) JL(nvJitLinkGetErrorLog, h, s.data());
+        else JL(nvJitLinkGetInfoLog, h, s.data());
+    }
+    while (!s.empty() && s.back() == '\0') s.pop_back();
+    return s;
+}
+
+}  // namespace
+
+std::string virtual_arch_of(const std::string& arch) {
+    static const std::regex re(R"(sm_(\d{2,3}[a-f]?))");
+    std::smatch m;
+    if (!std::regex_match(arch, m, re))
+        PTXLAB_THROW(InputError, "architecture '{}' is not of the form sm_NN (for example sm_90)", arch);
+    return "compute_" + m[1].str();
+}
+
+std::vector<EntryResources> parse_resource_log(const std::string& log) {
+    static const std::regex entry_re(R"(Compiling entry function '([^']+)')");
+    static const std::regex regs_re(R"(Used (\d+) registers(?:, used (\d+) barriers)?)");
+    static const std::regex stack_re(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+    static const std::regex smem_re(R"((\d+) bytes smem)");
+    static const std::regex cmem_re(R"((\d+) bytes cmem\[0\])");
+    static const std::regex lmem_re(R"((\d+) bytes lmem)");
+    std::vector<EntryResources> out;
+    EntryResources* cur = nullptr;
+    bool in_entry_props = false;
+    std::istringstream in(log);
+    std::string line;
+    std::smatch m;
+    while (std::getline(in, line)) {
+        if (std::regex_search(line, m, entry_re)) {
+            out.push_back({});
+            cur = &out.back();
+            cur->name = m[1].str();
+            in_entry_props = false;
+            continue;
+        }
+        if (!cur) continue;
+        // "Function properties for X": entry's own, or a callee's (.func) frame.
+        if (line.find("Function properties for") != std::string::npos) {
+            in_entry_props = line.find("for " + cur->name) != std::string::npos;
+            continue;
+        }
+        if (std::regex_search(line, m, stack_re) && in_entry_props) {
+            cur->stack = std::stoi(m[1].str());
+            cur->spill_stores = std::stoi(m[2].str());
+            cur->spill_loads = std::stoi(m[3].str());
+        }
+        if (std::regex_search(line, m, regs_re)) {
+            cur->registers = std::stoi(m[1].str());
+            if (m[2].matched) cur->barriers = std::stoi(m[2].str());
+            if (std::regex_search(line, m, smem_re)) cur->shared = std::stoi(m[1].str());
+            if (std::regex_search(line, m, cmem_re)) cur->constant = std::stoi(m[1].str());
+            if (std::regex_search(line, m, lmem_re)) cur->local = std::stoi(m[1].str());
+        }
+    }
+    return out;
+}
+
+AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch) {
+    virtual_arch_of(arch);  // validates the name
+    const std::string arch_opt = "-arch=" + arch;
+    const char* opts[] = {arch_opt.c_str(), "-verbose"};
+    nvJitLinkHandle h = nullptr;
+    JL(nvJitLinkCreate, &h, 2, opts);
+    std::unique_ptr<nvJitLinkHandle, void (*)(nvJitLinkHandle*)> guard(&h, [](nvJitLinkHandle* p) {
+        nvJitLinkDestroy(p);
+    });
+
+    AssemblyResult res;
+    // A PTX error is returned by AddData (NVJITLINK_ERROR_PTX_COMPILE); Complete would still succeed.
+    nvJitLinkResult add = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.text.c_str(), ptx.text.size() + 1,
+                                           ptx.path.c_str());
+    nvJitLinkResult done = NVJITLINK_SUCCESS;
+    if (add == NVJITLINK_SUCCESS) done = nvJitLinkComplete(h);
+    res.error_log = jitlink_log(h, true);
+    res.info_log = jitlink_log(h, false);
+    if (add != NVJITLINK_SUCCESS && add != NVJITLINK_ERROR_PTX_COMPILE && add != NVJITLINK_ERROR_INVALID_INPUT)
+        jitlink_check(add, "nvJitLinkAddData", __FILE__, __LINE__);
+    if (done != NVJITLINK_SUCCESS && done != NVJITLINK_ERROR_PTX_COMPILE)
+        jitlink_check(done, "nvJitLinkComplete", __FILE__, __LINE__);
+    res.ok = add == NVJITLINK_SUCCESS && done == NVJITLINK_SUCCESS;
+    res.diagnostics = parse_ptxas_log(res.error_log);
+    for (const auto& d : parse_ptxas_log(res.info_log))
+        if (d.severity == "warning") res.diagnostics.push_back(d);
+    if (!res.ok && res.diagnostics.empty()) {
+        std::string msg = res.error_log.empty() ? std::string(jitlink_result_name(add != NVJITLINK_SUCCESS ? add : done))
+                                                : res.error_log;
+        res.diagnostics.push_back({0, "error", msg});
+    }
+    res.entries = parse_resource_log(res.info_log);
+    return res;
+}
+
+// ---- Driver JIT -------------------------------------------------------------
+
+Module::Module(const SourceFile& src, bool line_info) : path_(src.path) {
+    AnnotatedPtx ann = line_info ? annotate_line_info(src.text, src.path) : AnnotatedPtx{src.text, {}};
+    std::string error_log(1 << 16, '\0'), info_log(1 << 16, '\0');
+    CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                           CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE, CU_JIT_GENERATE_LINE_INFO};
+    void* vals[] = {error_log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(error_log.size())),
+                    info_log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(info_log.size())),
+                    reinterpret_cast<void*>(static_cast<uintptr_t>(1)),
+                    reinterpret_cast<void*>(static_cast<uintptr_t>(line_info ? 1 : 0))};
+    CUresult r = driver().cuModuleLoadDataEx(&mod_, ann.text.c_str(), 6, opts, vals);
+    error_log.resize(error_log.find('\0') == std::string::npos ? error_log.size() : error_log.find('\0'));
+    info_log.resize(info_log.find('\0') == std::string::npos ? info_log.size() : info_log.find('\0'));
+    if (line_info) {
+        error_log = remap_log_lines(error_log, ann.line_map);
+        info_log = remap_log_lines(info_log, ann.line_map);
+    }
+    info_log_ = info_log;
+    if (r == CUDA_SUCCESS) return;
+
+    std::string msg = fmt::format("{}: the driver JIT rejected this PTX: cuModuleLoadDataEx failed: {}\n", src.path,
+                                  cu_result_text(r));
+    for (const auto& d : parse_ptxas_log(error_log)) msg += format_diagnostic(src, d);
+    PtxInfo info = parse_ptx(src.text);
+    if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+        msg += fmt::format("{}:{}: note: .version {} is newer than this driver ({}.{}) accepts\n", src.path,
+                           info.version_line, info.version, driver().version / 1000, driver().version % 1000 / 10);
+    msg += "JIT error log:\n" + (error_log.empty() ? std::string("(empty)\n") : error_log + "\n");
+    throw PtxError(msg, source_location(__FILE__, __LINE__));
+}
+
+Module::~Module() {
+    if (mod_) driver().cuModuleUnload(mod_);
+}
+
+CUfunction Module::function(const std::string& entry) const {
+    CUfunction f = nullptr;
+    CUresult r = driver().cuModuleGetFunction(&f, mod_, entry.c_str());
+    if (r == CUDA_ERROR_NOT_FOUND)
+        PTXLAB_THROW(PtxError, "{}: no entry point '{}' (expected `.visible .entry {}(...)`)", path_, entry, entry);
+    cu_check(r, "cuModuleGetFunction", __FILE__, __LINE__);
+    return f;
+}
+
+// ---- NVRTC ------------------------------------------------------------------
+
+namespace {
+void nvrtc_check(nvrtcResult r, const char* call, const char* file, int line) {
+    if (r != NVRTC_SUCCESS)
+        throw Error(fmt::format("{} failed: {} ({})", call, nvrtcGetErrorString(r), static_cast<int>(r)),
+                    source_location(file, line));
+}
+#define NVRTC(call, ...) nvrtc_check(call(__VA_ARGS__), #call, __FILE__, __LINE__)
+}  // namespace
+
+NvrtcOutput nvrtc_compile(const SourceFile& cu, const std::string& virtual_arch,
+                          const std::vector<std::string>& extra_options) {
+    nvrtcProgram prog = nullptr;
+    NVRTC(nvrtcCreateProgram, &prog, cu.text.c_str(), cu.path.c_str(), 0, nullptr, nullptr);
+    std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(&prog, [](nvrtcProgram* p) {
+        nvrtcDestroyProgram(p);
+    });
+    std::vector<std::string> opts = {"--gpu-architecture=" + virtual_arch, "--std=c++17", "-lineinfo"};
+    opts.insert(opts.end(), extra_options.begin(), extra_options.end());
+    std::vector<const char*> copts;
+    for (const auto& o : opts) copts.push_back(o.c_str());
+    nvrtcResult compiled = nvrtcCompileProgram(prog, static_cast<int>(copts.size()), copts.data());
+
+    NvrtcOutput out;
+    size_t n = 0;
+    NVRTC(nvrtcGetProgramLogSize, prog, &n);
+    out.log.assign(n, '\0');
+    if (n) NVRTC(nvrtcGetProgramLog, prog, out.log.data());
+    while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
+
+    if (compiled == NVRTC_ERROR_COMPILATION)
+        PTXLAB_THROW(InputError, "{}: NVRTC compilation failed for {}:\n{}", cu.path, virtual_arch, out.log);
+    nvrtc_check(compiled, "nvrtcCompileProgram", __FILE__, __LINE__);
+    NVRTC(nvrtcGetPTXSize, prog, &n);
+    out.ptx.assign(n, '\0');
+    NVRTC(nvrtcGetPTX, prog, out.ptx.data());
+    while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+    return out;
+}
+
+}  // namespace ptxlab

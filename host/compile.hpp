@@ -1,0 +1,75 @@
+// The three ways ptxlab turns source into machine code:
+//   assemble_offline  PTX -> SASS with nvJitLink, in process, no GPU needed (ptxlab check)
+//   Module            PTX -> loaded module with the driver JIT (cuModuleLoadDataEx)
+//   nvrtc_compile     CUDA C -> PTX (and CUBIN) with NVRTC, no GPU needed
+// Logs are always kept; failures name the file and line and quote the source.
+#pragma once
+
+#include "cuda.hpp"
+#include "ptx_text.hpp"
+
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+// Resources of one entry point, from the assembler's info log.
+struct EntryResources {
+    std::string name;
+    int registers = -1, barriers = 0;
+    int stack = 0, spill_stores = 0, spill_loads = 0;
+    int shared = 0, constant = 0, local = 0;
+};
+
+struct AssemblyResult {
+    bool ok = false;
+    std::vector<Diagnostic> diagnostics;  // errors and warnings, with source lines
+    std::string error_log, info_log;
+    std::vector<EntryResources> entries;
+};
+
+// Assembles PTX for `arch` (e.g. "sm_90") with nvJitLink. A PTX error is a
+// result (ok == false), not an exception; a failing nvJitLink call throws.
+AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch);
+
+// Parses "Compiling entry function 'f'", "Used N registers", "N bytes stack frame, ...".
+std::vector<EntryResources> parse_resource_log(const std::string& info_log);
+
+// A PTX error found while loading: carries the formatted diagnostics and the JIT log.
+class PtxError : public InputError {
+public:
+    using InputError::InputError;
+};
+
+// A module JIT-loaded by the driver from PTX text, with line info pointing at `src.path`.
+class Module {
+public:
+    // Throws PtxError (file:line, source lines, the JIT's error log) when the PTX is rejected.
+    explicit Module(const SourceFile& src, bool line_info = true);
+    ~Module();
+    Module(const Module&) = delete;
+    Module& operator=(const Module&) = delete;
+
+    CUfunction function(const std::string& entry) const;
+    const std::string& info_log() const { return info_log_; }
+    const std::string& path() const { return path_; }
+
+private:
+    CUmodule mod_ = nullptr;
+    std::string path_, info_log_;
+};
+
+struct NvrtcOutput {
+    std::string ptx;
+    std::string log;  // the program log, also on success (warnings)
+};
+
+// Compiles CUDA C to PTX for a virtual architecture (e.g. "compute_90").
+// A compile error throws InputError with the program log.
+NvrtcOutput nvrtc_compile(const SourceFile& cu, const std::string& virtual_arch,
+                          const std::vector<std::string>& extra_options = {});
+
+// "sm_90" -> "compute_90"; validates the form "sm_NN" / "sm_NNa".
+std::string virtual_arch_of(const std::string& arch);
+
+}  // namespace ptxlab

@@ -1,0 +1,179 @@
+#include "cuda.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace ptxlab {
+
+namespace {
+
+Driver load_driver() {
+    const char* env = std::getenv("PTXLAB_LIBCUDA");  // lets tests point at a stub or a missing file
+    const std::string lib = (env && *env) ? env : "libcuda.so.1";
+    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char* why = dlerror();
+        if (env && *env)  // a library the user named: say why it did not open
+            PTXLAB_THROW(NoGpuError, "no NVIDIA driver found ({}: {})", lib, why ? why : "cannot be opened");
+        PTXLAB_THROW(NoGpuError, "no NVIDIA driver found (libcuda.so.1)");
+    }
+    auto get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle, "cuGetProcAddress_v2"));
+    if (!get_proc)
+        PTXLAB_THROW(NoGpuError, "no NVIDIA driver found ({} has no cuGetProcAddress_v2: driver too old)", lib);
+
+    Driver d;
+    auto fetch = [&](const char* name, void** fn) {
+        CUdriverProcAddressQueryResult status{};
+        CUresult r = get_proc(name, fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+        if (r != CUDA_SUCCESS || *fn == nullptr || status != CU_GET_PROC_ADDRESS_SUCCESS)
+            PTXLAB_THROW(NoGpuError, "no usable NVIDIA driver ({} lacks {} for CUDA {}.{}; need driver >= 580)",
+                         lib, name, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+    };
+    // cuInit first: the toolkit's stub library answers it with CUDA_ERROR_STUB_LIBRARY.
+    auto init = reinterpret_cast<decltype(&::cuInit)>(dlsym(handle, "cuInit"));
+    if (!init) PTXLAB_THROW(NoGpuError, "no NVIDIA driver found ({} has no cuInit)", lib);
+    CUresult r = init(0);
+    if (r == CUDA_ERROR_STUB_LIBRARY)
+        PTXLAB_THROW(NoGpuError, "no NVIDIA driver found ({} is the CUDA toolkit's stub library)", lib);
+#define PTXLAB_FETCH(name) fetch(#name, reinterpret_cast<void**>(&d.name));
+    PTXLAB_DRIVER_FUNCTIONS(PTXLAB_FETCH)
+#undef PTXLAB_FETCH
+
+    if (r == CUDA_ERROR_NO_DEVICE) PTXLAB_THROW(NoGpuError, "no CUDA device");
+    if (r != CUDA_SUCCESS) {
+        const char* name = nullptr;
+        d.cuGetErrorName(r, &name);
+        PTXLAB_THROW(NoGpuError, "no usable CUDA device (cuInit failed with {} ({}))",
+                     name ? name : "unknown error", static_cast<int>(r));
+    }
+    d.cuDriverGetVersion(&d.version);
+    int count = 0;
+    if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) PTXLAB_THROW(NoGpuError, "no CUDA device");
+    return d;
+}
+
+}  // namespace
+
+const Driver& driver() {
+    // Loaded once; a failure is remembered and raised again on every call.
+    static std::once_flag once;
+    static Driver d;
+    static std::string failure, failure_where;
+    std::call_once(once, [] {
+        try {
+            d = load_driver();
+        } catch (const Error& e) {
+            failure = e.what();
+            failure_where = e.where();
+        }
+    });
+    if (!failure.empty()) throw NoGpuError(failure, failure_where);
+    return d;
+}
+
+std::string cu_result_text(CUresult r) {
+    const char* name = nullptr;
+    const char* text = nullptr;
+    const Driver& d = driver();
+    if (d.cuGetErrorName(r, &name) != CUDA_SUCCESS) name = "unknown CUresult";
+    if (d.cuGetErrorString(r, &text) != CUDA_SUCCESS) text = "no description";
+    return fmt::format("{} ({}): {}", name, static_cast<int>(r), text);
+}
+
+void cu_check(CUresult r, const char* call, const char* file, int line) {
+    if (r == CUDA_SUCCESS) return;
+    throw CudaError(r, fmt::format("{} failed: {}", call, cu_result_text(r)), source_location(file, line));
+}
+
+// ---- Context ---------------------------------------------------------------
+
+Context::Context(int ordinal) {
+    const Driver& d = driver();
+    int count = 0;
+    CU(cuDeviceGetCount, &count);
+    if (ordinal < 0 || ordinal >= count)
+        PTXLAB_THROW(InputError, "device {} does not exist ({} CUDA device{} found)", ordinal, count,
+                     count == 1 ? "" : "s");
+    CU(cuDeviceGet, &dev_, ordinal);
+    char name[256] = {};
+    CU(cuDeviceGetName, name, static_cast<int>(sizeof name), dev_);
+    info_.ordinal = ordinal;
+    info_.name = name;
+    info_.driver_version = d.version;
+    CU(cuDeviceGetAttribute, &info_.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev_);
+    CU(cuDeviceGetAttribute, &info_.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev_);
+    CU(cuDeviceGetAttribute, &info_.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_);
+    CU(cuDeviceTotalMem, &info_.total_mem, dev_);
+    CUcontext ctx = nullptr;
+    CU(cuDevicePrimaryCtxRetain, &ctx, dev_);
+    CU(cuCtxSetCurrent, ctx);
+}
+
+Context::~Context() {
+    driver().cuCtxSynchronize();  // errors here were reported by the call that caused them
+    driver().cuDevicePrimaryCtxRelease(dev_);
+}
+
+void Context::synchronize() const { CU(cuCtxSynchronize); }
+
+// ---- DeviceBuffer ----------------------------------------------------------
+
+DeviceBuffer::DeviceBuffer(size_t bytes, std::string name) : bytes_(bytes), name_(std::move(name)) {
+    if (bytes == 0) return;
+    CUresult r = driver().cuMemAlloc(&ptr_, bytes);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        size_t free_b = 0, total_b = 0;
+        driver().cuMemGetInfo(&free_b, &total_b);
+        PTXLAB_THROW(Error, "out of GPU memory allocating buffer '{}' ({:.1f} MiB; {:.1f} MiB free of {:.1f} MiB)",
+                     name_, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+    }
+    cu_check(r, "cuMemAlloc", __FILE__, __LINE__);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (ptr_) driver().cuMemFree(ptr_);
+}
+
+static void check_range(const std::string& name, size_t have, size_t bytes, size_t offset) {
+    if (offset > have || bytes > have - offset)
+        PTXLAB_THROW(Error, "copy of {} bytes at offset {} overruns buffer '{}' ({} bytes)", bytes, offset, name,
+                     have);
+}
+
+void DeviceBuffer::upload(const void* src, size_t bytes, size_t offset) {
+    check_range(name_, bytes_, bytes, offset);
+    if (bytes) CU(cuMemcpyHtoD, ptr_ + offset, src, bytes);
+}
+
+void DeviceBuffer::download(void* dst, size_t bytes, size_t offset) const {
+    check_range(name_, bytes_, bytes, offset);
+    if (bytes) CU(cuMemcpyDtoH, dst, ptr_ + offset, bytes);
+}
+
+void DeviceBuffer::fill_u32(uint32_t pattern) {
+    if (bytes_) CU(cuMemsetD32, ptr_, pattern, bytes_ / 4);
+}
+
+// ---- Stream, Event ---------------------------------------------------------
+
+Stream::Stream() { CU(cuStreamCreate, &s_, CU_STREAM_NON_BLOCKING); }
+Stream::~Stream() {
+    if (s_) driver().cuStreamDestroy(s_);
+}
+void Stream::synchronize() const { CU(cuStreamSynchronize, s_); }
+
+Event::Event() { CU(cuEventCreate, &e_, CU_EVENT_DEFAULT); }
+Event::~Event() {
+    if (e_) driver().cuEventDestroy(e_);
+}
+void Event::record(CUstream s) { CU(cuEventRecord, e_, s); }
+void Event::synchronize() const { CU(cuEventSynchronize, e_); }
+float Event::since(const Event& start) const {
+    float ms = 0;
+    CU(cuEventElapsedTime, &ms, start.e_, e_);
+    return ms;
+}
+
+}  // namespace ptxlab

@@ -1,0 +1,158 @@
+#include "idx.hpp"
+
+#include "error.hpp"
+
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#ifndef PTXLAB_SOURCE_DIR
+#define PTXLAB_SOURCE_DIR "."
+#endif
+
+namespace fs = std::filesystem;
+
+namespace ptxlab {
+
+namespace {
+
+constexpr uint64_t kMaxIdxBytes = 4ull << 30;  // refuse (decompressed) files over 4 GiB
+
+std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) PTXLAB_THROW(InputError, "{}: file not found", path);
+    if (!fs::is_regular_file(path, ec)) PTXLAB_THROW(InputError, "{}: not a regular file", path);
+    gzFile f = gzopen(path.c_str(), "rb");  // reads gzip and plain files alike
+    if (!f) PTXLAB_THROW(InputError, "{}: cannot open file", path);
+    std::vector<uint8_t> out;
+    uint8_t buf[1 << 16];
+    for (;;) {
+        int n = gzread(f, buf, sizeof buf);
+        if (n < 0) {
+            int code = 0;
+            std::string msg = gzerror(f, &code);
+            gzclose(f);
+            PTXLAB_THROW(InputError, "{}: corrupt gzip data ({})", path, msg);
+        }
+        if (n == 0) break;
+        out.insert(out.end(), buf, buf + n);
+        if (out.size() > kMaxIdxBytes) {
+            gzclose(f);
+            PTXLAB_THROW(InputError, "{}: more than {} GiB of data; refusing to read it", path, kMaxIdxBytes >> 30);
+        }
+    }
+    // A gzip stream cut short reads as a clean end of file; gzclose reports it.
+    int close = gzclose(f);
+    if (close != Z_OK) PTXLAB_THROW(InputError, "{}: corrupt or truncated gzip data (zlib error {})", path, close);
+    return out;
+}
+
+uint32_t be32(const uint8_t* p) {
+    return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+
+}  // namespace
+
+IdxArray parse_idx(const std::string& path, const std::vector<uint8_t>& bytes) {
+    if (bytes.empty()) PTXLAB_THROW(InputError, "{}: file is empty", path);
+    if (bytes.size() < 4)
+        PTXLAB_THROW(InputError, "{}: truncated header ({} bytes; an IDX header is at least 4)", path, bytes.size());
+    if (bytes[0] != 0 || bytes[1] != 0)
+        PTXLAB_THROW(InputError, "{}: bad magic number 0x{:02x}{:02x}{:02x}{:02x} (an IDX file starts with 00 00)",
+                     path, bytes[0], bytes[1], bytes[2], bytes[3]);
+    if (bytes[2] != 0x08)
+        PTXLAB_THROW(InputError, "{}: element type 0x{:02x} is not supported (ptxlab reads unsigned bytes, 0x08)", path,
+                     bytes[2]);
+    const unsigned ndims = bytes[3];
+    if (ndims == 0 || ndims > 4)
+        PTXLAB_THROW(InputError, "{}: {} dimensions in the magic number (expected 1 to 4)", path, ndims);
+    const size_t header = 4 + 4 * size_t(ndims);
+    if (bytes.size() < header)
+        PTXLAB_THROW(InputError, "{}: truncated header ({} bytes; {} dimensions need {})", path, bytes.size(), ndims,
+                     header);
+    IdxArray a;
+    a.path = path;
+    uint64_t count = 1;
+    for (unsigned i = 0; i < ndims; ++i) {
+        uint32_t d = be32(&bytes[4 + 4 * i]);
+        if (d == 0) PTXLAB_THROW(InputError, "{}: dimension {} is 0", path, i);
+        a.dims.push_back(d);
+        count *= d;
+        if (count > kMaxIdxBytes) PTXLAB_THROW(InputError, "{}: dimensions give over {} GiB", path, kMaxIdxBytes >> 30);
+    }
+    const uint64_t have = bytes.size() - header;
+    if (have < count)
+        PTXLAB_THROW(InputError, "{}: truncated: dimensions need {} bytes of data, the file has {}", path, count, have);
+    if (have > count)
+        PTXLAB_THROW(InputError, "{}: {} unexpected bytes after the {} bytes of data the dimensions describe", path,
+                     have - count, count);
+    a.data.assign(bytes.begin() + static_cast<long>(header), bytes.end());
+    return a;
+}
+
+IdxArray read_idx(const std::string& path) { return parse_idx(path, read_maybe_gzip(path)); }
+
+Split make_split(const IdxArray& images, const IdxArray& labels) {
+    if (images.dims.size() != 3)
+        PTXLAB_THROW(InputError, "{}: image file has {} dimensions (expected 3: count x rows x cols)", images.path,
+                     images.dims.size());
+    if (labels.dims.size() != 1)
+        PTXLAB_THROW(InputError, "{}: label file has {} dimensions (expected 1: count)", labels.path,
+                     labels.dims.size());
+    if (images.dims[0] != labels.dims[0])
+        PTXLAB_THROW(InputError, "{} holds {} images but {} holds {} labels", images.path, images.dims[0],
+                     labels.path, labels.dims[0]);
+    for (size_t i = 0; i < labels.data.size(); ++i)
+        if (labels.data[i] >= kClasses)
+            PTXLAB_THROW(InputError, "{}: label {} at index {} is out of range (labels are 0..{})", labels.path,
+                         labels.data[i], i, kClasses - 1);
+    Split s;
+    s.count = images.dims[0];
+    s.rows = images.dims[1];
+    s.cols = images.dims[2];
+    s.labels = labels.data;
+    s.images.resize(images.data.size());
+    for (size_t i = 0; i < images.data.size(); ++i) s.images[i] = float(images.data[i]) / 255.0f;
+    return s;
+}
+
+namespace {
+std::string find_file(const std::string& dir, const std::string& base) {
+    std::error_code ec;
+    for (const char* ext : {"", ".gz"}) {
+        fs::path p = fs::path(dir) / (base + ext);
+        if (fs::exists(p, ec)) return p.string();
+    }
+    PTXLAB_THROW(InputError,
+                 "{}: no {} (or {}.gz) here. Fetch MNIST with `tools/fetch_mnist.sh` (it fills data/mnist), "
+                 "or point --data at a directory holding the four IDX files",
+                 dir, base, base);
+}
+}  // namespace
+
+Dataset load_dataset(const std::string& dir) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        PTXLAB_THROW(InputError,
+                     "data directory '{}' does not exist. Fetch MNIST with `tools/fetch_mnist.sh` (it fills "
+                     "data/mnist), or pass --data DIR",
+                     dir);
+    Dataset d;
+    d.dir = dir;
+    d.train = make_split(read_idx(find_file(dir, "train-images-idx3-ubyte")),
+                         read_idx(find_file(dir, "train-labels-idx1-ubyte")));
+    d.test = make_split(read_idx(find_file(dir, "t10k-images-idx3-ubyte")),
+                        read_idx(find_file(dir, "t10k-labels-idx1-ubyte")));
+    if (d.train.rows != d.test.rows || d.train.cols != d.test.cols)
+        PTXLAB_THROW(InputError, "{}: training images are {}x{} but test images are {}x{}", dir, d.train.rows,
+                     d.train.cols, d.test.rows, d.test.cols);
+    return d;
+}
+
+std::string default_data_dir() {
+    if (const char* e = std::getenv("PTXLAB_DATA_DIR"); e && *e) return e;
+    return PTXLAB_SOURCE_DIR "/data/mnist";
+}
+
+}  // namespace ptxlab

@@ -1,0 +1,186 @@
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#ifndef PTXLAB_SOURCE_DIR
+#define PTXLAB_SOURCE_DIR "."
+#endif
+
+namespace fs = std::filesystem;
+
+namespace ptxlab {
+
+std::string ptx_type(ParamKind k) {
+    switch (k) {
+        case ParamKind::Ptr: return ".u64";
+        case ParamKind::U32: return ".u32";
+        case ParamKind::F32: return ".f32";
+    }
+    return "?";
+}
+
+std::string KernelSpec::signature() const {
+    std::string s = "(";
+    for (size_t i = 0; i < params.size(); ++i) s += (i ? ", " : "") + ptx_type(params[i]);
+    return s + ")";
+}
+
+const std::vector<KernelSpec>& kernel_specs() {
+    constexpr ParamKind P = ParamKind::Ptr, U = ParamKind::U32, F = ParamKind::F32;
+    static const std::vector<KernelSpec> specs = {
+        // X W1 b1 W2 b2 A1 Y | B I H O
+        {"forward2", "forward", {P, P, P, P, P, P, P, U, U, U, U}},
+        // X W1 b1 W2 b2 W3 b3 A1 A2 Y | B I H1 H2 O
+        {"forward3", "forward", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, U}},
+        // X T W1 b1 W2 b2 A1 Y gW1 gb1 gW2 gb2 | B I H O
+        {"grad2", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U}},
+        // X T W1 b1 W2 b2 W3 b3 A1 A2 Y gW1 gb1 gW2 gb2 gW3 gb3 | B I H1 H2 O
+        {"grad3", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U}},
+        // P G | N B | lr
+        {"update", "update", {P, P, U, U, F}},
+        // dst src idx | rows cols
+        {"gather", "gather", {P, P, P, U, U}},
+    };
+    return specs;
+}
+
+const KernelSpec& kernel_spec(std::string_view entry) {
+    for (const auto& s : kernel_specs())
+        if (s.entry == entry) return s;
+    std::string known;
+    for (const auto& s : kernel_specs()) known += (known.empty() ? "" : ", ") + s.entry;
+    PTXLAB_THROW(InputError, "unknown kernel '{}' (known: {})", entry, known);
+}
+
+KernelDirs KernelDirs::from_ptx_dir(const std::string& ptx_dir) {
+    return {ptx_dir, (fs::path(ptx_dir) / "reference").string()};
+}
+
+KernelDirs KernelDirs::from_environment() {
+    const char* p = std::getenv("PTXLAB_PTX_DIR");
+    KernelDirs d = from_ptx_dir((p && *p) ? p : PTXLAB_SOURCE_DIR "/ptx");
+    if (const char* r = std::getenv("PTXLAB_REFERENCE_DIR"); r && *r) d.reference_dir = r;
+    return d;
+}
+
+std::vector<KernelPair> find_kernel_pairs(const KernelDirs& dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dirs.ptx_dir, ec))
+        PTXLAB_THROW(InputError, "kernel directory '{}' does not exist (set --ptx-dir or PTXLAB_PTX_DIR)",
+                     dirs.ptx_dir);
+    std::vector<KernelPair> pairs;
+    for (const auto& e : fs::directory_iterator(dirs.ptx_dir)) {
+        if (!e.is_regular_file() || e.path().extension() != ".ptx") continue;
+        KernelPair p;
+        p.stem = e.path().stem().string();
+        p.ptx_path = e.path().string();
+        fs::path twin = fs::path(dirs.reference_dir) / (p.stem + ".cu");
+        if (fs::is_regular_file(twin, ec)) p.reference_path = twin.string();
+        pairs.push_back(p);
+    }
+    std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.stem < b.stem; });
+    return pairs;
+}
+
+KernelSource parse_kernel_source(const std::string& name) {
+    if (name == "ptx") return KernelSource::Ptx;
+    if (name == "reference") return KernelSource::Reference;
+    PTXLAB_THROW(InputError, "unknown kernel set '{}' (choose ptx or reference)", name);
+}
+
+std::string to_string(KernelSource s) { return s == KernelSource::Ptx ? "ptx" : "reference"; }
+
+std::vector<std::string> check_against_specs(const PtxInfo& info, const std::string& path, const std::string& stem) {
+    std::vector<std::string> problems;
+    for (const auto& spec : kernel_specs()) {
+        if (spec.file != stem) continue;
+        const PtxEntry* e = info.find(spec.entry);
+        if (!e) {
+            problems.push_back(fmt::format("{}: missing entry point '{}': the host launches `.visible .entry {}{}`",
+                                           path, spec.entry, spec.entry, spec.signature()));
+            continue;
+        }
+        std::string got = e->signature();
+        if (got != spec.signature())
+            problems.push_back(fmt::format("{}:{}: entry '{}' takes {} parameters {} but the host launches it with {} {}",
+                                           path, e->line, spec.entry, e->params.size(), got, spec.params.size(),
+                                           spec.signature()));
+    }
+    return problems;
+}
+
+void Kernel::check_args(const ParamKind* kinds, size_t n) const {
+    bool same = n == spec->params.size() && std::equal(kinds, kinds + n, spec->params.begin());
+    if (!same) {
+        std::string got = "(";
+        for (size_t i = 0; i < n; ++i) got += (i ? ", " : "") + ptx_type(kinds[i]);
+        PTXLAB_THROW(Error, "internal error: kernel '{}' launched with {} but declared {}", spec->entry, got + ")",
+                     spec->signature());
+    }
+}
+
+void Kernel::launch_raw(unsigned grid, unsigned block, CUstream stream, void** params) const {
+    if (grid == 0) return;  // nothing to do (an empty batch or array)
+    CUresult r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr);
+    if (r != CUDA_SUCCESS)
+        throw CudaError(r, fmt::format("launch of kernel '{}' ({}) failed: cuLaunchKernel: {}", spec->entry,
+                                       origin, cu_result_text(r)),
+                        source_location(__FILE__, __LINE__));
+}
+
+KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs,
+                     const std::vector<std::string>& entries)
+    : source_(source) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<const KernelSpec*> wanted;
+    for (const auto& s : kernel_specs())
+        if (entries.empty() || std::find(entries.begin(), entries.end(), s.entry) != entries.end())
+            wanted.push_back(&s);
+    for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
+
+    std::vector<std::string> files;
+    for (const auto* s : wanted)
+        if (std::find(files.begin(), files.end(), s->file) == files.end()) files.push_back(s->file);
+
+    for (const auto& stem : files) {
+        SourceFile src;
+        if (source == KernelSource::Ptx) {
+            src = read_source_file((fs::path(dirs.ptx_dir) / (stem + ".ptx")).string());
+        } else {
+            SourceFile cu = read_source_file((fs::path(dirs.reference_dir) / (stem + ".cu")).string());
+            NvrtcOutput out = nvrtc_compile(cu, dev.virtual_arch());
+            if (!out.log.empty()) logs_[cu.path] += "NVRTC log:\n" + out.log + "\n";
+            src = {cu.path + " (NVRTC PTX)", out.ptx};
+        }
+        auto problems = check_against_specs(parse_ptx(src.text), src.path, stem);
+        // Only the entries this set was asked for must be right.
+        std::erase_if(problems, [&](const std::string& p) {
+            return std::none_of(wanted.begin(), wanted.end(), [&](const KernelSpec* s) {
+                return p.find("'" + s->entry + "'") != std::string::npos;
+            });
+        });
+        if (!problems.empty()) {
+            std::string msg;
+            for (const auto& p : problems) msg += p + "\n";
+            PTXLAB_THROW(PtxError, "{}", msg.substr(0, msg.size() - 1));
+        }
+        modules_.push_back(std::make_unique<Module>(src));
+        if (!modules_.back()->info_log().empty()) logs_[src.path] += modules_.back()->info_log();
+        for (const auto* s : wanted) {
+            if (s->file != stem) continue;
+            kernels_[s->entry] = Kernel{modules_.back()->function(s->entry), s, src.path};
+        }
+    }
+    load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const Kernel& KernelSet::get(std::string_view entry) const {
+    auto it = kernels_.find(entry);
+    if (it == kernels_.end()) PTXLAB_THROW(Error, "internal error: kernel '{}' was not loaded", entry);
+    return it->second;
+}
+
+}  // namespace ptxlab

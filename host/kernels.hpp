@@ -1,0 +1,109 @@
+// The kernels the host launches, and the two sets that provide them.
+//
+// Each kernel file is a pair: ptx/NAME.ptx (hand-written) and its CUDA C twin
+// ptx/reference/NAME.cu (compiled by NVRTC). The host finds pairs by file name.
+// kernel_specs() lists every entry the host launches with the parameter types it
+// passes; a loaded module whose entry differs is refused before any launch.
+#pragma once
+
+#include "compile.hpp"
+#include "cuda.hpp"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace ptxlab {
+
+enum class ParamKind { Ptr, U32, F32 };
+std::string ptx_type(ParamKind k);  // ".u64", ".u32", ".f32"
+
+struct KernelSpec {
+    std::string entry;  // entry point name
+    std::string file;   // file stem: ptx/<file>.ptx and ptx/reference/<file>.cu
+    std::vector<ParamKind> params;
+    std::string signature() const;  // "(.u64, .u32, ...)"
+};
+
+const std::vector<KernelSpec>& kernel_specs();
+const KernelSpec& kernel_spec(std::string_view entry);  // throws InputError for an unknown name
+
+// Where the kernel files live. Defaults: $PTXLAB_PTX_DIR, else the source tree's ptx/;
+// the twins in <ptx_dir>/reference unless $PTXLAB_REFERENCE_DIR says otherwise.
+struct KernelDirs {
+    std::string ptx_dir;
+    std::string reference_dir;
+    static KernelDirs from_environment();
+    static KernelDirs from_ptx_dir(const std::string& ptx_dir);  // reference dir = <ptx_dir>/reference
+};
+
+// A kernel pair found on disk.
+struct KernelPair {
+    std::string stem;
+    std::string ptx_path, reference_path;  // reference_path empty when the twin is missing
+};
+std::vector<KernelPair> find_kernel_pairs(const KernelDirs& dirs);
+
+enum class KernelSource { Ptx, Reference };
+KernelSource parse_kernel_source(const std::string& name);  // "ptx" | "reference"
+std::string to_string(KernelSource s);
+
+// Compares the entries of a parsed module with kernel_specs(); returns one message per
+// problem ("file:line: entry 'grad2' takes (...) but the host launches it with (...)").
+std::vector<std::string> check_against_specs(const PtxInfo& info, const std::string& path, const std::string& stem);
+
+// Maps a C++ argument type to the PTX parameter kind it becomes.
+template <class T> constexpr ParamKind param_kind_of() {
+    if constexpr (std::is_same_v<T, CUdeviceptr>) return ParamKind::Ptr;
+    else if constexpr (std::is_same_v<T, unsigned>) return ParamKind::U32;
+    else if constexpr (std::is_same_v<T, float>) return ParamKind::F32;
+    else static_assert(sizeof(T) == 0, "kernel arguments are CUdeviceptr, unsigned or float");
+}
+
+struct Kernel {
+    CUfunction fn = nullptr;
+    const KernelSpec* spec = nullptr;
+    std::string origin;  // the file it came from, for messages
+
+    // Launches on a 1-D grid; the argument types must match the spec exactly.
+    template <class... A> void launch(unsigned grid, unsigned block, CUstream stream, A... args) const {
+        static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
+        check_args(kinds, sizeof...(A));
+        void* params[] = {static_cast<void*>(&args)...};
+        launch_raw(grid, block, stream, params);
+    }
+
+private:
+    void check_args(const ParamKind* kinds, size_t n) const;
+    void launch_raw(unsigned grid, unsigned block, CUstream stream, void** params) const;
+};
+
+// One loaded set of kernels: the hand-written PTX or the NVRTC twins, JIT-loaded by the driver.
+class KernelSet {
+public:
+    // Loads the files that provide `entries` (all known entries when empty).
+    KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs,
+              const std::vector<std::string>& entries = {});
+    const Kernel& get(std::string_view entry) const;
+    KernelSource source() const { return source_; }
+    double load_ms() const { return load_ms_; }  // NVRTC + JIT time
+    // The NVRTC program logs and JIT info logs, by file.
+    const std::map<std::string, std::string>& logs() const { return logs_; }
+
+private:
+    KernelSource source_;
+    std::vector<std::unique_ptr<Module>> modules_;
+    std::map<std::string, Kernel, std::less<>> kernels_;
+    std::map<std::string, std::string> logs_;
+    double load_ms_ = 0;
+};
+
+// Blocks of 256 threads covering n threads.
+inline unsigned grid_for(size_t n, unsigned block = 256) {
+    return static_cast<unsigned>((n + block - 1) / block);
+}
+
+}  // namespace ptxlab

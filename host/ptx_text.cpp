@@ -1,0 +1,287 @@
+#include "ptx_text.hpp"
+
+#include "error.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace ptxlab {
+
+namespace {
+
+constexpr size_t kMaxSourceBytes = 64u << 20;
+
+bool is_ident_char(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' || c == '.';
+}
+
+int line_at(std::string_view text, size_t pos) {
+    return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(pos), '\n'));
+}
+
+std::vector<std::string_view> split_lines(std::string_view text) {
+    std::vector<std::string_view> lines;
+    size_t start = 0;
+    while (start <= text.size()) {
+        size_t nl = text.find('\n', start);
+        if (nl == std::string_view::npos) {
+            if (start < text.size()) lines.push_back(text.substr(start));
+            break;
+        }
+        lines.push_back(text.substr(start, nl - start));
+        start = nl + 1;
+    }
+    return lines;
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    return s;
+}
+
+}  // namespace
+
+SourceFile read_source_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) PTXLAB_THROW(InputError, "{}: cannot open file (does it exist?)", path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    if (in.bad()) PTXLAB_THROW(InputError, "{}: read error", path);
+    if (text.size() > kMaxSourceBytes)
+        PTXLAB_THROW(InputError, "{}: file is {} bytes; source files over {} MiB are refused", path, text.size(),
+                     kMaxSourceBytes >> 20);
+    if (trim(text).empty()) PTXLAB_THROW(InputError, "{}: file is empty", path);
+    auto bad = std::find_if(text.begin(), text.end(), [](char c) {
+        auto u = static_cast<unsigned char>(c);
+        return u == 0 || (u < 32 && u != '\n' && u != '\r' && u != '\t' && u != '\f' && u != '\v');
+    });
+    if (bad != text.end())
+        PTXLAB_THROW(InputError, "{}:{}: binary data (byte 0x{:02x} at offset {}); expected PTX or CUDA C text",
+                     path, line_at(text, static_cast<size_t>(bad - text.begin())),
+                     static_cast<unsigned char>(*bad), bad - text.begin());
+    return {path, std::move(text)};
+}
+
+std::string strip_comments(std::string_view text) {
+    std::string out(text);
+    size_t i = 0;
+    while (i < out.size()) {
+        if (out[i] == '"') {  // string literal: skip to its end
+            for (++i; i < out.size() && out[i] != '"' && out[i] != '\n'; ++i) {}
+            ++i;
+        } else if (out.compare(i, 2, "//") == 0) {
+            for (; i < out.size() && out[i] != '\n'; ++i) out[i] = ' ';
+        } else if (out.compare(i, 2, "/*") == 0) {
+            size_t end = out.find("*/", i + 2);
+            size_t stop = end == std::string::npos ? out.size() : end + 2;
+            for (; i < stop; ++i)
+                if (out[i] != '\n') out[i] = ' ';
+        } else {
+            ++i;
+        }
+    }
+    return out;
+}
+
+std::string PtxEntry::signature() const {
+    std::string s = "(";
+    for (size_t i = 0; i < params.size(); ++i) s += (i ? ", " : "") + params[i].type;
+    return s + ")";
+}
+
+const PtxEntry* PtxInfo::find(std::string_view name) const {
+    for (const auto& e : entries)
+        if (e.name == name) return &e;
+    return nullptr;
+}
+
+PtxInfo parse_ptx(std::string_view raw) {
+    const std::string text = strip_comments(raw);
+    PtxInfo info;
+
+    // Tokens: identifiers/directives, numbers, and single punctuation characters.
+    struct Tok {
+        std::string s;
+        size_t pos;
+    };
+    std::vector<Tok> toks;
+    for (size_t i = 0; i < text.size();) {
+        char c = text[i];
+        if (std::isspace(static_cast<unsigned char>(c))) {
+            ++i;
+        } else if (c == '"') {
+            size_t j = text.find('"', i + 1);
+            j = (j == std::string::npos) ? text.size() : j + 1;
+            toks.push_back({text.substr(i, j - i), i});
+            i = j;
+        } else if (is_ident_char(c)) {
+            size_t j = i;
+            while (j < text.size() && is_ident_char(text[j])) ++j;
+            toks.push_back({text.substr(i, j - i), i});
+            i = j;
+        } else {
+            toks.push_back({std::string(1, c), i});
+            ++i;
+        }
+    }
+
+    for (size_t k = 0; k < toks.size(); ++k) {
+        const std::string& t = toks[k].s;
+        if (t == ".version" && k + 1 < toks.size() && info.version.empty()) {
+            info.version = toks[k + 1].s;
+            info.version_line = line_at(text, toks[k].pos);
+        } else if (t == ".target" && k + 1 < toks.size() && info.target.empty()) {
+            info.target = toks[k + 1].s;
+            info.target_line = line_at(text, toks[k].pos);
+        } else if (t == ".entry" && k + 1 < toks.size()) {
+            PtxEntry e;
+            e.name = toks[k + 1].s;
+            e.line = line_at(text, toks[k].pos);
+            size_t j = k + 2;
+            if (j < toks.size() && toks[j].s == "(") {
+                ++j;
+                PtxParam p;
+                std::vector<std::string> parts;
+                bool closed = false;
+                for (; j < toks.size(); ++j) {
+                    const std::string& u = toks[j].s;
+                    if (u == "," || u == ")") {
+                        if (!parts.empty()) {
+                            // The last word is the name unless it is an array bound or a directive.
+                            std::string name;
+                            std::string type;
+                            for (const auto& w : parts) {
+                                if (w == ".param") continue;
+                                if (w[0] == '.' || w == "[" || w == "]" || std::isdigit(static_cast<unsigned char>(w[0]))) {
+                                    if (w == "]" || w == "[") {
+                                        type += w;
+                                    } else {
+                                        type += (type.empty() || type.back() == '[' ? "" : " ") + w;
+                                    }
+                                } else {
+                                    name = w;
+                                }
+                            }
+                            p.type = type;
+                            p.name = name;
+                            e.params.push_back(p);
+                        }
+                        parts.clear();
+                        if (u == ")") {
+                            closed = true;
+                            break;
+                        }
+                    } else {
+                        if (parts.empty()) p.line = line_at(text, toks[j].pos);
+                        parts.push_back(u);
+                    }
+                }
+                if (!closed)
+                    PTXLAB_THROW(InputError, "line {}: parameter list of entry '{}' has no closing ')'", e.line,
+                                 e.name);
+                k = j;
+            }
+            info.entries.push_back(std::move(e));
+        }
+    }
+    return info;
+}
+
+std::vector<Diagnostic> parse_ptxas_log(std::string_view log) {
+    // ptxas application ptx input, line 9; error   : Unknown symbol 'x'
+    // ptxas fatal   : Unresolved extern function 'f'
+    static const std::regex with_line(R"(line (\d+); *(\w+) *: *(.*))");
+    static const std::regex without_line(R"(^(?:ptxas|nvlink)?\s*(error|fatal|warning)\s*:\s*(.*))");
+    std::vector<Diagnostic> out;
+    for (auto line : split_lines(log)) {
+        std::string l(trim(line));
+        if (l.empty()) continue;
+        std::smatch m;
+        if (std::regex_search(l, m, with_line)) {
+            out.push_back({std::stoi(m[1].str()), m[2].str(), m[3].str()});
+        } else if (std::regex_search(l, m, without_line)) {
+            out.push_back({0, m[1].str(), m[2].str()});
+        }
+    }
+    return out;
+}
+
+std::string format_diagnostic(const SourceFile& src, const Diagnostic& d, int context) {
+    std::string out;
+    if (d.line > 0)
+        out = fmt::format("{}:{}: {}: {}\n", src.path, d.line, d.severity, d.message);
+    else
+        out = fmt::format("{}: {}: {}\n", src.path, d.severity, d.message);
+    if (d.line <= 0) return out;
+    auto lines = split_lines(src.text);
+    int first = std::max(1, d.line - context);
+    int last = std::min(static_cast<int>(lines.size()), d.line + context);
+    for (int n = first; n <= last; ++n)
+        out += fmt::format("{} {:5} | {}\n", n == d.line ? ">" : " ", n, lines[static_cast<size_t>(n - 1)]);
+    return out;
+}
+
+AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path) {
+    const std::string clean = strip_comments(text);
+    auto raw_lines = split_lines(text);
+    auto lines = split_lines(clean);
+    AnnotatedPtx out;
+    auto emit = [&](std::string_view s, int orig) {
+        out.text.append(s);
+        out.text.push_back('\n');
+        out.line_map.push_back(orig);
+    };
+    std::string escaped;
+    for (char c : path) {
+        if (c == '"' || c == '\\') escaped.push_back('\\');
+        escaped.push_back(c);
+    }
+    int depth = 0;
+    bool file_emitted = false;
+    bool has_file = clean.find(".file") != std::string::npos || clean.find(".loc") != std::string::npos;
+    for (size_t i = 0; i < raw_lines.size(); ++i) {
+        const int orig = static_cast<int>(i) + 1;
+        std::string_view code = i < lines.size() ? trim(lines[i]) : std::string_view{};
+        // Inside a function body, an instruction line gets a .loc before it.
+        bool instruction = !has_file && depth > 0 && !code.empty() && code[0] != '.' && code[0] != '{' &&
+                           code[0] != '}' && code.back() != ':' && code.find(':') == std::string_view::npos;
+        if (instruction) emit(fmt::format(".loc 1 {} 0", orig), orig);
+        emit(raw_lines[i], orig);
+        if (!has_file && !file_emitted && code.rfind(".address_size", 0) == 0) {
+            emit(fmt::format(".file 1 \"{}\"", escaped), orig);
+            file_emitted = true;
+        }
+        for (char c : code) depth += (c == '{') - (c == '}');
+    }
+    if (!has_file && !file_emitted) {
+        // No .address_size line: the .loc lines would be unusable, so leave the text as it was.
+        out.text = std::string(text);
+        out.line_map.clear();
+        for (size_t i = 0; i < raw_lines.size(); ++i) out.line_map.push_back(static_cast<int>(i) + 1);
+    }
+    return out;
+}
+
+std::string remap_log_lines(std::string_view log, const std::vector<int>& line_map) {
+    static const std::regex line_re(R"(line (\d+))");
+    std::string in(log), out;
+    auto begin = std::sregex_iterator(in.begin(), in.end(), line_re);
+    size_t last = 0;
+    for (auto it = begin; it != std::sregex_iterator(); ++it) {
+        const auto& m = *it;
+        out.append(in, last, static_cast<size_t>(m.position(0)) - last);
+        long n = std::stol(m[1].str());
+        if (n >= 1 && static_cast<size_t>(n) <= line_map.size()) n = line_map[static_cast<size_t>(n - 1)];
+        out += fmt::format("line {}", n);
+        last = static_cast<size_t>(m.position(0) + m.length(0));
+    }
+    out.append(in, last, std::string::npos);
+    return out;
+}
+
+}  // namespace ptxlab

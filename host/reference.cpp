@@ -1,0 +1,256 @@
+#include "reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ptxlab {
+
+namespace {
+
+constexpr double kU = 0x1p-24;  // unit roundoff of float32 round-to-nearest
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double gamma(size_t n) { return n == 0 ? 0.0 : (double(n) * kU) / (1.0 - double(n) * kU); }
+
+// a * b for error terms, where 0 * inf is 0 (an exact zero factor stays exact).
+double prod(double a, double b) { return (a == 0.0 || b == 0.0) ? 0.0 : a * b; }
+
+// Bound for the float32 product of two bounded values: one rounding plus propagation.
+double product_bound(double x, double ex, double y, double ey) {
+    double prop = prod(std::fabs(x), ey) + prod(std::fabs(y), ex) + prod(ex, ey);
+    return prop + kU * (std::fabs(x * y) + prop);
+}
+
+// One dense layer for one sample: z[r] = b[r] + sum_c W[r][c] in[c], with bounds;
+// relu applies max(z, 0) and `kink` records the units whose sign is uncertain.
+void dense_bounded(const float* W, const float* b, const double* in, const double* ein, unsigned rows, unsigned cols,
+                   bool relu, double* out, double* eout, std::vector<char>* kink) {
+    for (unsigned r = 0; r < rows; ++r) {
+        const float* w = W + size_t(r) * cols;
+        double z = b[r], mag = std::fabs(double(b[r])), prop = 0.0;
+        for (unsigned c = 0; c < cols; ++c) {
+            z += double(w[c]) * in[c];
+            mag += std::fabs(double(w[c])) * (std::fabs(in[c]) + ein[c]);
+            prop += prod(std::fabs(double(w[c])), ein[c]);
+        }
+        double ez = gamma(cols) * mag + prop;
+        if (relu) {
+            if (kink) (*kink)[r] = std::fabs(z) <= ez;
+            z = std::max(z, 0.0);
+        }
+        out[r] = z;
+        eout[r] = ez;
+    }
+}
+
+}  // namespace
+
+bool within_bound(float got, double ref, double bound) {
+    if (std::isinf(bound)) return true;
+    if (std::isnan(got)) return false;
+    // A small absolute slack covers float32 subnormal rounding, which the relative bound does not.
+    return std::fabs(double(got) - ref) <= bound * (1.0 + 1e-9) + 1e-38;
+}
+
+RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B) {
+    RefForward f;
+    const size_t L = net.layers();
+    f.acts.resize(L);
+    for (size_t l = 0; l < L; ++l) f.acts[l].resize(size_t(B) * net.sizes[l + 1]);
+    const unsigned I = net.sizes[0];
+    std::vector<double> x(I), ex(I, 0.0);
+    for (unsigned s = 0; s < B; ++s) {
+        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
+        const double* in = x.data();
+        const double* ein = ex.data();
+        for (size_t l = 0; l < L; ++l) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            double* out = f.acts[l].v.data() + size_t(s) * rows;
+            double* eout = f.acts[l].e.data() + size_t(s) * rows;
+            dense_bounded(net.W[l].data(), net.b[l].data(), in, ein, rows, cols, l + 1 < L, out, eout, nullptr);
+            in = out;
+            ein = eout;
+        }
+    }
+    return f;
+}
+
+RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B) {
+    RefGrad g;
+    const size_t L = net.layers();
+    g.fwd.acts.resize(L);
+    g.gW.resize(L);
+    g.gb.resize(L);
+    for (size_t l = 0; l < L; ++l) {
+        g.fwd.acts[l].resize(size_t(B) * net.sizes[l + 1]);
+        g.gb[l].resize(size_t(B) * net.sizes[l + 1]);
+        g.gW[l].resize(size_t(B) * net.sizes[l + 1] * net.sizes[l]);
+    }
+    const unsigned I = net.sizes[0], O = net.sizes[L];
+    std::vector<double> x(I), ex(I, 0.0);
+    std::vector<std::vector<char>> kink(L);
+    for (size_t l = 0; l < L; ++l) kink[l].assign(net.sizes[l + 1], 0);
+
+    for (unsigned s = 0; s < B; ++s) {
+        // Forward, remembering which hidden units sit at the ReLU kink.
+        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
+        std::vector<const double*> a(L + 1), ea(L + 1);
+        a[0] = x.data();
+        ea[0] = ex.data();
+        for (size_t l = 0; l < L; ++l) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            double* out = g.fwd.acts[l].v.data() + size_t(s) * rows;
+            double* eout = g.fwd.acts[l].e.data() + size_t(s) * rows;
+            dense_bounded(net.W[l].data(), net.b[l].data(), a[l], ea[l], rows, cols, l + 1 < L, out, eout, &kink[l]);
+            a[l + 1] = out;
+            ea[l + 1] = eout;
+        }
+
+        // Output delta d = y - t (one rounding).
+        double* d = g.gb[L - 1].v.data() + size_t(s) * O;
+        double* ed = g.gb[L - 1].e.data() + size_t(s) * O;
+        for (unsigned o = 0; o < O; ++o) {
+            d[o] = a[L][o] - double(T[size_t(s) * O + o]);
+            ed[o] = ea[L][o] + kU * (std::fabs(d[o]) + ea[L][o]);
+        }
+
+        // Layers from the top: weight gradient d (x) a, then the delta one layer down.
+        for (size_t l = L; l-- > 0;) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            const double* dl = g.gb[l].v.data() + size_t(s) * rows;
+            const double* edl = g.gb[l].e.data() + size_t(s) * rows;
+            double* gw = g.gW[l].v.data() + size_t(s) * rows * cols;
+            double* egw = g.gW[l].e.data() + size_t(s) * rows * cols;
+            for (unsigned r = 0; r < rows; ++r)
+                for (unsigned c = 0; c < cols; ++c) {
+                    gw[size_t(r) * cols + c] = dl[r] * a[l][c];
+                    egw[size_t(r) * cols + c] = product_bound(dl[r], edl[r], a[l][c], ea[l][c]);
+                }
+            if (l == 0) break;
+            // d_below[c] = (sum_r W[r][c] d[r]) * [a[c] > 0], the sum from 0 in row order.
+            double* db = g.gb[l - 1].v.data() + size_t(s) * cols;
+            double* edb = g.gb[l - 1].e.data() + size_t(s) * cols;
+            const float* W = net.W[l].data();
+            for (unsigned c = 0; c < cols; ++c) {
+                double sum = 0.0, mag = 0.0, prop = 0.0;
+                for (unsigned r = 0; r < rows; ++r) {
+                    double w = W[size_t(r) * cols + c];
+                    sum += w * dl[r];
+                    mag += prod(std::fabs(w), std::fabs(dl[r]) + edl[r]);
+                    prop += prod(std::fabs(w), edl[r]);
+                }
+                const bool active = a[l][c] > 0.0;
+                db[c] = active ? sum : 0.0;
+                edb[c] = active ? gamma(rows) * mag + prop : 0.0;
+                if (kink[l - 1][c]) edb[c] = kInf;  // the mask itself is uncertain
+            }
+        }
+    }
+    return g;
+}
+
+Bounded ref_update(const std::vector<float>& P, const std::vector<float>& G, unsigned N, unsigned B, float lr) {
+    Bounded out;
+    out.resize(N);
+    const double lrd = lr;
+    for (unsigned i = 0; i < N; ++i) {
+        double sum = 0.0, mag = 0.0;
+        for (unsigned b = 0; b < B; ++b) {
+            sum += G[size_t(b) * N + i];
+            mag += std::fabs(double(G[size_t(b) * N + i]));
+        }
+        const double esum = gamma(B) * mag;
+        const double mean = sum / B;
+        const double emean = esum / B + kU * (std::fabs(mean) + esum / B);
+        const double p = double(P[i]) - lrd * mean;
+        out.v[i] = p;
+        out.e[i] = lrd * emean + kU * (std::fabs(p) + lrd * emean);
+    }
+    return out;
+}
+
+Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols) {
+    Bounded out;
+    out.resize(idx.size() * size_t(cols));
+    for (size_t r = 0; r < idx.size(); ++r)
+        for (unsigned c = 0; c < cols; ++c) out.v[r * cols + c] = src[size_t(idx[r]) * cols + c];
+    return out;
+}
+
+// ---- float64 training loop ------------------------------------------------------
+
+std::vector<double> cpu_forward(const Net64& net, const std::vector<double>& X, unsigned B) {
+    const size_t L = net.sizes.size() - 1;
+    std::vector<double> in, out;
+    std::vector<double> Y;
+    for (unsigned s = 0; s < B; ++s) {
+        in.assign(X.begin() + long(s) * net.sizes[0], X.begin() + long(s + 1) * net.sizes[0]);
+        for (size_t l = 0; l < L; ++l) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            out.assign(rows, 0.0);
+            for (unsigned r = 0; r < rows; ++r) {
+                double z = net.b[l][r];
+                for (unsigned c = 0; c < cols; ++c) z += net.W[l][size_t(r) * cols + c] * in[c];
+                out[r] = (l + 1 < L) ? std::max(z, 0.0) : z;
+            }
+            in.swap(out);
+        }
+        Y.insert(Y.end(), in.begin(), in.end());
+    }
+    return Y;
+}
+
+double cpu_train_step(Net64& net, const std::vector<double>& X, const std::vector<uint8_t>& labels, unsigned B,
+                      double lr) {
+    const size_t L = net.sizes.size() - 1;
+    std::vector<std::vector<double>> gW(L), gb(L);
+    for (size_t l = 0; l < L; ++l) {
+        gW[l].assign(net.W[l].size(), 0.0);
+        gb[l].assign(net.b[l].size(), 0.0);
+    }
+    double loss = 0.0;
+    for (unsigned s = 0; s < B; ++s) {
+        // Forward, keeping every layer's output.
+        std::vector<std::vector<double>> a(L + 1);
+        a[0].assign(X.begin() + long(s) * net.sizes[0], X.begin() + long(s + 1) * net.sizes[0]);
+        for (size_t l = 0; l < L; ++l) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            a[l + 1].assign(rows, 0.0);
+            for (unsigned r = 0; r < rows; ++r) {
+                double z = net.b[l][r];
+                for (unsigned c = 0; c < cols; ++c) z += net.W[l][size_t(r) * cols + c] * a[l][c];
+                a[l + 1][r] = (l + 1 < L) ? std::max(z, 0.0) : z;
+            }
+        }
+        // Output delta and loss.
+        std::vector<double> d(net.sizes[L]);
+        for (unsigned o = 0; o < net.sizes[L]; ++o) {
+            d[o] = a[L][o] - (labels[s] == o ? 1.0 : 0.0);
+            loss += 0.5 * d[o] * d[o];
+        }
+        // Backward, accumulating the batch sum of gradients.
+        for (size_t l = L; l-- > 0;) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            for (unsigned r = 0; r < rows; ++r) {
+                gb[l][r] += d[r];
+                for (unsigned c = 0; c < cols; ++c) gW[l][size_t(r) * cols + c] += d[r] * a[l][c];
+            }
+            if (l == 0) break;
+            std::vector<double> below(cols, 0.0);
+            for (unsigned c = 0; c < cols; ++c) {
+                double sum = 0.0;
+                for (unsigned r = 0; r < rows; ++r) sum += net.W[l][size_t(r) * cols + c] * d[r];
+                below[c] = a[l][c] > 0.0 ? sum : 0.0;
+            }
+            d.swap(below);
+        }
+    }
+    for (size_t l = 0; l < L; ++l) {
+        for (size_t i = 0; i < gW[l].size(); ++i) net.W[l][i] -= lr * gW[l][i] / B;
+        for (size_t i = 0; i < gb[l].size(); ++i) net.b[l][i] -= lr * gb[l][i] / B;
+    }
+    return loss / B;
+}
+
+}  // namespace ptxlab

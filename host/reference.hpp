@@ -1,0 +1,75 @@
+// The float64 CPU reference: what every kernel must compute, with error bounds.
+//
+// Each reference value comes with an a-priori bound on how far a correct
+// float32 computation (fma.rn dot products in index order, .rn elsewhere) may
+// be from it: for a dot product of n terms computed with n roundings, Higham's
+//     |fl(z) - z| <= gamma_n * (|b| + sum |w_i a_i|),   gamma_n = n u / (1 - n u),  u = 2^-24,
+// plus the propagated input errors sum |w_i| E(a_i); one rounding (u |x|) for a
+// subtraction, product or division. A unit whose pre-activation lies within
+// its bound of the ReLU kink may legitimately go either way; everything that
+// depends on that unit's mask gets an infinite bound and is not compared.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ptxlab {
+
+// Values and their absolute error bounds (infinite = not comparable).
+struct Bounded {
+    std::vector<double> v, e;
+    void resize(size_t n) {
+        v.assign(n, 0.0);
+        e.assign(n, 0.0);
+    }
+    size_t size() const { return v.size(); }
+};
+
+// A network's parameters: sizes {I, H..., O}; W[l] is [sizes[l+1]][sizes[l]], b[l] is [sizes[l+1]].
+struct NetParams {
+    std::vector<unsigned> sizes;
+    std::vector<std::vector<float>> W, b;
+    size_t layers() const { return sizes.size() - 1; }
+};
+
+// Forward pass of B samples: acts[l] is the output of layer l ([B][sizes[l+1]]);
+// the last one is Y.
+struct RefForward {
+    std::vector<Bounded> acts;
+};
+RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B);
+
+// Per-sample gradients: gW[l] is [B][sizes[l+1]][sizes[l]], gb[l] is [B][sizes[l+1]].
+struct RefGrad {
+    RefForward fwd;
+    std::vector<Bounded> gW, gb;
+};
+RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B);
+
+// P[i] - lr * (sum_b G[b][i]) / B.
+Bounded ref_update(const std::vector<float>& P, const std::vector<float>& G, unsigned N, unsigned B, float lr);
+
+// dst[r][c] = src[idx[r]][c] (exact).
+Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols);
+
+// Whether a float32 result is within the bound of a reference value.
+bool within_bound(float got, double ref, double bound);
+
+// ---- A plain float64 training loop (no bounds), the ground truth for the trainer ----
+
+struct Net64 {
+    std::vector<unsigned> sizes;
+    std::vector<std::vector<double>> W, b;
+};
+
+// One SGD step on a batch: forward, MSE on one-hot targets (loss 0.5 |y - t|^2
+// per sample, averaged over the batch), backward, P -= lr * mean gradient.
+// Returns the batch loss before the step.
+double cpu_train_step(Net64& net, const std::vector<double>& X, const std::vector<uint8_t>& labels, unsigned B,
+                      double lr);
+
+// Outputs of the network for B samples ([B][O]).
+std::vector<double> cpu_forward(const Net64& net, const std::vector<double>& X, unsigned B);
+
+}  // namespace ptxlab

@@ -1,0 +1,85 @@
+// Training and evaluation of the MLP on the GPU with one kernel set.
+//
+// Each step runs the per-sample-gradient kernel (grad2/grad3) on a batch and the
+// update kernel on every parameter array. The training set lives on the GPU and
+// is reshuffled once per epoch by the gather kernel; evaluation runs the forward
+// kernel over the whole test set.
+#pragma once
+
+#include "cuda.hpp"
+#include "idx.hpp"
+#include "kernels.hpp"
+#include "reference.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+// "784,128,10" -> {784, 128, 10}; 2 or 3 layers (3 or 4 numbers), each >= 1.
+std::vector<unsigned> parse_layers(const std::string& text);
+std::string layers_text(const std::vector<unsigned>& sizes);
+
+enum class Init { HeUniform, Normal };
+
+struct TrainConfig {
+    std::vector<unsigned> layers = {784, 128, 10};
+    unsigned batch = 64;
+    float lr = 0.2f;
+    unsigned max_epochs = 20;
+    double target = 0.97;       // stop once test accuracy >= target
+    unsigned eval_every = 0;    // evaluate every N batches; 0 = once per epoch
+    uint64_t seed = 1;
+    Init init = Init::HeUniform;  // He-uniform weights, zero biases; Normal: weights and biases N(0, init_std^2)
+    float init_std = 0.01f;
+    KernelSource kernels = KernelSource::Ptx;
+    KernelDirs dirs = KernelDirs::from_environment();
+    unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs
+    bool progress = true;       // progress bar on stderr when it is a terminal
+    std::string log_csv;        // one row per evaluation
+    void validate(const Split& train) const;  // throws InputError with the reason
+};
+
+struct EvalResult {
+    double accuracy = 0;
+    double loss = 0;  // mean over samples of 0.5 |y - t|^2
+    size_t count = 0;
+    std::vector<size_t> confusion;  // [true][predicted], kClasses x kClasses
+};
+
+struct EvalPoint {
+    unsigned step = 0, epoch = 0;
+    double train_loss = 0;  // mean loss of the batches since the previous evaluation
+    double accuracy = 0;
+    double elapsed_s = 0;   // training + evaluation time so far
+};
+
+struct TrainResult {
+    bool reached = false, diverged = false, interrupted = false;
+    unsigned steps = 0, epochs = 0;
+    double accuracy = 0;
+    std::vector<EvalPoint> curve;
+    std::vector<double> step_losses;  // every step's batch loss
+    double jit_ms = 0, train_ms = 0, eval_ms = 0;
+    double train_ms_to_target = 0;  // training time (kernels only) until the target was reached
+    NetParams model;
+    std::string stop_reason;
+};
+
+// Set from a SIGINT handler: training stops after the current step.
+extern std::atomic<bool> g_stop_requested;
+
+// Initial parameters from the seeded PRNG.
+NetParams init_params(const std::vector<unsigned>& sizes, Init init, float init_std, uint64_t seed);
+
+// Evaluates a model on a split with the forward kernel of `kernels`.
+EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test);
+
+// Trains; writes evaluation lines and the progress bar to `out`/stderr.
+TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out);
+
+}  // namespace ptxlab

@@ -1,0 +1,339 @@
+#include "verify.hpp"
+
+#include "reference.hpp"
+#include "rng.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace ptxlab {
+
+uint64_t ulp_distance(float a, float b) {
+    if (std::isnan(a) || std::isnan(b))
+        return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ? 0 : UINT64_MAX;
+    auto ordered = [](float f) {
+        int64_t i = std::bit_cast<int32_t>(f);
+        return i < 0 ? int64_t(INT32_MIN) - i : i;  // monotonic in f, with -0 == +0
+    };
+    int64_t d = ordered(a) - ordered(b);
+    return static_cast<uint64_t>(d < 0 ? -d : d);
+}
+
+std::string shape_names(const std::string& entry) {
+    if (entry == "forward2" || entry == "grad2") return "B,I,H,O";
+    if (entry == "forward3" || entry == "grad3") return "B,I,H1,H2,O";
+    if (entry == "update") return "N,B";
+    if (entry == "gather") return "rows,cols,src_rows";
+    PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
+}
+
+std::string shape_text(const VerifyCase& c) {
+    std::string names = shape_names(c.entry), out;
+    size_t k = 0, start = 0;
+    while (k < c.shape.size()) {
+        size_t comma = names.find(',', start);
+        std::string n = names.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        out += fmt::format("{}{}={}", out.empty() ? "" : " ", n, c.shape[k++]);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return out;
+}
+
+std::vector<VerifyCase> default_cases() {
+    std::vector<VerifyCase> v;
+    const std::vector<std::vector<unsigned>> two = {{1, 784, 128, 10},  {63, 784, 128, 10},  {64, 784, 128, 10},
+                                                    {1000, 784, 128, 10}, {64, 784, 1, 10},  {63, 784, 100, 10},
+                                                    {64, 784, 300, 10},  {1000, 784, 300, 10}, {7, 13, 5, 3},
+                                                    {1, 1, 1, 1}};
+    const std::vector<std::vector<unsigned>> three = {{1, 784, 128, 64, 10},   {63, 784, 128, 64, 10},
+                                                      {64, 784, 128, 64, 10},  {1000, 784, 128, 64, 10},
+                                                      {63, 300, 129, 33, 7},   {64, 100, 1, 300, 10},
+                                                      {2, 1, 1, 1, 1}};
+    for (const char* e : {"forward2", "grad2"})
+        for (const auto& s : two) v.push_back({e, s});
+    for (const char* e : {"forward3", "grad3"})
+        for (const auto& s : three) v.push_back({e, s});
+    for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1}, {10, 63}, {100, 64}, {100352, 64}, {1280, 1000}})
+        v.push_back({"update", s});
+    for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1, 1}, {63, 784, 100}, {1000, 784, 2000}, {64, 10, 60000}})
+        v.push_back({"gather", s});
+    return v;
+}
+
+namespace {
+
+enum class Role { In, Out, InOut };
+
+struct Tensor {
+    std::string name;
+    std::vector<size_t> dims;
+    Role role = Role::In;
+    std::vector<float> data;  // inputs (In, InOut); idx tensors are stored bit-cast
+    size_t count() const {
+        size_t n = 1;
+        for (auto d : dims) n *= d;
+        return n;
+    }
+};
+
+// Everything one case needs: its tensors, the f64 reference of its outputs, and how to launch it.
+struct Harness {
+    std::vector<Tensor> tensors;
+    std::map<std::string, Bounded> expected;
+    std::function<void(const Kernel&, const std::map<std::string, CUdeviceptr>&, CUstream)> launch;
+};
+
+std::vector<float> random_vector(Rng& rng, size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = rng.uniform(lo, hi);
+    return v;
+}
+
+// A random network of the given sizes: He-uniform weights, small random biases.
+NetParams random_net(Rng& rng, const std::vector<unsigned>& sizes) {
+    NetParams net;
+    net.sizes = sizes;
+    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+        const float w = std::sqrt(6.0f / float(sizes[l]));
+        net.W.push_back(random_vector(rng, size_t(sizes[l + 1]) * sizes[l], -w, w));
+        net.b.push_back(random_vector(rng, sizes[l + 1], -0.1f, 0.1f));
+    }
+    return net;
+}
+
+// Random one-hot targets [B][O].
+std::vector<float> random_targets(Rng& rng, unsigned B, unsigned O) {
+    std::vector<float> t(size_t(B) * O, 0.0f);
+    for (unsigned s = 0; s < B; ++s) t[size_t(s) * O + rng.below(O)] = 1.0f;
+    return t;
+}
+
+CUdeviceptr ptr(const std::map<std::string, CUdeviceptr>& m, const char* name) { return m.at(name); }
+
+Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
+    const bool three = c.entry.back() == '3';
+    const bool grad = c.entry.rfind("grad", 0) == 0;
+    const unsigned B = c.shape[0];
+    std::vector<unsigned> sizes(c.shape.begin() + 1, c.shape.end());
+    const size_t L = sizes.size() - 1;
+    NetParams net = random_net(rng, sizes);
+    Harness h;
+    std::vector<float> X = random_vector(rng, size_t(B) * sizes[0], 0.0f, 1.0f);
+    std::vector<float> T = grad ? random_targets(rng, B, sizes[L]) : std::vector<float>{};
+    const std::string n1 = "W1", n2 = "W2", n3 = "W3";
+    h.tensors.push_back({"X", {B, sizes[0]}, Role::In, X});
+    if (grad) h.tensors.push_back({"T", {B, sizes[L]}, Role::In, T});
+    for (size_t l = 0; l < L; ++l) {
+        h.tensors.push_back({fmt::format("W{}", l + 1), {sizes[l + 1], sizes[l]}, Role::In, net.W[l]});
+        h.tensors.push_back({fmt::format("b{}", l + 1), {sizes[l + 1]}, Role::In, net.b[l]});
+    }
+    for (size_t l = 0; l < L; ++l)
+        h.tensors.push_back({l + 1 < L ? fmt::format("A{}", l + 1) : "Y", {B, sizes[l + 1]}, Role::Out, {}});
+    if (grad) {
+        for (size_t l = 0; l < L; ++l) {
+            h.tensors.push_back({fmt::format("gW{}", l + 1), {B, sizes[l + 1], sizes[l]}, Role::Out, {}});
+            h.tensors.push_back({fmt::format("gb{}", l + 1), {B, sizes[l + 1]}, Role::Out, {}});
+        }
+        RefGrad r = ref_grad(net, X, T, B);
+        for (size_t l = 0; l < L; ++l) {
+            h.expected[l + 1 < L ? fmt::format("A{}", l + 1) : "Y"] = std::move(r.fwd.acts[l]);
+            h.expected[fmt::format("gW{}", l + 1)] = std::move(r.gW[l]);
+            h.expected[fmt::format("gb{}", l + 1)] = std::move(r.gb[l]);
+        }
+    } else {
+        RefForward r = ref_forward(net, X, B);
+        for (size_t l = 0; l < L; ++l) h.expected[l + 1 < L ? fmt::format("A{}", l + 1) : "Y"] = std::move(r.acts[l]);
+    }
+    const std::vector<unsigned> sz = sizes;
+    h.launch = [three, grad, B, sz](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        const unsigned block = 32;  // small blocks, so that batches of 63 and 1000 span several
+        const unsigned grid = grid_for(B, block);
+        if (!three && !grad)
+            k.launch(grid, block, s, ptr(m, "X"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"),
+                     ptr(m, "A1"), ptr(m, "Y"), B, sz[0], sz[1], sz[2]);
+        else if (three && !grad)
+            k.launch(grid, block, s, ptr(m, "X"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"),
+                     ptr(m, "W3"), ptr(m, "b3"), ptr(m, "A1"), ptr(m, "A2"), ptr(m, "Y"), B, sz[0], sz[1], sz[2],
+                     sz[3]);
+        else if (!three)
+            k.launch(grid, block, s, ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"),
+                     ptr(m, "b2"), ptr(m, "A1"), ptr(m, "Y"), ptr(m, "gW1"), ptr(m, "gb1"), ptr(m, "gW2"),
+                     ptr(m, "gb2"), B, sz[0], sz[1], sz[2]);
+        else
+            k.launch(grid, block, s, ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"),
+                     ptr(m, "b2"), ptr(m, "W3"), ptr(m, "b3"), ptr(m, "A1"), ptr(m, "A2"), ptr(m, "Y"),
+                     ptr(m, "gW1"), ptr(m, "gb1"), ptr(m, "gW2"), ptr(m, "gb2"), ptr(m, "gW3"), ptr(m, "gb3"), B,
+                     sz[0], sz[1], sz[2], sz[3]);
+    };
+    return h;
+}
+
+Harness make_update_harness(const VerifyCase& c, Rng& rng) {
+    const unsigned N = c.shape[0], B = c.shape[1];
+    const float lr = rng.uniform(0.01f, 1.0f);
+    Harness h;
+    std::vector<float> P = random_vector(rng, N, -1.0f, 1.0f);
+    std::vector<float> G = random_vector(rng, size_t(B) * N, -1.0f, 1.0f);
+    h.expected["P"] = ref_update(P, G, N, B, lr);
+    h.tensors.push_back({"P", {N}, Role::InOut, std::move(P)});
+    h.tensors.push_back({"G", {B, N}, Role::In, std::move(G)});
+    h.launch = [N, B, lr](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), N, B, lr);
+    };
+    return h;
+}
+
+Harness make_gather_harness(const VerifyCase& c, Rng& rng) {
+    const unsigned rows = c.shape[0], cols = c.shape[1], src_rows = c.shape[2];
+    if (src_rows == 0) PTXLAB_THROW(InputError, "gather needs src_rows >= 1");
+    Harness h;
+    std::vector<float> src = random_vector(rng, size_t(src_rows) * cols, -1.0f, 1.0f);
+    std::vector<uint32_t> idx(rows);
+    for (auto& i : idx) i = static_cast<uint32_t>(rng.below(src_rows));
+    h.expected["dst"] = ref_gather(src, idx, cols);
+    std::vector<float> idx_bits(rows);
+    for (unsigned r = 0; r < rows; ++r) idx_bits[r] = std::bit_cast<float>(idx[r]);
+    h.tensors.push_back({"src", {src_rows, cols}, Role::In, std::move(src)});
+    h.tensors.push_back({"idx", {rows}, Role::In, std::move(idx_bits)});
+    h.tensors.push_back({"dst", {rows, cols}, Role::Out, {}});
+    h.launch = [rows, cols](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        k.launch(grid_for(size_t(rows) * cols), 256, s, ptr(m, "dst"), ptr(m, "src"), ptr(m, "idx"), rows, cols);
+    };
+    return h;
+}
+
+Harness make_harness(const VerifyCase& c, Rng& rng) {
+    const std::string names = shape_names(c.entry);
+    const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
+    if (c.shape.size() != want)
+        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
+                     c.shape.size());
+    for (unsigned v : c.shape)
+        if (v == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
+    if (c.entry == "update") return make_update_harness(c, rng);
+    if (c.entry == "gather") return make_gather_harness(c, rng);
+    return make_mlp_harness(c, rng);
+}
+
+// Runs one kernel on the harness's inputs; returns the outputs by name.
+std::map<std::string, std::vector<float>> run_once(const Kernel& k, const Harness& h, const Stream& stream) {
+    std::vector<DeviceBuffer> bufs;
+    std::map<std::string, CUdeviceptr> ptrs;
+    for (const auto& t : h.tensors) {
+        bufs.emplace_back(t.count() * sizeof(float), t.name);
+        if (t.role == Role::Out) bufs.back().fill_u32(kPoison);
+        else bufs.back().upload(t.data);
+        ptrs[t.name] = bufs.back().ptr();
+    }
+    h.launch(k, ptrs, stream.get());
+    try {
+        stream.synchronize();
+    } catch (const CudaError& e) {
+        PTXLAB_THROW(Error, "kernel '{}' ({}) failed while running: {}", k.spec->entry, k.origin, e.what());
+    }
+    std::map<std::string, std::vector<float>> out;
+    for (size_t i = 0; i < h.tensors.size(); ++i)
+        if (h.tensors[i].role != Role::In) out[h.tensors[i].name] = bufs[i].download_vector<float>();
+    return out;
+}
+
+std::string coords(const Tensor& t, size_t flat) {
+    std::vector<size_t> idx(t.dims.size());
+    for (size_t d = t.dims.size(); d-- > 0;) {
+        idx[d] = flat % t.dims[d];
+        flat /= t.dims[d];
+    }
+    std::string s = t.name;
+    for (auto i : idx) s += fmt::format("[{}]", i);
+    return s;
+}
+
+std::string show(float f) { return fmt::format("{:.9g} (0x{:08x})", f, std::bit_cast<uint32_t>(f)); }
+
+}  // namespace
+
+std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyCase>& cases, const VerifyOptions& opt,
+                                   const std::function<void(const CaseResult&)>& on_result) {
+    std::set<std::string> entries;
+    for (const auto& c : cases) entries.insert(c.entry);
+    std::vector<std::string> list(entries.begin(), entries.end());
+    KernelSet ptx(KernelSource::Ptx, ctx.info(), opt.ptx_dirs, list);
+    KernelSet ref(KernelSource::Reference, ctx.info(), opt.reference_dirs, list);
+    Stream stream;
+
+    std::vector<CaseResult> results;
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const VerifyCase& c = cases[ci];
+        Rng rng(opt.seed * 0x9e3779b97f4a7c15ull + ci);  // fresh inputs per case, reproducible from the seed
+        Harness h = make_harness(c, rng);
+        auto got_ptx = run_once(ptx.get(c.entry), h, stream);
+        auto got_ref = run_once(ref.get(c.entry), h, stream);
+
+        CaseResult r;
+        r.c = c;
+        for (const auto& t : h.tensors) {
+            if (t.role == Role::In) continue;
+            const auto& a = got_ptx.at(t.name);
+            const auto& b = got_ref.at(t.name);
+            const Bounded& e = h.expected.at(t.name);
+            for (size_t i = 0; i < a.size(); ++i) {
+                ++r.elements;
+                const uint32_t ab = std::bit_cast<uint32_t>(a[i]), bb = std::bit_cast<uint32_t>(b[i]);
+                const bool un_a = t.role == Role::Out && ab == kPoison;
+                const bool un_b = t.role == Role::Out && bb == kPoison;
+                r.unwritten_ptx += un_a;
+                r.unwritten_ref += un_b;
+                std::string problem;
+                if (un_a || un_b) {
+                    problem = fmt::format("{}: unwritten by {}", coords(t, i),
+                                          un_a && un_b ? "both" : (un_a ? "ptx" : "reference"));
+                } else if (ab != bb) {
+                    ++r.differing;
+                    const uint64_t u = ulp_distance(a[i], b[i]);
+                    r.max_ulp = std::max(r.max_ulp, u);
+                    r.max_abs = std::max(r.max_abs, double(std::fabs(a[i] - b[i])));
+                    problem = fmt::format("{}: ptx {} reference {} ({} ulp)", coords(t, i), show(a[i]), show(b[i]),
+                                          u == UINT64_MAX ? std::string("NaN") : std::to_string(u));
+                }
+                if (std::isinf(e.e[i])) {
+                    ++r.kink_skipped;
+                } else if (!un_a && !un_b) {
+                    const bool ok_a = within_bound(a[i], e.v[i], e.e[i]);
+                    const bool ok_b = within_bound(b[i], e.v[i], e.e[i]);
+                    r.f64_fail_ptx += !ok_a;
+                    r.f64_fail_ref += !ok_b;
+                    for (float g : {a[i], b[i]}) {
+                        double err = std::fabs(double(g) - e.v[i]);
+                        if (e.e[i] > 0) r.worst_of_bound = std::max(r.worst_of_bound, err / e.e[i]);
+                        else if (err > 0) r.worst_of_bound = INFINITY;
+                    }
+                    if (problem.empty() && (!ok_a || !ok_b))
+                        problem = fmt::format("{}: ptx {} reference {} float64 {:.9g} (bound {:.3g})", coords(t, i),
+                                              show(a[i]), show(b[i]), e.v[i], e.e[i]);
+                }
+                if (!problem.empty() && r.mismatches.size() < opt.max_mismatches) r.mismatches.push_back(problem);
+            }
+        }
+        if (on_result) on_result(r);
+        results.push_back(std::move(r));
+    }
+    return results;
+}
+
+std::string format_result(const CaseResult& r) {
+    std::string f64 = r.f64_fail_ptx || r.f64_fail_ref
+                          ? fmt::format("f64 FAIL (ptx {}, reference {})", r.f64_fail_ptx, r.f64_fail_ref)
+                          : fmt::format("f64 ok (worst {:.2f} of bound)", r.worst_of_bound);
+    if (r.kink_skipped) f64 += fmt::format(", {} at a ReLU kink skipped", r.kink_skipped);
+    std::string line = fmt::format("{:<9} {:<32} max|diff| {:<9.3g} max ULP {:<4} unwritten {}/{}  {}  {}", r.c.entry,
+                                   shape_text(r.c), r.max_abs, r.max_ulp, r.unwritten_ptx, r.unwritten_ref, f64,
+                                   r.pass() ? "PASS" : "FAIL");
+    for (const auto& m : r.mismatches) line += "\n    " + m;
+    return line;
+}
+
+}  // namespace ptxlab

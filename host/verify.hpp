@@ -1,0 +1,65 @@
+// ptxlab verify: every kernel pair (hand-written PTX vs its NVRTC twin) run on
+// identical fresh random inputs, outputs poisoned before each launch, compared
+// element by element with each other (bits, ULPs) and with the float64
+// reference (within its error bound, see reference.hpp).
+#pragma once
+
+#include "cuda.hpp"
+#include "kernels.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+// The NaN bit pattern written into every output before a launch; an element
+// still holding it afterwards was never written.
+inline constexpr uint32_t kPoison = 0xFFBADBADu;
+
+// Distance in units in the last place between two floats (0 for +0 vs -0);
+// UINT64_MAX when either is NaN and they differ.
+uint64_t ulp_distance(float a, float b);
+
+struct VerifyCase {
+    std::string entry;
+    std::vector<unsigned> shape;  // forward2/grad2: B,I,H,O; forward3/grad3: B,I,H1,H2,O; update: N,B; gather: rows,cols,src_rows
+};
+
+// The shape arguments each kernel takes, e.g. "B,I,H,O".
+std::string shape_names(const std::string& entry);
+std::string shape_text(const VerifyCase& c);  // "B=64 I=784 H=128 O=10"
+// The default set of cases: batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes.
+std::vector<VerifyCase> default_cases();
+
+struct VerifyOptions {
+    uint64_t seed = 1;
+    KernelDirs ptx_dirs, reference_dirs;  // where the PTX and the twins are read from
+    size_t max_mismatches = 10;
+};
+
+struct CaseResult {
+    VerifyCase c;
+    size_t elements = 0;          // output elements compared
+    size_t unwritten_ptx = 0, unwritten_ref = 0;
+    size_t differing = 0;         // elements whose bits differ between PTX and twin
+    uint64_t max_ulp = 0;
+    double max_abs = 0;
+    size_t f64_fail_ptx = 0, f64_fail_ref = 0;
+    size_t kink_skipped = 0;      // elements not compared with f64 (ReLU mask within rounding)
+    double worst_of_bound = 0;    // max |got - f64| / bound over both sets
+    std::vector<std::string> mismatches;  // first few, with coordinates and both values
+    bool pass() const {
+        return unwritten_ptx == 0 && unwritten_ref == 0 && differing == 0 && f64_fail_ptx == 0 && f64_fail_ref == 0;
+    }
+};
+
+// Runs the cases; `on_result` sees each result as soon as it is known.
+std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyCase>& cases, const VerifyOptions& opt,
+                                   const std::function<void(const CaseResult&)>& on_result = {});
+
+// One line per case: kernel, shape, max abs error, max ULP, unwritten, f64, PASS/FAIL.
+std::string format_result(const CaseResult& r);
+
+}  // namespace ptxlab

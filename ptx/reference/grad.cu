@@ -1,0 +1,98 @@
+// CUDA C twin of ptx/grad.ptx, compiled at run time by NVRTC.
+//
+// Per-sample gradient of the MSE loss 0.5 * |Y - T|^2 on one-hot targets T:
+// a forward pass for one sample, then back-propagation, written to per-sample
+// buffers (the update kernel sums them over the batch). One thread per sample.
+// The per-sample bias gradients are the layer deltas, so they double as the
+// scratch that the next layer down reads: no per-thread array is needed.
+
+// out[r] = act(b[r] + sum_c W[r][c] * in[c])   (same as forward.cu)
+__device__ static void dense(float* out, const float* in, const float* W, const float* b,
+                             unsigned rows, unsigned cols, bool relu)
+{
+    for (unsigned r = 0; r < rows; ++r) {
+        float acc = b[r];
+        for (unsigned c = 0; c < cols; ++c)
+            acc += W[(size_t)r * cols + c] * in[c];
+        out[r] = (relu && !(acc > 0.0f)) ? 0.0f : acc;
+    }
+}
+
+// g[r][c] = d[r] * a[c]   (weight gradient as an outer product)
+__device__ static void outer(float* g, const float* d, const float* a, unsigned rows, unsigned cols)
+{
+    for (unsigned r = 0; r < rows; ++r)
+        for (unsigned c = 0; c < cols; ++c)
+            g[(size_t)r * cols + c] = d[r] * a[c];
+}
+
+// d_in[c] = (sum_r W[r][c] * d_out[r]) * [a[c] > 0]   (delta through a ReLU layer)
+__device__ static void back(float* d_in, const float* W, const float* d_out, const float* a,
+                            unsigned rows, unsigned cols)
+{
+    for (unsigned c = 0; c < cols; ++c) {
+        float acc = 0.0f;
+        for (unsigned r = 0; r < rows; ++r)
+            acc += W[(size_t)r * cols + c] * d_out[r];
+        d_in[c] = (a[c] > 0.0f) ? acc : 0.0f;
+    }
+}
+
+// d2 = Y - T; gb2 = d2; gW2 = d2 (x) A1; d1 = (W2^T d2) * [A1 > 0]; gb1 = d1; gW1 = d1 (x) x
+extern "C" __global__ void grad2(const float* X, const float* T,
+                                 const float* W1, const float* b1,
+                                 const float* W2, const float* b2,
+                                 float* A1, float* Y,
+                                 float* gW1, float* gb1, float* gW2, float* gb2,
+                                 unsigned B, unsigned I, unsigned H, unsigned O)
+{
+    unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= B) return;
+    const float* x = X + (size_t)s * I;
+    const float* t = T + (size_t)s * O;
+    float* a1 = A1 + (size_t)s * H;
+    float* y = Y + (size_t)s * O;
+    float* d1 = gb1 + (size_t)s * H;
+    float* d2 = gb2 + (size_t)s * O;
+
+    dense(a1, x, W1, b1, H, I, true);
+    dense(y, a1, W2, b2, O, H, false);
+    for (unsigned o = 0; o < O; ++o)
+        d2[o] = y[o] - t[o];
+    outer(gW2 + (size_t)s * O * H, d2, a1, O, H);
+    back(d1, W2, d2, a1, O, H);
+    outer(gW1 + (size_t)s * H * I, d1, x, H, I);
+}
+
+// The same for I-H1-H2-O: d3 = Y - T, d2 = (W3^T d3) * [A2 > 0], d1 = (W2^T d2) * [A1 > 0].
+extern "C" __global__ void grad3(const float* X, const float* T,
+                                 const float* W1, const float* b1,
+                                 const float* W2, const float* b2,
+                                 const float* W3, const float* b3,
+                                 float* A1, float* A2, float* Y,
+                                 float* gW1, float* gb1, float* gW2, float* gb2,
+                                 float* gW3, float* gb3,
+                                 unsigned B, unsigned I, unsigned H1, unsigned H2, unsigned O)
+{
+    unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= B) return;
+    const float* x = X + (size_t)s * I;
+    const float* t = T + (size_t)s * O;
+    float* a1 = A1 + (size_t)s * H1;
+    float* a2 = A2 + (size_t)s * H2;
+    float* y = Y + (size_t)s * O;
+    float* d1 = gb1 + (size_t)s * H1;
+    float* d2 = gb2 + (size_t)s * H2;
+    float* d3 = gb3 + (size_t)s * O;
+
+    dense(a1, x, W1, b1, H1, I, true);
+    dense(a2, a1, W2, b2, H2, H1, true);
+    dense(y, a2, W3, b3, O, H2, false);
+    for (unsigned o = 0; o < O; ++o)
+        d3[o] = y[o] - t[o];
+    outer(gW3 + (size_t)s * O * H2, d3, a2, O, H2);
+    back(d2, W3, d3, a2, O, H2);
+    outer(gW2 + (size_t)s * H2 * H1, d2, a1, H2, H1);
+    back(d1, W2, d2, a1, H2, H1);
+    outer(gW1 + (size_t)s * H1 * I, d1, x, H1, I);
+}
