@@ -38,16 +38,22 @@ std::vector<unsigned> parse_layers(const std::string& text) {
     return v;
 }
 
+Loss parse_loss(const std::string& name) {
+    if (name == "mse") return Loss::Mse;
+    if (name == "half-sse") return Loss::HalfSse;
+    PTXLAB_THROW(InputError, "unknown loss '{}' (choose mse or half-sse)", name);
+}
+
+std::string to_string(Loss l) { return l == Loss::Mse ? "mse" : "half-sse"; }
+
 std::string layers_text(const std::vector<unsigned>& sizes) {
     std::string s;
     for (auto n : sizes) s += (s.empty() ? "" : ",") + std::to_string(n);
     return s;
 }
 
-void TrainConfig::validate(const Split& train) const {
+void TrainConfig::validate_flags() const {
     if (batch == 0) PTXLAB_THROW(InputError, "--batch must be at least 1");
-    if (batch > train.count)
-        PTXLAB_THROW(InputError, "--batch {} is larger than the training set ({} samples)", batch, train.count);
     if (!(lr > 0.0f) || !std::isfinite(lr)) PTXLAB_THROW(InputError, "--lr must be a positive finite number, got {}", lr);
     if (!(target > 0.0 && target <= 1.0))
         PTXLAB_THROW(InputError, "--target must be in (0, 1] (a fraction: 0.97 is 97 %), got {}", target);
@@ -56,6 +62,12 @@ void TrainConfig::validate(const Split& train) const {
         PTXLAB_THROW(InputError, "the network needs 3 or 4 layer sizes, got {}", layers.size());
     for (auto w : layers)
         if (w == 0) PTXLAB_THROW(InputError, "layer widths must be at least 1 (--layers {})", layers_text(layers));
+}
+
+void TrainConfig::validate(const Split& train) const {
+    validate_flags();
+    if (batch > train.count)
+        PTXLAB_THROW(InputError, "--batch {} is larger than the training set ({} samples)", batch, train.count);
     if (layers.front() != train.dim())
         PTXLAB_THROW(InputError, "the network takes {} inputs but the images have {}x{} = {} pixels (--layers {})",
                      layers.front(), train.rows, train.cols, train.dim(), layers_text(layers));
@@ -161,8 +173,8 @@ std::vector<float> one_hot(const std::vector<uint8_t>& labels) {
     return t;
 }
 
-// Mean of 0.5 |y - t|^2 over the rows of Y, and the argmax predictions.
-double batch_loss(const std::vector<float>& Y, const std::vector<uint8_t>& labels, size_t first, size_t B,
+// The loss over the rows of Y (see Loss), and the argmax predictions.
+double batch_loss(Loss kind, const std::vector<float>& Y, const std::vector<uint8_t>& labels, size_t first, size_t B,
                   std::vector<uint8_t>* predictions = nullptr) {
     double loss = 0;
     for (size_t s = 0; s < B; ++s) {
@@ -170,12 +182,12 @@ double batch_loss(const std::vector<float>& Y, const std::vector<uint8_t>& label
         size_t best = 0;
         for (size_t o = 0; o < kClasses; ++o) {
             double d = double(y[o]) - (labels[first + s] == o ? 1.0 : 0.0);
-            loss += 0.5 * d * d;
+            loss += d * d;
             if (y[o] > y[best]) best = o;
         }
         if (predictions) predictions->push_back(static_cast<uint8_t>(best));
     }
-    return loss / double(B);
+    return kind == Loss::Mse ? loss / double(B * kClasses) : 0.5 * loss / double(B);
 }
 
 // Test-set evaluation with device-resident data.
@@ -192,7 +204,7 @@ public:
         }
     }
 
-    EvalResult run(const KernelSet& ks, DeviceNet& net, CUstream s) {
+    EvalResult run(const KernelSet& ks, DeviceNet& net, CUstream s, Loss loss) {
         // Point the network's activation buffers at the test-sized ones for this launch.
         std::swap(net.acts, acts_);
         try {
@@ -207,7 +219,7 @@ public:
         EvalResult r;
         r.count = test_.count;
         std::vector<uint8_t> pred;
-        r.loss = batch_loss(Y, test_.labels, 0, test_.count, &pred);
+        r.loss = batch_loss(loss, Y, test_.labels, 0, test_.count, &pred);
         r.confusion.assign(kClasses * kClasses, 0);
         size_t right = 0;
         for (size_t i = 0; i < test_.count; ++i) {
@@ -251,7 +263,7 @@ private:
 
 }  // namespace
 
-EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test) {
+EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss) {
     if (net.sizes.front() != test.dim())
         PTXLAB_THROW(InputError, "the model takes {} inputs but the images have {}x{} = {} pixels", net.sizes.front(),
                      test.rows, test.cols, test.dim());
@@ -260,7 +272,7 @@ EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split&
     DeviceNet dnet(net, 1, false);
     Evaluator ev(test, net.sizes);
     Stream stream;
-    return ev.run(kernels, dnet, stream.get());
+    return ev.run(kernels, dnet, stream.get(), loss);
 }
 
 TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out) {
@@ -303,6 +315,8 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
         csv << "step,epoch,train_loss,test_accuracy,elapsed_s\n";
     }
 
+    // The step size the update kernel applies to the mean per-sample gradient (see Loss).
+    const float step_lr = cfg.loss == Loss::Mse ? cfg.lr * (2.0f / float(sizes.back())) : cfg.lr;
     Progress bar(cfg.progress);
     double loss_sum = 0;
     unsigned loss_n = 0, step = 0;
@@ -310,7 +324,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
     auto do_eval = [&](unsigned epoch) {
         bar.clear();
         auto t0 = Clock::now();
-        EvalResult e = evaluator.run(ks, net, s);
+        EvalResult e = evaluator.run(ks, net, s, cfg.loss);
         res.eval_ms += ms_since(t0);
         EvalPoint p{step, epoch, loss_n ? loss_sum / loss_n : 0.0, e.accuracy, (res.train_ms + res.eval_ms) / 1e3};
         res.curve.push_back(p);
@@ -349,7 +363,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
             auto t0 = Clock::now();
             const size_t first = size_t(k) * B;
             launch_grad(ks, net, Xs.ptr() + first * I * 4, Ts.ptr() + first * kClasses * 4, B, s);
-            launch_updates(ks, net, B, cfg.lr, s);
+            launch_updates(ks, net, B, step_lr, s);
             CU(cuMemcpyDtoHAsync, Yb.data(), net.acts.back().ptr(), Yb.size() * 4, s);
             try {
                 CU(cuStreamSynchronize, s);
@@ -359,7 +373,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
             }
             res.train_ms += ms_since(t0);
             ++step;
-            const double loss = batch_loss(Yb, labels_shuffled, first, B);
+            const double loss = batch_loss(cfg.loss, Yb, labels_shuffled, first, B);
             res.step_losses.push_back(loss);
             res.steps = step;
             if (!std::isfinite(loss)) {

@@ -26,6 +26,16 @@ std::string layers_text(const std::vector<unsigned>& sizes);
 
 enum class Init { HeUniform, Normal };
 
+// The loss, which fixes the gradient scale. The kernels compute the per-sample
+// delta d = y - t; the host scales the step passed to the update kernel.
+//   Mse      PyTorch's nn.MSELoss: mean over samples and outputs of (y - t)^2;
+//            gradient 2 (y - t) / O per sample, so the update gets lr * 2 / O.
+//   HalfSse  the notebook's 0.5 |y - t|^2 per sample, averaged over the batch;
+//            gradient y - t, so the update gets lr.
+enum class Loss { Mse, HalfSse };
+Loss parse_loss(const std::string& name);  // "mse" | "half-sse"
+std::string to_string(Loss l);
+
 struct TrainConfig {
     std::vector<unsigned> layers = {784, 128, 10};
     unsigned batch = 64;
@@ -36,17 +46,19 @@ struct TrainConfig {
     uint64_t seed = 1;
     Init init = Init::HeUniform;  // He-uniform weights, zero biases; Normal: weights and biases N(0, init_std^2)
     float init_std = 0.01f;
+    Loss loss = Loss::Mse;
     KernelSource kernels = KernelSource::Ptx;
     KernelDirs dirs = KernelDirs::from_environment();
     unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs
     bool progress = true;       // progress bar on stderr when it is a terminal
     std::string log_csv;        // one row per evaluation
-    void validate(const Split& train) const;  // throws InputError with the reason
+    void validate_flags() const;              // checks that need no data; throws InputError with the reason
+    void validate(const Split& train) const;  // validate_flags() plus the checks against the data
 };
 
 struct EvalResult {
     double accuracy = 0;
-    double loss = 0;  // mean over samples of 0.5 |y - t|^2
+    double loss = 0;  // the training loss (TrainConfig::loss) over the split
     size_t count = 0;
     std::vector<size_t> confusion;  // [true][predicted], kClasses x kClasses
 };
@@ -77,7 +89,7 @@ extern std::atomic<bool> g_stop_requested;
 NetParams init_params(const std::vector<unsigned>& sizes, Init init, float init_std, uint64_t seed);
 
 // Evaluates a model on a split with the forward kernel of `kernels`.
-EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test);
+EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss = Loss::Mse);
 
 // Trains; writes evaluation lines and the progress bar to `out`/stderr.
 TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out);

@@ -13,6 +13,7 @@ struct EvalOptions {
 };
 
 int run_eval(const EvalOptions& o) {
+    driver();  // no GPU: say so before reading anything
     NetParams net = load_safetensors(o.load);
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
     Dataset data = load_dataset(dir);

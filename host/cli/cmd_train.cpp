@@ -22,6 +22,7 @@ struct TrainOptions {
     unsigned eval_every = 0;
     uint64_t seed = 1;
     std::string preset;
+    std::string loss = "mse";
     std::string kernels = "ptx";
     std::string ptx_dir;
     std::string log, save;
@@ -52,6 +53,7 @@ int run_train(const TrainOptions& o) {
     cfg.eval_every = o.eval_every;
     cfg.seed = o.seed;
     cfg.kernels = parse_kernel_source(o.kernels);
+    cfg.loss = parse_loss(o.loss);
     cfg.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
     cfg.max_steps = o.max_steps;
     cfg.progress = !o.no_progress;
@@ -61,12 +63,14 @@ int run_train(const TrainOptions& o) {
         if (!o.given("--lr")) cfg.lr = 0.001f;
         if (!o.given("--eval-every")) cfg.eval_every = 100;
         if (!o.given("--target")) cfg.target = 0.60;
+        if (!o.given("--loss")) cfg.loss = Loss::HalfSse;
         cfg.init = Init::Normal;
         cfg.init_std = 0.01f;
     } else if (!o.preset.empty()) {
         PTXLAB_THROW(InputError, "unknown preset '{}' (known: notebook)", o.preset);
     }
 
+    cfg.validate_flags();
     driver();  // no GPU: fail before anything slow
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
     auto t0 = std::chrono::steady_clock::now();
@@ -77,9 +81,9 @@ int run_train(const TrainOptions& o) {
     Context ctx(o.device);
     fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n", layers_text(cfg.layers), to_string(cfg.kernels),
                ctx.info().name, ctx.info().arch());
-    fmt::print("  data {} ({} train / {} test), batch {}, lr {}, init {}, seed {}, target {:.2f} %, at most {} "
+    fmt::print("  data {} ({} train / {} test), loss {}, batch {}, lr {}, init {}, seed {}, target {:.2f} %, at most {} "
                "epochs, evaluation every {}\n",
-               dir, data.train.count, data.test.count, cfg.batch, cfg.lr,
+               dir, data.train.count, data.test.count, to_string(cfg.loss), cfg.batch, cfg.lr,
                cfg.init == Init::HeUniform ? "He-uniform weights, zero biases"
                                            : fmt::format("N(0, {}^2) weights and biases", cfg.init_std),
                cfg.seed, 100.0 * cfg.target, cfg.max_epochs,
@@ -126,8 +130,8 @@ void setup_train(CLI::App& app, Command& chosen) {
     auto* sub = app.add_subcommand(
         "train",
         "Train the MLP on MNIST with the hand-written PTX kernels (per-sample gradient + SGD update each step) until "
-        "the test accuracy reaches the target. Defaults: 784-128-10, ReLU, MSE on one-hot targets (loss 0.5|y-t|^2, "
-        "averaged over the batch), SGD with batch 64 and lr 0.2, He-uniform weights (bound sqrt(6/fan_in)) and zero "
+        "the test accuracy reaches the target. Defaults: 784-128-10, ReLU, MSE on one-hot targets (as PyTorch's "
+        "nn.MSELoss: the mean of (y-t)^2 over samples and outputs), SGD with batch 64 and lr 0.2, He-uniform weights (bound sqrt(6/fan_in)) and zero "
         "biases, evaluation once per epoch, target 97 %, at most 20 epochs. Ctrl-C stops after the current step.");
     o->sub = sub;
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
@@ -140,8 +144,12 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_option("--eval-every", o->eval_every, "evaluate every N batches instead of once per epoch");
     sub->add_option("--seed", o->seed, "seed for initialisation and shuffling")->capture_default_str();
     sub->add_option("--preset", o->preset,
-                    "notebook: the notebook's run (lr 0.001, N(0, 0.01) init, eval every 100 batches, target 60 %); "
+                    "notebook: the notebook's run (loss half-sse, lr 0.001, N(0, 0.01) init, eval every 100 batches, target 60 %); "
                     "explicit flags override it");
+    sub->add_option("--loss", o->loss,
+                    "mse: mean of (y-t)^2 over samples and outputs, as PyTorch's nn.MSELoss (gradient 2(y-t)/O); "
+                    "half-sse: the notebook's 0.5|y-t|^2 per sample, averaged over the batch (gradient y-t)")
+        ->capture_default_str();
     sub->add_option("--kernels", o->kernels, "kernel set: ptx (hand-written) or reference (the NVRTC twins)")
         ->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/)");

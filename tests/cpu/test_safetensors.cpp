@@ -1,0 +1,87 @@
+// Checkpoints: round trip, and bad files refused with a clear message.
+#include "../helpers.hpp"
+#include "error.hpp"
+#include "rng.hpp"
+#include "safetensors.hpp"
+#include "train.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace ptxlab;
+using namespace ptxlab::test;
+
+namespace {
+std::vector<uint8_t> read_all(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+std::string load_error(const std::vector<uint8_t>& bytes) {
+    try {
+        parse_safetensors("ckpt", bytes);
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+TEST_CASE("safetensors: a 2- and a 3-layer model round-trip bit for bit") {
+    for (auto sizes : {std::vector<unsigned>{784, 128, 10}, std::vector<unsigned>{20, 7, 5, 3}}) {
+        TempDir t;
+        NetParams net = init_params(sizes, Init::Normal, 0.5f, 77);
+        save_safetensors(t.file("m.safetensors"), net, {{"note", "a \"quoted\" value"}});
+        NetParams back = load_safetensors(t.file("m.safetensors"));
+        CHECK(back.sizes == sizes);
+        REQUIRE(back.W.size() == net.W.size());
+        for (size_t l = 0; l < net.W.size(); ++l) {
+            CHECK(back.W[l] == net.W[l]);
+            CHECK(back.b[l] == net.b[l]);
+        }
+        // No temporary file is left behind.
+        size_t files = 0;
+        for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(t.path)) ++files;
+        CHECK(files == 1);
+        // The header is 8-byte aligned JSON naming the tensors as torch.nn.Linear does.
+        auto bytes = read_all(t.file("m.safetensors"));
+        uint64_t hlen = 0;
+        for (int i = 0; i < 8; ++i) hlen |= uint64_t(bytes[size_t(i)]) << (8 * i);
+        CHECK(hlen % 8 == 0);
+        std::string header(bytes.begin() + 8, bytes.begin() + 8 + long(hlen));
+        CHECK(header.find("\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string(sizes[1]) + "," +
+                          std::to_string(sizes[0]) + "]") != std::string::npos);
+    }
+}
+
+TEST_CASE("safetensors: bad checkpoints are refused") {
+    TempDir t;
+    NetParams net = init_params({6, 4, 3}, Init::HeUniform, 0.f, 5);
+    save_safetensors(t.file("m.safetensors"), net);
+    const auto good = read_all(t.file("m.safetensors"));
+
+    CHECK(load_error({1, 2, 3}).find("too short") != std::string::npos);
+    auto truncated = good;
+    truncated.resize(good.size() - 5);
+    CHECK(load_error(truncated).find("outside the") != std::string::npos);
+    auto huge = good;
+    huge[7] = 0x40;
+    CHECK(load_error(huge).find("does not fit") != std::string::npos);
+    auto garbage = good;
+    garbage[9] = '!';
+    CHECK(load_error(garbage).find("bad safetensors header") != std::string::npos);
+
+    auto replace = [&](const std::string& from, const std::string& to) {
+        std::string s(good.begin(), good.end());
+        auto pos = s.find(from);
+        REQUIRE(pos != std::string::npos);
+        s.replace(pos, from.size(), to);
+        return std::vector<uint8_t>(s.begin(), s.end());
+    };
+    CHECK(load_error(replace("\"F32\"", "\"F16\"")).find("dtype F16 is not supported") != std::string::npos);
+    CHECK(load_error(replace("fc2.bias", "fc2.bias")).empty());
+    CHECK(load_error(replace("fc2.bias", "fc9.bias")).find("must both be present") != std::string::npos);
+    // [6,4] keeps the byte count but no longer matches the bias.
+    CHECK(load_error(replace("\"shape\":[4,6]", "\"shape\":[6,4]")).find("must be [out][in]") != std::string::npos);
+    // A second layer whose input does not chain to the first one's output.
+    CHECK(load_error(replace("\"shape\":[3,4]", "\"shape\":[4,3]")).find("must be [out][in]") != std::string::npos);
+    CHECK_THROWS_WITH_AS(load_safetensors(t.file("missing.safetensors")), doctest::Contains("cannot open"), InputError);
+}

@@ -1,0 +1,38 @@
+// GPU test runner: exits with 77 (shown by ctest as skipped) when there is no usable GPU,
+// so that machines without one skip these tests instead of passing them.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include "common.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string_view>
+
+namespace {
+std::unique_ptr<ptxlab::Context> g_ctx;
+}
+
+const ptxlab::Context& ptxlab::test::gpu() { return *g_ctx; }
+
+int main(int argc, char** argv) {
+    bool listing = false;
+    for (int i = 1; i < argc; ++i)
+        if (std::string_view(argv[i]).find("-l") == 0 || std::string_view(argv[i]).find("--list") == 0)
+            listing = true;
+    if (!listing) {
+        try {
+            g_ctx = std::make_unique<ptxlab::Context>(0);
+        } catch (const ptxlab::NoGpuError& e) {
+            fmt::print("SKIPPED: {}\n", e.what());
+            return 77;
+        }
+        fmt::print("GPU: {} ({}), driver {}\n", g_ctx->info().name, g_ctx->info().arch(), g_ctx->info().driver_version);
+    }
+    doctest::Context ctx;
+    ctx.applyCommandLine(argc, argv);
+    int rc = ctx.run();
+    g_ctx.reset();
+    return rc;
+}

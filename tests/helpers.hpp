@@ -1,0 +1,53 @@
+// Small helpers shared by the tests.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+namespace ptxlab::test {
+
+// A fresh temporary directory, removed at the end of the test.
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        char tmpl[] = "/tmp/ptxlab-test-XXXXXX";
+        path = mkdtemp(tmpl);
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+}
+
+inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+struct RunResult {
+    int code = -1;
+    std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command line and captures its output and exit code.
+inline RunResult run_command(const std::string& cmd) {
+    RunResult r;
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+    int status = pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+inline std::string ptxlab_cmd(const std::string& args) { return std::string(PTXLAB_BINARY) + " " + args; }
+inline std::string fixture(const std::string& rel) { return std::string(PTXLAB_FIXTURES) + "/" + rel; }
+
+}  // namespace ptxlab::test

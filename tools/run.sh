@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One command from a fresh clone to a result:
+#
+#   tools/run.sh train [ptxlab train flags...]   set up, fetch MNIST, build, run `ptxlab train`
+#   tools/run.sh test  [ctest flags...]          set up, fetch MNIST, build, run every test (ctest)
+#
+# Set-up: installs the Debian/Ubuntu packages ptxlab builds with when they are missing
+# (cmake, ninja, g++, fmt, doctest, CLI11, zlib), checks for the CUDA 13 toolkit, and
+# fetches MNIST into data/mnist (tools/fetch_mnist.sh; PTXLAB_MNIST_MIRROR=DIR uses a
+# local copy). BUILD_DIR (default: build) and BUILD_TYPE (default: RelWithDebInfo) choose
+# the build. On a machine without an NVIDIA GPU the GPU tests are reported as skipped.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+what="${1:-}"
+case "$what" in
+  train|test) shift ;;
+  -h|--help|"") sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; [ -n "$what" ]; exit $? ;;
+  *) echo "run.sh: unknown command '$what' (train or test)" >&2; exit 2 ;;
+esac
+
+say() { printf '== %s\n' "$*"; }
+
+# --- 1. packages -------------------------------------------------------------
+has_header() { echo "#include <$1>" | ${CXX:-g++} -std=c++20 -E -x c++ - >/dev/null 2>&1; }
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v g++ >/dev/null || missing+=(g++)
+if command -v g++ >/dev/null; then
+  has_header fmt/format.h || missing+=(libfmt-dev)
+  has_header doctest/doctest.h || missing+=(doctest-dev)
+  has_header CLI/CLI.hpp || missing+=(libcli11-dev)
+  has_header zlib.h || missing+=(zlib1g-dev)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  command -v apt-get >/dev/null || { echo "run.sh: missing ${missing[*]} and no apt-get to install them" >&2; exit 1; }
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# --- 2. the CUDA toolkit (NVRTC, nvJitLink and headers; not installable from Debian) ----
+cuda_root="${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}"
+if [ ! -f "$cuda_root/include/nvJitLink.h" ] && ! command -v nvcc >/dev/null; then
+  echo "run.sh: the CUDA 13 toolkit was not found (looked in $cuda_root and for nvcc on PATH)." >&2
+  echo "        Install it from NVIDIA (cuda-toolkit-13-0) or set CUDA_HOME." >&2
+  exit 1
+fi
+[ -d "$cuda_root/bin" ] && export PATH="$cuda_root/bin:$PATH"
+
+# --- 3. MNIST ------------------------------------------------------------------
+say "MNIST"
+tools/fetch_mnist.sh
+
+# --- 4. build ------------------------------------------------------------------
+build="${BUILD_DIR:-build}"
+say "building in $build"
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
+cmake --build "$build" -j "$(nproc)"
+
+# --- 5. run --------------------------------------------------------------------
+if [ "$what" = train ]; then
+  say "ptxlab train $*"
+  exec "$build/ptxlab" train "$@"
+else
+  say "tests"
+  cd "$build"
+  exec ctest --output-on-failure "$@"
+fi
