@@ -64,6 +64,13 @@ std::vector<VerifyCase> default_cases() {
     return v;
 }
 
+std::vector<VerifyCase> quick_cases() {
+    return {{"forward2", {1, 784, 128, 10}},      {"forward2", {63, 100, 37, 10}},    {"grad2", {1, 784, 128, 10}},
+            {"grad2", {63, 100, 37, 10}},         {"grad2", {64, 13, 5, 3}},          {"forward3", {63, 300, 129, 33, 7}},
+            {"forward3", {2, 1, 1, 1, 1}},        {"grad3", {63, 300, 129, 33, 7}},   {"grad3", {2, 1, 1, 1, 1}},
+            {"update", {10, 63}},                 {"update", {1000, 64}},             {"gather", {63, 784, 100}}};
+}
+
 namespace {
 
 enum class Role { In, Out, InOut };
@@ -329,8 +336,9 @@ std::string format_result(const CaseResult& r) {
                           ? fmt::format("f64 FAIL (ptx {}, reference {})", r.f64_fail_ptx, r.f64_fail_ref)
                           : fmt::format("f64 ok (worst {:.2f} of bound)", r.worst_of_bound);
     if (r.kink_skipped) f64 += fmt::format(", {} at a ReLU kink skipped", r.kink_skipped);
+    const std::string ulp = r.max_ulp == UINT64_MAX ? std::string("NaN") : std::to_string(r.max_ulp);
     std::string line = fmt::format("{:<9} {:<32} max|diff| {:<9.3g} max ULP {:<4} unwritten {}/{}  {}  {}", r.c.entry,
-                                   shape_text(r.c), r.max_abs, r.max_ulp, r.unwritten_ptx, r.unwritten_ref, f64,
+                                   shape_text(r.c), r.max_abs, ulp, r.unwritten_ptx, r.unwritten_ref, f64,
                                    r.pass() ? "PASS" : "FAIL");
     for (const auto& m : r.mismatches) line += "\n    " + m;
     return line;

@@ -32,6 +32,9 @@ std::string shape_names(const std::string& entry);
 std::string shape_text(const VerifyCase& c);  // "B=64 I=784 H=128 O=10"
 // The default set of cases: batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes.
 std::vector<VerifyCase> default_cases();
+// A small set covering every kernel with batches 1, 63, 64 and odd widths; for slow tools
+// such as compute-sanitizer.
+std::vector<VerifyCase> quick_cases();
 
 struct VerifyOptions {
     uint64_t seed = 1;

@@ -17,6 +17,7 @@ struct VerifyCliOptions {
     std::string ptx_dir;
     int device = 0;
     bool list = false;
+    bool quick = false;
 };
 
 std::vector<unsigned> parse_shape(const std::string& text) {
@@ -41,7 +42,7 @@ std::vector<unsigned> parse_shape(const std::string& text) {
 int run_verify_cmd(const VerifyCliOptions& o) {
     std::vector<VerifyCase> cases;
     if (o.shape.empty()) {
-        for (const auto& c : default_cases())
+        for (const auto& c : o.quick ? quick_cases() : default_cases())
             if (o.kernels.empty() || std::find(o.kernels.begin(), o.kernels.end(), c.entry) != o.kernels.end())
                 cases.push_back(c);
     } else {
@@ -104,6 +105,7 @@ void setup_verify(CLI::App& app, Command& chosen) {
         ->each([o](const std::string&) { o->seed_given = true; });
     sub->add_option("--ptx-dir", o->ptx_dir, "read the PTX from this directory (the twins stay those of the tree)");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+    sub->add_flag("--quick", o->quick, "a small set of cases (for compute-sanitizer and other slow tools)");
     sub->add_flag("--list", o->list, "list the cases and exit");
     sub->callback([o, &chosen] { chosen = [o] { return run_verify_cmd(*o); }; });
 }
