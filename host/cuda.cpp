@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 namespace ptxlab {
 
@@ -25,8 +26,11 @@ Driver load_driver() {
 
     Driver d;
     auto fetch = [&](const char* name, void** fn) {
+        // Ask for the version cuda.h declares under the plain name: the newest for all we use,
+        // except cuCtxSynchronize, whose CUDA 13 version (_v2) takes a context argument.
+        const int version = std::string_view(name) == "cuCtxSynchronize" ? 12000 : CUDA_VERSION;
         CUdriverProcAddressQueryResult status{};
-        CUresult r = get_proc(name, fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+        CUresult r = get_proc(name, fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
         if (r != CUDA_SUCCESS || *fn == nullptr || status != CU_GET_PROC_ADDRESS_SUCCESS)
             PTXLAB_THROW(NoGpuError, "no usable NVIDIA driver ({} lacks {} for CUDA {}.{}; need driver >= 580)",
                          lib, name, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);

@@ -30,15 +30,17 @@ if has verify; then
   grep -E "^verify|FAIL" "$out/verify.txt" | head -20
 fi
 if has train; then
-  log "train (4 runs in parallel)"
-  "$P" train --no-progress --log "$out/train_ptx.csv" --save "$out/model.safetensors" >"$out/train_ptx.txt" 2>&1 &
-  "$P" train --no-progress --kernels reference --log "$out/train_ref.csv" >"$out/train_ref.txt" 2>&1 &
-  "$P" train --no-progress --layers 784,128,64,10 --log "$out/train_3l.csv" --save "$out/model3.safetensors" >"$out/train_3l.txt" 2>&1 &
-  "$P" train --no-progress --preset notebook --log "$out/train_nb.csv" >"$out/train_nb.txt" 2>&1 &
-  wait
-  for f in ptx ref 3l nb; do echo "--- train_$f"; grep -E "^ptxlab|^epoch|^summary|^  test|^  time" "$out/train_$f.txt" | tail -12; done
+  # One process at a time: separate processes time-slice the GPU. --target 1 runs all
+  # $EPOCHS epochs, so the PTX and reference curves can be compared epoch by epoch.
+  E="${EPOCHS:-8}"
+  log "train: $E epochs each (ptx, reference, 3 layers), then --preset notebook"
+  "$P" train --no-progress --epochs "$E" --target 1 --log "$out/train_ptx.csv" --save "$out/model.safetensors" >"$out/train_ptx.txt" 2>&1
+  "$P" train --no-progress --epochs "$E" --target 1 --kernels reference --log "$out/train_ref.csv" >"$out/train_ref.txt" 2>&1
+  "$P" train --no-progress --epochs "$E" --target 1 --layers 784,128,64,10 --log "$out/train_3l.csv" --save "$out/model3.safetensors" >"$out/train_3l.txt" 2>&1
+  "$P" train --no-progress --preset notebook --log "$out/train_nb.csv" >"$out/train_nb.txt" 2>&1
+  for f in ptx ref 3l nb; do echo "--- train_$f"; grep -E "^ptxlab|^epoch|^summary|^  test|^  time" "$out/train_$f.txt" | tail -13; done
   cut -d, -f1-4 "$out/train_ptx.csv" > /tmp/a.csv; cut -d, -f1-4 "$out/train_ref.csv" > /tmp/b.csv
-  cmp -s /tmp/a.csv /tmp/b.csv && echo "ptx and reference curves: IDENTICAL" || echo "ptx and reference curves: DIFFER"
+  cmp -s /tmp/a.csv /tmp/b.csv && echo "ptx and reference curves (step, epoch, loss, accuracy): IDENTICAL" || echo "ptx and reference curves: DIFFER"
 fi
 if has torch; then
   log "torch"
@@ -50,9 +52,9 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck initcheck synccheck; do
     log "compute-sanitizer --tool $tool"
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$P" verify --quick --seed 5 >"$out/san_$tool.txt" 2>&1
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$P" verify --quick --seed 5 >"$out/san_$tool.txt" 2>&1
     echo "verify --quick rc=$?"; grep -E "ERROR SUMMARY|^verify:" "$out/san_$tool.txt" | tail -2
   done
-  compute-sanitizer --tool memcheck --error-exitcode 9 "$P" train --no-progress --max-steps 30 >"$out/san_train.txt" 2>&1
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$P" train --no-progress --max-steps 30 >"$out/san_train.txt" 2>&1
   echo "train --max-steps 30 under memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/san_train.txt"
 fi

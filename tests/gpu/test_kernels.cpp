@@ -58,5 +58,5 @@ TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     RunResult run = run_command(ptxlab_cmd("verify --kernel update --shape 1000,64 --ptx-dir " + fixture("wrong")));
     CHECK(run.code == 1);
     CHECK(run.output.find("FAIL") != std::string::npos);
-    CHECK(run.output.find("0 passed, 1 failed") != std::string::npos);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
 }
