@@ -16,7 +16,7 @@ namespace ptxlab {
 
 std::atomic<bool> g_stop_requested{false};
 
-std::vector<unsigned> parse_layers(const std::string& text) {
+std::vector<unsigned> parse_sizes(const std::string& text, const std::string& flag, unsigned long long max) {
     std::vector<unsigned> v;
     std::stringstream ss(text);
     std::string item;
@@ -29,10 +29,16 @@ std::vector<unsigned> parse_layers(const std::string& text) {
             used = 0;
         }
         if (used == 0 || used != item.size())
-            PTXLAB_THROW(InputError, "--layers: '{}' is not a whole number (expected e.g. 784,128,10)", item);
-        if (n < 1 || n > 1 << 20) PTXLAB_THROW(InputError, "--layers: width {} is out of range (1 .. 1048576)", n);
+            PTXLAB_THROW(InputError, "{}: '{}' is not a whole number (in '{}')", flag, item, text);
+        if (n < 1 || static_cast<unsigned long long>(n) > max)
+            PTXLAB_THROW(InputError, "{}: {} is out of range (1 .. {})", flag, n, max);
         v.push_back(static_cast<unsigned>(n));
     }
+    return v;
+}
+
+std::vector<unsigned> parse_layers(const std::string& text) {
+    std::vector<unsigned> v = parse_sizes(text, "--layers", 1u << 20);
     if (v.size() != 3 && v.size() != 4)
         PTXLAB_THROW(InputError, "--layers: '{}' has {} sizes; give 3 (I,H,O) or 4 (I,H1,H2,O)", text, v.size());
     return v;

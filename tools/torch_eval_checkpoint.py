@@ -9,12 +9,13 @@ accuracy in float32 and float64; with --expect, exits 1 unless the float32 accur
 equals the given one (the accuracy `ptxlab train` printed).
 """
 import argparse
-import gzip
 import os
 import sys
 
 import numpy as np
 import torch
+
+from mnist_idx import read_idx
 from safetensors.torch import load_file
 
 
@@ -31,15 +32,6 @@ class MLP(torch.nn.Module):
             if k < self.layers:
                 x = torch.relu(x)
         return x
-
-
-def read_idx(path):
-    opener = gzip.open if os.path.exists(path + ".gz") else open
-    with opener(path + ".gz" if os.path.exists(path + ".gz") else path, "rb") as f:
-        data = f.read()
-    ndims = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndims).reshape(dims)
 
 
 def main():

@@ -14,7 +14,6 @@ Prints test accuracy per epoch and the epoch and training time at which --target
 reached. --time-steps N also times N steps eager and N replays of a CUDA graph of one step.
 """
 import argparse
-import gzip
 import os
 import sys
 import time
@@ -22,14 +21,7 @@ import time
 import numpy as np
 import torch
 
-
-def read_idx(path):
-    gz = path + ".gz"
-    with (gzip.open(gz, "rb") if os.path.exists(gz) else open(path, "rb")) as f:
-        data = f.read()
-    n = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(n)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * n).reshape(dims)
+from mnist_idx import read_idx
 
 
 def main():

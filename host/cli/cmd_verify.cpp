@@ -1,9 +1,9 @@
 // ptxlab verify: every kernel pair on identical random inputs, element by element.
 #include "commands.hpp"
+#include "train.hpp"
 #include "verify.hpp"
 
 #include <random>
-#include <sstream>
 
 namespace ptxlab::cli {
 
@@ -20,25 +20,6 @@ struct VerifyCliOptions {
     bool quick = false;
 };
 
-std::vector<unsigned> parse_shape(const std::string& text) {
-    std::vector<unsigned> v;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        size_t used = 0;
-        long long n = -1;
-        try {
-            n = std::stoll(item, &used);
-        } catch (...) {
-            used = 0;
-        }
-        if (used == 0 || used != item.size() || n < 1 || n > (1ll << 31))
-            PTXLAB_THROW(InputError, "--shape: '{}' is not a size >= 1", item);
-        v.push_back(static_cast<unsigned>(n));
-    }
-    return v;
-}
-
 int run_verify_cmd(const VerifyCliOptions& o) {
     std::vector<VerifyCase> cases;
     if (o.shape.empty()) {
@@ -46,7 +27,7 @@ int run_verify_cmd(const VerifyCliOptions& o) {
             if (o.kernels.empty() || std::find(o.kernels.begin(), o.kernels.end(), c.entry) != o.kernels.end())
                 cases.push_back(c);
     } else {
-        const auto shape = parse_shape(o.shape);
+        const auto shape = parse_sizes(o.shape, "--shape", 1ull << 31);
         const std::vector<std::string> names =
             o.kernels.empty() ? std::vector<std::string>{"forward2", "grad2", "forward3", "grad3", "update", "gather"}
                               : o.kernels;
