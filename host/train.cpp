@@ -202,8 +202,6 @@ public:
     Evaluator(const Split& test, const std::vector<unsigned>& sizes)
         : test_(test), X_(test.images.size() * 4, "test images") {
         X_.upload(test.images);
-        NetParams shape;
-        shape.sizes = sizes;
         for (size_t l = 0; l + 1 < sizes.size(); ++l) {
             acts_.emplace_back(test.count * sizes[l + 1] * 4,
                                l + 2 == sizes.size() ? "test Y" : fmt::format("test A{}", l + 1));
