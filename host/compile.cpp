@@ -102,9 +102,10 @@ std::vector<EntryResources> parse_resource_log(const std::string& log) {
 AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch) {
     virtual_arch_of(arch);  // validates the name
     const std::string arch_opt = "-arch=" + arch;
-    const char* opts[] = {arch_opt.c_str(), "-verbose"};
+    // -no-cache: with a cached result ptxas does not run, and its resource report (-verbose) would be missing.
+    const char* opts[] = {arch_opt.c_str(), "-verbose", "-no-cache"};
     nvJitLinkHandle h = nullptr;
-    JL(nvJitLinkCreate, &h, 2, opts);
+    JL(nvJitLinkCreate, &h, 3, opts);
     std::unique_ptr<nvJitLinkHandle, void (*)(nvJitLinkHandle*)> guard(&h, [](nvJitLinkHandle* p) {
         nvJitLinkDestroy(p);
     });
@@ -167,7 +168,7 @@ Module::Module(const SourceFile& src, bool line_info) : path_(src.path) {
 }
 
 Module::~Module() {
-    if (mod_) driver().cuModuleUnload(mod_);
+    if (mod_ && !device_hung()) driver().cuModuleUnload(mod_);
 }
 
 CUfunction Module::function(const std::string& entry) const {

@@ -1,5 +1,11 @@
 #include "cuda.hpp"
 
+#include <thread>
+
+#include <chrono>
+
+#include <algorithm>
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -117,7 +123,7 @@ Context::Context(int ordinal) {
 
 Context::~Context() {
     driver().cuCtxSynchronize();  // errors here were reported by the call that caused them
-    driver().cuDevicePrimaryCtxRelease(dev_);
+    if (!device_hung()) driver().cuDevicePrimaryCtxRelease(dev_);
 }
 
 void Context::synchronize() const { CU(cuCtxSynchronize); }
@@ -137,7 +143,7 @@ DeviceBuffer::DeviceBuffer(size_t bytes, std::string name) : bytes_(bytes), name
 }
 
 DeviceBuffer::~DeviceBuffer() {
-    if (ptr_) driver().cuMemFree(ptr_);
+    if (ptr_ && !device_hung()) driver().cuMemFree(ptr_);
 }
 
 static void check_range(const std::string& name, size_t have, size_t bytes, size_t offset) {
@@ -164,13 +170,13 @@ void DeviceBuffer::fill_u32(uint32_t pattern) {
 
 Stream::Stream() { CU(cuStreamCreate, &s_, CU_STREAM_NON_BLOCKING); }
 Stream::~Stream() {
-    if (s_) driver().cuStreamDestroy(s_);
+    if (s_ && !device_hung()) driver().cuStreamDestroy(s_);
 }
-void Stream::synchronize() const { CU(cuStreamSynchronize, s_); }
+void Stream::synchronize() const { wait_for_stream(s_); }
 
 Event::Event() { CU(cuEventCreate, &e_, CU_EVENT_DEFAULT); }
 Event::~Event() {
-    if (e_) driver().cuEventDestroy(e_);
+    if (e_ && !device_hung()) driver().cuEventDestroy(e_);
 }
 void Event::record(CUstream s) { CU(cuEventRecord, e_, s); }
 void Event::synchronize() const { CU(cuEventSynchronize, e_); }
@@ -178,6 +184,94 @@ float Event::since(const Event& start) const {
     float ms = 0;
     CU(cuEventElapsedTime, &ms, start.e_, e_);
     return ms;
+}
+
+}  // namespace ptxlab
+
+namespace ptxlab {
+
+Graph::Graph(CUstream s, const std::function<void()>& enqueue) {
+    CU(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    CUgraph g = nullptr;
+    const size_t before = in_flight().size();
+    try {
+        enqueue();
+        // The kernels launched during the capture run when the graph does.
+        kernels_.assign(in_flight().begin() + long(before), in_flight().end());
+        forget_in_flight(before);
+    } catch (...) {
+        driver().cuStreamEndCapture(s, &g);  // leave the stream usable; the first error is the one to report
+        if (g) driver().cuGraphDestroy(g);
+        throw;
+    }
+    CU(cuStreamEndCapture, s, &g);
+    CUresult r = driver().cuGraphInstantiateWithFlags(&exec_, g, 0);
+    driver().cuGraphDestroy(g);
+    cu_check(r, "cuGraphInstantiateWithFlags", __FILE__, __LINE__);
+}
+
+Graph::~Graph() {
+    if (exec_ && !device_hung()) driver().cuGraphExecDestroy(exec_);
+}
+
+void Graph::launch(CUstream s) const {
+    for (const auto& k : kernels_) note_in_flight(k);
+    CU(cuGraphLaunch, exec_, s);
+}
+
+}  // namespace ptxlab
+
+// ---- The watchdog ----------------------------------------------------------------
+
+namespace ptxlab {
+
+namespace {
+double g_timeout_s = 0;
+bool g_hung = false;
+std::vector<std::string> g_in_flight;
+}  // namespace
+
+void set_kernel_timeout(double seconds) { g_timeout_s = seconds; }
+double kernel_timeout() { return g_timeout_s; }
+bool device_hung() { return g_hung; }
+
+void note_in_flight(const std::string& what) {
+    if (std::find(g_in_flight.begin(), g_in_flight.end(), what) == g_in_flight.end()) g_in_flight.push_back(what);
+}
+const std::vector<std::string>& in_flight() { return g_in_flight; }
+void forget_in_flight(size_t keep) { g_in_flight.resize(std::min(keep, g_in_flight.size())); }
+
+void wait_for_stream(CUstream s) {
+    if (g_timeout_s <= 0) {
+        CU(cuStreamSynchronize, s);
+        g_in_flight.clear();
+        return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::duration<double>(g_timeout_s);
+    for (unsigned polls = 0;; ++polls) {
+        CUresult r = driver().cuStreamQuery(s);
+        if (r == CUDA_SUCCESS) {
+            g_in_flight.clear();
+            return;
+        }
+        if (r != CUDA_ERROR_NOT_READY) cu_check(r, "cuStreamQuery", __FILE__, __LINE__);
+        if (std::chrono::steady_clock::now() > deadline) {
+            // The device is stuck: nothing may wait on it again, destructors skip their driver calls,
+            // and the driver tears the context down when the process exits.
+            g_hung = true;
+            std::string names;
+            for (const auto& k : g_in_flight) names += (names.empty() ? "" : ", ") + k;
+            if (g_in_flight.size() == 1)
+                PTXLAB_THROW(TimeoutError, "kernel {} did not finish within {} s (--timeout); it may loop forever",
+                             names, g_timeout_s);
+            PTXLAB_THROW(TimeoutError,
+                         "the GPU did not finish within {} s (--timeout); one of these kernels did not return: {}",
+                         g_timeout_s, names.empty() ? std::string("(unknown)") : names);
+        }
+        if (polls < 1000) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
 }
 
 }  // namespace ptxlab

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,7 +33,7 @@ namespace ptxlab {
     X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)           \
     X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                    \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery) X(cuStreamBeginCapture)     \
-    X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)          \
+    X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)          \
     X(cuGraphExecDestroy)
 
 struct Driver {
@@ -67,6 +68,24 @@ void cu_check(CUresult r, const char* call, const char* file, int line);
 #define CU(name, ...) ::ptxlab::cu_check(::ptxlab::driver().name(__VA_ARGS__), #name, __FILE__, __LINE__)
 
 namespace ptxlab {
+
+// ---- The watchdog: waiting for the GPU with a time limit -------------------------
+//
+// Launches note what they run ("fused_forward (ptx/fused.ptx)"); wait_for_stream()
+// polls the stream and, past the limit, throws TimeoutError naming what was in
+// flight. After that the device counts as hung: destructors skip their driver calls
+// (which would block), and the process exits; the driver then ends the kernel.
+class TimeoutError : public Error {
+public:
+    using Error::Error;
+};
+void set_kernel_timeout(double seconds);  // 0: wait without a limit
+double kernel_timeout();
+bool device_hung();
+void note_in_flight(const std::string& what);
+const std::vector<std::string>& in_flight();
+void forget_in_flight(size_t keep);
+void wait_for_stream(CUstream s);
 
 struct DeviceInfo {
     int ordinal = 0;
@@ -142,6 +161,23 @@ public:
 
 private:
     CUstream s_ = nullptr;
+};
+
+// A CUDA graph: the work `enqueue` puts on a stream, captured once (stream capture),
+// instantiated, and replayed by launch().
+class Graph {
+public:
+    Graph(CUstream s, const std::function<void()>& enqueue);
+    ~Graph();
+    Graph(Graph&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)), kernels_(std::move(o.kernels_)) {}
+    Graph& operator=(Graph&&) = delete;
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    void launch(CUstream s) const;
+
+private:
+    CUgraphExec exec_ = nullptr;
+    std::vector<std::string> kernels_;  // the kernels it runs, for the watchdog's message
 };
 
 class Event {

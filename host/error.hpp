@@ -39,6 +39,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // a check or verification failed, or an internal error
 inline constexpr int kExitUsage = 2;    // bad flags or bad input files
 inline constexpr int kExitNoGpu = 3;    // the command needs a GPU and there is none
+inline constexpr int kExitTimeout = 4;    // a kernel ran past --timeout
 inline constexpr int kExitInterrupted = 130;
 
 inline std::string source_location(const char* file, int line) {

@@ -43,6 +43,12 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"update", "update", {P, P, U, U, F}},
         // dst src idx | rows cols
         {"gather", "gather", {P, P, P, U, U}},
+        // X W b A | B I H
+        {"fused_forward", "fused", {P, P, P, P, U, U, U}},
+        // A W b T Y D2 D1 | B H O
+        {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U}},
+        // W1 b1 W2 b2 X A D1 D2 | B I H O | lr
+        {"fused_sgd", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
     };
     return specs;
 }
@@ -93,6 +99,19 @@ KernelSource parse_kernel_source(const std::string& name) {
 
 std::string to_string(KernelSource s) { return s == KernelSource::Ptx ? "ptx" : "reference"; }
 
+KernelChoice parse_kernel_choice(const std::string& name) {
+    if (name == "ptx") return {Design::Seed, KernelSource::Ptx};
+    if (name == "reference") return {Design::Seed, KernelSource::Reference};
+    if (name == "fused") return {Design::Fused, KernelSource::Ptx};
+    if (name == "fused-reference") return {Design::Fused, KernelSource::Reference};
+    PTXLAB_THROW(InputError, "unknown kernel set '{}' (choose ptx, reference, fused or fused-reference)", name);
+}
+
+std::string to_string(KernelChoice k) {
+    return (k.design == Design::Fused ? (k.source == KernelSource::Ptx ? "fused" : "fused-reference")
+                                      : to_string(k.source));
+}
+
 std::vector<std::string> check_against_specs(const PtxInfo& info, const std::string& path, const std::string& stem) {
     std::vector<std::string> problems;
     for (const auto& spec : kernel_specs()) {
@@ -124,6 +143,7 @@ void Kernel::check_args(const ParamKind* kinds, size_t n) const {
 
 void Kernel::launch_raw(unsigned grid, unsigned block, CUstream stream, void** params) const {
     if (grid == 0) return;  // nothing to do (an empty batch or array)
+    note_in_flight(fmt::format("'{}' ({})", spec->entry, origin));
     CUresult r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr);
     if (r != CUDA_SUCCESS)
         throw CudaError(r, fmt::format("launch of kernel '{}' ({}) failed: cuLaunchKernel: {}", spec->entry,

@@ -51,6 +51,18 @@ enum class KernelSource { Ptx, Reference };
 KernelSource parse_kernel_source(const std::string& name);  // "ptx" | "reference"
 std::string to_string(KernelSource s);
 
+// How a training step is built: Seed is the notebook's design (per-sample gradients,
+// forward/grad/update), Fused the fast one (fused.ptx: three launches a step).
+enum class Design { Seed, Fused };
+// A --kernels choice: ptx, reference (Seed) or fused, fused-reference (Fused).
+struct KernelChoice {
+    Design design = Design::Fused;
+    KernelSource source = KernelSource::Ptx;
+    bool operator==(const KernelChoice&) const = default;
+};
+KernelChoice parse_kernel_choice(const std::string& name);
+std::string to_string(KernelChoice k);
+
 // Compares the entries of a parsed module with kernel_specs(); returns one message per
 // problem ("file:line: entry 'grad2' takes (...) but the host launches it with (...)").
 std::vector<std::string> check_against_specs(const PtxInfo& info, const std::string& path, const std::string& stem);

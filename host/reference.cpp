@@ -24,8 +24,9 @@ double product_bound(double x, double ex, double y, double ey) {
 
 // One dense layer for one sample: z[r] = b[r] + sum_c W[r][c] in[c], with bounds;
 // relu applies max(z, 0) and `kink` records the units whose sign is uncertain.
+// `extra` adds roundings to the sum's length for kernels that sum in another order.
 void dense_bounded(const float* W, const float* b, const double* in, const double* ein, unsigned rows, unsigned cols,
-                   bool relu, double* out, double* eout, std::vector<char>* kink) {
+                   bool relu, double* out, double* eout, std::vector<char>* kink, unsigned extra = 0) {
     for (unsigned r = 0; r < rows; ++r) {
         const float* w = W + size_t(r) * cols;
         double z = b[r], mag = std::fabs(double(b[r])), prop = 0.0;
@@ -34,7 +35,7 @@ void dense_bounded(const float* W, const float* b, const double* in, const doubl
             mag += std::fabs(double(w[c])) * (std::fabs(in[c]) + ein[c]);
             prop += prod(std::fabs(double(w[c])), ein[c]);
         }
-        double ez = gamma(cols) * mag + prop;
+        double ez = gamma(cols + extra) * mag + prop;
         if (relu) {
             if (kink) (*kink)[r] = std::fabs(z) <= ez;
             z = std::max(z, 0.0);
@@ -42,6 +43,14 @@ void dense_bounded(const float* W, const float* b, const double* in, const doubl
         out[r] = z;
         eout[r] = ez;
     }
+}
+
+// p - lr * sum / B from a bounded sum: one rounding for the division, one for the fma.
+void sgd_bounded(float p0, double sum, double esum, unsigned B, double lr, double& v, double& e) {
+    const double mean = sum / B;
+    const double emean = esum / B + kU * (std::fabs(mean) + esum / B);
+    v = double(p0) - lr * mean;
+    e = lr * emean + kU * (std::fabs(v) + lr * emean);
 }
 
 }  // namespace
@@ -160,14 +169,78 @@ Bounded ref_update(const std::vector<float>& P, const std::vector<float>& G, uns
             sum += G[size_t(b) * N + i];
             mag += std::fabs(double(G[size_t(b) * N + i]));
         }
-        const double esum = gamma(B) * mag;
-        const double mean = sum / B;
-        const double emean = esum / B + kU * (std::fabs(mean) + esum / B);
-        const double p = double(P[i]) - lrd * mean;
-        out.v[i] = p;
-        out.e[i] = lrd * emean + kU * (std::fabs(p) + lrd * emean);
+        sgd_bounded(P[i], sum, gamma(B) * mag, B, lrd, out.v[i], out.e[i]);
     }
     return out;
+}
+
+Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
+                          unsigned B, unsigned I, unsigned H) {
+    Bounded A;
+    A.resize(size_t(B) * H);
+    std::vector<double> x(I), ex(I, 0.0);
+    for (unsigned s = 0; s < B; ++s) {
+        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
+        // Four partial sums, two levels to join them, the bias: at most 4 roundings more.
+        dense_bounded(W.data(), b.data(), x.data(), ex.data(), H, I, true, A.v.data() + size_t(s) * H,
+                      A.e.data() + size_t(s) * H, nullptr, 4);
+    }
+    return A;
+}
+
+RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<float>& W, const std::vector<float>& b,
+                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O) {
+    RefFusedOutput r;
+    r.Y.resize(size_t(B) * O);
+    r.D2.resize(size_t(B) * O);
+    r.D1.resize(size_t(B) * H);
+    std::vector<double> a(H), ea(H, 0.0);
+    for (unsigned s = 0; s < B; ++s) {
+        for (unsigned h = 0; h < H; ++h) a[h] = A[size_t(s) * H + h];
+        double* y = r.Y.v.data() + size_t(s) * O;
+        double* ey = r.Y.e.data() + size_t(s) * O;
+        // Lane sums, 5 butterfly levels, the bias: at most 6 roundings more.
+        dense_bounded(W.data(), b.data(), a.data(), ea.data(), O, H, false, y, ey, nullptr, 6);
+        double* d = r.D2.v.data() + size_t(s) * O;
+        double* ed = r.D2.e.data() + size_t(s) * O;
+        for (unsigned o = 0; o < O; ++o) {
+            d[o] = y[o] - double(T[size_t(s) * O + o]);
+            ed[o] = ey[o] + kU * (std::fabs(d[o]) + ey[o]);
+        }
+        for (unsigned h = 0; h < H; ++h) {
+            double sum = 0.0, mag = 0.0, prop = 0.0;
+            for (unsigned o = 0; o < O; ++o) {
+                const double w = W[size_t(o) * H + h];
+                sum += w * d[o];
+                mag += prod(std::fabs(w), std::fabs(d[o]) + ed[o]);
+                prop += prod(std::fabs(w), ed[o]);
+            }
+            const bool active = a[h] > 0.0;  // A is an input here: the mask is exact
+            r.D1.v[size_t(s) * H + h] = active ? sum : 0.0;
+            r.D1.e[size_t(s) * H + h] = active ? gamma(O) * mag + prop : 0.0;
+        }
+    }
+    return r;
+}
+
+void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const std::vector<float>& Pb0,
+                   const std::vector<float>& L, const std::vector<float>& R, unsigned B, unsigned rows, unsigned cols,
+                   float lr) {
+    P.resize(size_t(rows) * cols);
+    Pb.resize(rows);
+    for (unsigned r = 0; r < rows; ++r) {
+        for (unsigned c = 0; c <= cols; ++c) {
+            double sum = 0.0, mag = 0.0;
+            for (unsigned s = 0; s < B; ++s) {
+                const double t = double(L[size_t(s) * rows + r]) * (c == cols ? 1.0 : double(R[size_t(s) * cols + c]));
+                sum += t;
+                mag += std::fabs(t);
+            }
+            if (c == cols) sgd_bounded(Pb0[r], sum, gamma(B) * mag, B, lr, Pb.v[r], Pb.e[r]);
+            else sgd_bounded(P0[size_t(r) * cols + c], sum, gamma(B) * mag, B, lr, P.v[size_t(r) * cols + c],
+                             P.e[size_t(r) * cols + c]);
+        }
+    }
 }
 
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols) {

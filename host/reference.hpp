@@ -50,6 +50,25 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
 // P[i] - lr * (sum_b G[b][i]) / B.
 Bounded ref_update(const std::vector<float>& P, const std::vector<float>& G, unsigned N, unsigned B, float lr);
 
+// ---- The fused set (fused.ptx). Its sums run in another order than index order,
+// so each bound takes the sum's length plus the extra roundings of that order. ----
+
+// A = relu(X W^T + b): [B][H]; bound gamma_{I+4}.
+Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
+                          unsigned B, unsigned I, unsigned H);
+
+// Y = A W^T + b (bound gamma_{H+6}), D2 = Y - T, D1 = (D2 W) * [A > 0] (bound gamma_O).
+struct RefFusedOutput {
+    Bounded Y, D2, D1;
+};
+RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<float>& W, const std::vector<float>& b,
+                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O);
+
+// P[r][c] - lr (sum_s L[s][r] R[s][c]) / B and Pb[r] - lr (sum_s L[s][r]) / B; bound gamma_B.
+void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const std::vector<float>& Pb0,
+                   const std::vector<float>& L, const std::vector<float>& R, unsigned B, unsigned rows, unsigned cols,
+                   float lr);
+
 // dst[r][c] = src[idx[r]][c] (exact).
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols);
 

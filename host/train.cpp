@@ -1,5 +1,6 @@
 #include "train.hpp"
 
+#include "fused.hpp"
 #include "rng.hpp"
 
 #include <fmt/ostream.h>
@@ -10,6 +11,8 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 
 namespace ptxlab {
@@ -68,6 +71,9 @@ void TrainConfig::validate_flags() const {
         PTXLAB_THROW(InputError, "the network needs 3 or 4 layer sizes, got {}", layers.size());
     for (auto w : layers)
         if (w == 0) PTXLAB_THROW(InputError, "layer widths must be at least 1 (--layers {})", layers_text(layers));
+    if (kernels.design == Design::Fused && layers.size() != 3)
+        PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks (I,H,O); for --layers {} use --kernels ptx",
+                     to_string(kernels), layers_text(layers));
 }
 
 void TrainConfig::validate(const Split& train) const {
@@ -107,12 +113,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// Parameters and per-sample gradient buffers of one network on the GPU.
+// Parameters and the per-step buffers of one network on the GPU.
+//   acts  A1 (A2) and Y for one batch
+//   seed design:  gW, gb  per-sample gradients [B][...]
+//   fused design: D1 [B][H], D2 [B][O]  the deltas
 struct DeviceNet {
     std::vector<unsigned> sizes;
-    std::vector<DeviceBuffer> W, b, gW, gb, acts;  // acts: A1 (A2) and Y for one batch
+    std::vector<DeviceBuffer> W, b, gW, gb, acts;
+    DeviceBuffer D1, D2;
 
-    DeviceNet(const NetParams& net, unsigned batch, bool with_grads) : sizes(net.sizes) {
+    DeviceNet(const NetParams& net, unsigned batch, std::optional<Design> design) : sizes(net.sizes) {
         for (size_t l = 0; l < net.layers(); ++l) {
             W.emplace_back(net.W[l].size() * 4, fmt::format("W{}", l + 1));
             b.emplace_back(net.b[l].size() * 4, fmt::format("b{}", l + 1));
@@ -120,10 +130,14 @@ struct DeviceNet {
             b.back().upload(net.b[l]);
             const bool last = l + 1 == net.layers();
             acts.emplace_back(size_t(batch) * sizes[l + 1] * 4, last ? "Y" : fmt::format("A{}", l + 1));
-            if (with_grads) {
+            if (design == Design::Seed) {
                 gW.emplace_back(size_t(batch) * net.W[l].size() * 4, fmt::format("gW{} (per-sample)", l + 1));
                 gb.emplace_back(size_t(batch) * net.b[l].size() * 4, fmt::format("gb{} (per-sample)", l + 1));
             }
+        }
+        if (design == Design::Fused) {
+            D1 = DeviceBuffer(size_t(batch) * sizes[1] * 4, "D1 (hidden deltas)");
+            D2 = DeviceBuffer(size_t(batch) * sizes.back() * 4, "D2 (output deltas)");
         }
     }
 
@@ -150,18 +164,19 @@ void launch_forward(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, unsi
                                   z[0], z[1], z[2], z[3]);
 }
 
-void launch_grad(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, unsigned B, CUstream s) {
+void launch_grad(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, unsigned B,
+                 CUstream s) {
     const auto& z = n.sizes;
     const unsigned grid = grid_for(B, 64);
     if (z.size() == 3)
         ks.get("grad2").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
-                               n.acts[0].ptr(), n.acts[1].ptr(), n.gW[0].ptr(), n.gb[0].ptr(), n.gW[1].ptr(),
-                               n.gb[1].ptr(), B, z[0], z[1], z[2]);
+                               n.acts[0].ptr(), Y, n.gW[0].ptr(), n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), B, z[0],
+                               z[1], z[2]);
     else
         ks.get("grad3").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
-                               n.W[2].ptr(), n.b[2].ptr(), n.acts[0].ptr(), n.acts[1].ptr(), n.acts[2].ptr(),
-                               n.gW[0].ptr(), n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), n.gW[2].ptr(),
-                               n.gb[2].ptr(), B, z[0], z[1], z[2], z[3]);
+                               n.W[2].ptr(), n.b[2].ptr(), n.acts[0].ptr(), n.acts[1].ptr(), Y, n.gW[0].ptr(),
+                               n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), n.gW[2].ptr(), n.gb[2].ptr(), B, z[0], z[1],
+                               z[2], z[3]);
 }
 
 void launch_updates(const KernelSet& ks, DeviceNet& n, unsigned B, float lr, CUstream s) {
@@ -173,6 +188,24 @@ void launch_updates(const KernelSet& ks, DeviceNet& n, unsigned B, float lr, CUs
     }
 }
 
+FusedArgs fused_args(const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, unsigned B, float lr) {
+    return {X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(), n.acts[0].ptr(), Y, n.D2.ptr(), n.D1.ptr(),
+            B, n.sizes[0], n.sizes[1], n.sizes[2], lr};
+}
+
+// One kernel launch of a step, with the buffers it writes (for the NaN hunt).
+struct StepKernel {
+    std::string name;
+    std::function<void(CUstream)> launch;
+    struct Write {
+        std::string name;
+        const DeviceBuffer* buf;
+        size_t row_len;  // for coordinates in messages; 0: a vector
+    };
+    std::vector<Write> writes;
+    size_t y_offset = 0;  // 1 + the byte offset into the Y log this launch writes at; 0: it writes no Y
+};
+
 std::vector<float> one_hot(const std::vector<uint8_t>& labels) {
     std::vector<float> t(labels.size() * kClasses, 0.0f);
     for (size_t i = 0; i < labels.size(); ++i) t[i * kClasses + labels[i]] = 1.0f;
@@ -180,7 +213,7 @@ std::vector<float> one_hot(const std::vector<uint8_t>& labels) {
 }
 
 // The loss over the rows of Y (see Loss), and the argmax predictions.
-double batch_loss(Loss kind, const std::vector<float>& Y, const std::vector<uint8_t>& labels, size_t first, size_t B,
+double batch_loss(Loss kind, const float* Y, const std::vector<uint8_t>& labels, size_t first, size_t B,
                   std::vector<uint8_t>* predictions = nullptr) {
     double loss = 0;
     for (size_t s = 0; s < B; ++s) {
@@ -196,34 +229,59 @@ double batch_loss(Loss kind, const std::vector<float>& Y, const std::vector<uint
     return kind == Loss::Mse ? loss / double(B * kClasses) : 0.5 * loss / double(B);
 }
 
-// Test-set evaluation with device-resident data.
+// Test-set evaluation with device-resident data, captured once into a graph.
 class Evaluator {
 public:
-    Evaluator(const Split& test, const std::vector<unsigned>& sizes)
-        : test_(test), X_(test.images.size() * 4, "test images") {
+    Evaluator(const Split& test, const std::vector<unsigned>& sizes, Design design)
+        : test_(test), design_(design), X_(test.images.size() * 4, "test images") {
         X_.upload(test.images);
         for (size_t l = 0; l + 1 < sizes.size(); ++l) {
             acts_.emplace_back(test.count * sizes[l + 1] * 4,
                                l + 2 == sizes.size() ? "test Y" : fmt::format("test A{}", l + 1));
         }
+        if (design == Design::Fused) {
+            T_ = DeviceBuffer(test.count * kClasses * 4, "test targets");
+            T_.upload(one_hot(test.labels));
+            D1_ = DeviceBuffer(test.count * sizes[1] * 4, "test D1 (scratch)");
+            D2_ = DeviceBuffer(test.count * kClasses * 4, "test D2 (scratch)");
+        }
     }
 
-    EvalResult run(const KernelSet& ks, DeviceNet& net, CUstream s, Loss loss) {
+    void enqueue(const KernelSet& ks, DeviceNet& net, CUstream s) {
+        const unsigned n = static_cast<unsigned>(test_.count);
+        if (design_ == Design::Fused) {
+            FusedArgs a = fused_args(net, X_.ptr(), T_.ptr(), acts_.back().ptr(), n, 0.0f);
+            a.A1 = acts_[0].ptr();
+            a.D1 = D1_.ptr();
+            a.D2 = D2_.ptr();
+            launch_fused_forward(ks, a, s);
+            launch_fused_output(ks, a, s);
+            return;
+        }
         // Point the network's activation buffers at the test-sized ones for this launch.
         std::swap(net.acts, acts_);
         try {
-            launch_forward(ks, net, X_.ptr(), static_cast<unsigned>(test_.count), s);
-            CU(cuStreamSynchronize, s);
+            launch_forward(ks, net, X_.ptr(), n, s);
         } catch (...) {
             std::swap(net.acts, acts_);
             throw;
         }
         std::swap(net.acts, acts_);
+    }
+
+    EvalResult run(const KernelSet& ks, DeviceNet& net, CUstream s, Loss loss, bool use_graph) {
+        if (use_graph) {
+            if (!graph_) graph_.emplace(s, [&] { enqueue(ks, net, s); });
+            graph_->launch(s);
+        } else {
+            enqueue(ks, net, s);
+        }
+        wait_for_stream(s);
         std::vector<float> Y = acts_.back().download_vector<float>();
         EvalResult r;
         r.count = test_.count;
         std::vector<uint8_t> pred;
-        r.loss = batch_loss(loss, Y, test_.labels, 0, test_.count, &pred);
+        r.loss = batch_loss(loss, Y.data(), test_.labels, 0, test_.count, &pred);
         r.confusion.assign(kClasses * kClasses, 0);
         size_t right = 0;
         for (size_t i = 0; i < test_.count; ++i) {
@@ -236,8 +294,10 @@ public:
 
 private:
     const Split& test_;
-    DeviceBuffer X_;
+    Design design_;
+    DeviceBuffer X_, T_, D1_, D2_;
     std::vector<DeviceBuffer> acts_;
+    std::optional<Graph> graph_;
 };
 
 class Progress {
@@ -265,7 +325,31 @@ private:
     Clock::time_point last_{};
 };
 
+// The first non-finite value of a buffer: "A1[3][17] = nan", or empty.
+std::string first_non_finite(const std::string& name, const DeviceBuffer& buf, size_t row_len, size_t offset = 0,
+                             size_t count = 0, double* max_abs = nullptr) {
+    std::vector<float> v(count ? count : (buf.bytes() - offset) / 4);
+    buf.download(v.data(), v.size() * 4, offset);
+    std::string hit;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (!std::isfinite(v[i])) {
+            if (hit.empty())
+                hit = row_len ? fmt::format("{}[{}][{}] = {}", name, i / row_len, i % row_len, v[i])
+                              : fmt::format("{}[{}] = {}", name, i, v[i]);
+        } else if (max_abs) {
+            *max_abs = std::max(*max_abs, double(std::fabs(v[i])));
+        }
+    }
+    return hit;
+}
+
 }  // namespace
+
+std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes) {
+    const bool three = sizes.size() == 4;
+    if (d == Design::Fused) return {"fused_forward", "fused_output", "fused_sgd", "gather"};
+    return {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "update", "gather"};
+}
 
 EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss) {
     if (net.sizes.front() != test.dim())
@@ -273,44 +357,58 @@ EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split&
                      test.rows, test.cols, test.dim());
     if (net.sizes.back() != kClasses)
         PTXLAB_THROW(InputError, "the model has {} outputs but the labels have {} classes", net.sizes.back(), kClasses);
-    DeviceNet dnet(net, 1, false);
-    Evaluator ev(test, net.sizes);
+    bool fused = true;
+    try {
+        kernels.get("fused_forward");
+    } catch (const Error&) {
+        fused = false;
+    }
+    const Design d = fused && net.sizes.size() == 3 ? Design::Fused : Design::Seed;
+    DeviceNet dnet(net, 1, std::nullopt);
+    Evaluator ev(test, net.sizes, d);
     Stream stream;
-    return ev.run(kernels, dnet, stream.get(), loss);
+    return ev.run(kernels, dnet, stream.get(), loss, false);
 }
 
 TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out) {
     cfg.validate(data.train);
     TrainResult res;
     const auto& sizes = cfg.layers;
-    const unsigned B = cfg.batch;
+    const Design design = cfg.kernels.design;
+    const unsigned B = cfg.batch, O = kClasses;
     const size_t N = data.train.count, I = data.train.dim();
-    const unsigned steps_per_epoch = static_cast<unsigned>(N / B);  // the last partial batch is dropped
+    const unsigned K = static_cast<unsigned>(N / B);  // steps per epoch; the last partial batch is dropped
+    const unsigned chunk = cfg.chunk ? cfg.chunk : (design == Design::Fused ? 128u : 8u);
 
-    // Kernels: the forward, gradient, update and gather entries this network needs.
-    const bool three = sizes.size() == 4;
-    KernelSet ks(cfg.kernels, ctx.info(), cfg.dirs,
-                 {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "update", "gather"});
+    KernelSet ks(cfg.kernels.source, ctx.info(), cfg.dirs, training_entries(design, sizes));
     res.jit_ms = ks.load_ms();
     for (const auto& [file, log] : ks.logs())
         if (log.find("warning") != std::string::npos) fmt::print(stderr, "{}: {}\n", file, log);
 
-    // Data on the GPU: the training set, a shuffled copy of it, and the test set.
-    DeviceBuffer X(N * I * 4, "training images"), T(N * kClasses * 4, "training targets");
-    DeviceBuffer Xs(N * I * 4, "shuffled training images"), Ts(N * kClasses * 4, "shuffled training targets");
+    // Data on the GPU: the training set, a shuffled copy of it, the test set, and a log of
+    // every step's outputs Y over one epoch.
+    DeviceBuffer X(N * I * 4, "training images"), T(N * O * 4, "training targets");
+    DeviceBuffer Xs(N * I * 4, "shuffled training images"), Ts(N * O * 4, "shuffled training targets");
     DeviceBuffer perm(N * 4, "shuffle order");
+    DeviceBuffer Ylog(size_t(K) * B * O * 4, "outputs of every step of an epoch");
     X.upload(data.train.images);
     T.upload(one_hot(data.train.labels));
-    Evaluator evaluator(data.test, sizes);
+    Evaluator evaluator(data.test, sizes, design);
 
     NetParams init = init_params(sizes, cfg.init, cfg.init_std, cfg.seed);
-    DeviceNet net(init, B, true);
+    DeviceNet net(init, B, design);
+    // The parameters as they were at the start of the current chunk (for the NaN hunt).
+    std::vector<DeviceBuffer> saved;
+    for (size_t l = 0; l < net.W.size(); ++l) {
+        saved.emplace_back(net.W[l].bytes(), fmt::format("saved W{}", l + 1));
+        saved.emplace_back(net.b[l].bytes(), fmt::format("saved b{}", l + 1));
+    }
     Stream stream;
     const CUstream s = stream.get();
     Rng shuffle_rng(cfg.seed ^ 0x5eed5eed5eed5eedull);
     std::vector<uint32_t> order(N);
     std::vector<uint8_t> labels_shuffled(N);
-    std::vector<float> Yb(size_t(B) * kClasses);
+    std::vector<float> Yhost(size_t(chunk) * B * O);
 
     std::ofstream csv;
     if (!cfg.log_csv.empty()) {
@@ -319,8 +417,98 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
         csv << "step,epoch,train_loss,test_accuracy,elapsed_s\n";
     }
 
-    // The step size the update kernel applies to the mean per-sample gradient (see Loss).
+    // The step size the update applies to the mean per-sample gradient (see Loss).
     const float step_lr = cfg.loss == Loss::Mse ? cfg.lr * (2.0f / float(sizes.back())) : cfg.lr;
+
+    // The launches of epoch-local step k, in order.
+    auto step_kernels = [&](unsigned k) {
+        const size_t first = size_t(k) * B;
+        const CUdeviceptr Xb = Xs.ptr() + first * I * 4, Tb = Ts.ptr() + first * O * 4;
+        const size_t y_off = first * O * 4;
+        const CUdeviceptr Yk = Ylog.ptr() + y_off;
+        std::vector<StepKernel> v;
+        if (design == Design::Fused) {
+            const FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
+            v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
+                         {{"A1", &net.acts[0], sizes[1]}}, 0});
+            v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
+                         {{"D2", &net.D2, O}, {"D1", &net.D1, sizes[1]}}, y_off + 1});
+            v.push_back({"fused_sgd", [&ks, a](CUstream st) { launch_fused_sgd(ks, a, st); },
+                         {{"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}},
+                         0});
+        } else {
+            StepKernel g{sizes.size() == 4 ? "grad3" : "grad2",
+                         [&, Xb, Tb, Yk](CUstream st) { launch_grad(ks, net, Xb, Tb, Yk, B, st); }, {}, y_off + 1};
+            for (size_t l = 0; l + 1 < net.acts.size(); ++l)
+                g.writes.push_back({fmt::format("A{}", l + 1), &net.acts[l], sizes[l + 1]});
+            for (size_t l = 0; l < net.W.size(); ++l) {
+                g.writes.push_back({fmt::format("gW{}", l + 1), &net.gW[l], sizes[l]});
+                g.writes.push_back({fmt::format("gb{}", l + 1), &net.gb[l], sizes[l + 1]});
+            }
+            v.push_back(std::move(g));
+            StepKernel u{"update", [&](CUstream st) { launch_updates(ks, net, B, step_lr, st); }, {}, 0};
+            for (size_t l = 0; l < net.W.size(); ++l) {
+                u.writes.push_back({fmt::format("W{}", l + 1), &net.W[l], sizes[l]});
+                u.writes.push_back({fmt::format("b{}", l + 1), &net.b[l], 0});
+            }
+            v.push_back(std::move(u));
+        }
+        return v;
+    };
+    auto enqueue_steps = [&](unsigned a, unsigned b) {
+        for (unsigned k = a; k < b; ++k)
+            for (const auto& sk : step_kernels(k)) sk.launch(s);
+    };
+    // Graphs of step ranges [a, b) of an epoch, captured on first use and replayed after.
+    std::map<std::pair<unsigned, unsigned>, Graph> graphs;
+    Event ev_start, ev_end;  // around each chunk's steps
+    auto run_steps = [&](unsigned a, unsigned b) {
+        for (size_t i = 0; i < saved.size(); ++i) {
+            const DeviceBuffer& p = i % 2 ? net.b[i / 2] : net.W[i / 2];
+            CU(cuMemcpyDtoDAsync, saved[i].ptr(), p.ptr(), p.bytes(), s);
+        }
+        if (!cfg.graphs || graphs.size() >= 512) {
+            ev_start.record(s);
+            enqueue_steps(a, b);
+            ev_end.record(s);
+            return;
+        }
+        auto it = graphs.find({a, b});
+        if (it == graphs.end()) it = graphs.emplace(std::pair{a, b}, Graph(s, [&] { enqueue_steps(a, b); })).first;
+        ev_start.record(s);
+        it->second.launch(s);
+        ev_end.record(s);
+    };
+
+    // After a non-finite loss in steps [a, b): restore the parameters saved at a, replay the
+    // steps one kernel at a time, and name the first kernel that wrote a non-finite value.
+    auto hunt_non_finite = [&](unsigned a, unsigned b) -> std::string {
+        for (size_t i = 0; i < saved.size(); ++i) {
+            const DeviceBuffer& p = i % 2 ? net.b[i / 2] : net.W[i / 2];
+            CU(cuMemcpyDtoDAsync, p.ptr(), saved[i].ptr(), p.bytes(), s);
+        }
+        for (unsigned k = a; k < b; ++k) {
+            for (const auto& sk : step_kernels(k)) {
+                sk.launch(s);
+                wait_for_stream(s);
+                double big = 0;
+                std::string hit;
+                if (sk.y_offset) hit = first_non_finite("Y", Ylog, O, sk.y_offset - 1, size_t(B) * O, &big);
+                for (const auto& w : sk.writes)
+                    if (hit.empty()) hit = first_non_finite(w.name, *w.buf, w.row_len, 0, 0, &big);
+                if (hit.empty()) continue;
+                const std::string origin = ks.get(sk.name).origin;
+                return fmt::format(
+                    "kernel '{}' ({}) wrote a non-finite value in step {} of the epoch: {}. Its inputs were finite{}",
+                    sk.name, origin, k + 1, hit,
+                    big > 1e18 ? fmt::format(" but huge (|x| up to {:.3g}): training diverged, lower --lr", big)
+                               : fmt::format(" (|x| <= {:.3g}): check the kernel with `ptxlab verify --kernel {}`",
+                                             big, sk.name));
+            }
+        }
+        return "the loss became non-finite, but replaying the steps one kernel at a time did not reproduce it";
+    };
+
     Progress bar(cfg.progress);
     double loss_sum = 0;
     unsigned loss_n = 0, step = 0;
@@ -328,7 +516,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
     auto do_eval = [&](unsigned epoch) {
         bar.clear();
         auto t0 = Clock::now();
-        EvalResult e = evaluator.run(ks, net, s, cfg.loss);
+        EvalResult e = evaluator.run(ks, net, s, cfg.loss, cfg.graphs);
         res.eval_ms += ms_since(t0);
         EvalPoint p{step, epoch, loss_n ? loss_sum / loss_n : 0.0, e.accuracy, (res.train_ms + res.eval_ms) / 1e3};
         res.curve.push_back(p);
@@ -356,45 +544,61 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
         shuffle_rng.shuffle(order);
         for (size_t i = 0; i < N; ++i) labels_shuffled[i] = data.train.labels[order[i]];
         auto t_epoch = Clock::now();
-        perm.upload(order);
+        CU(cuMemcpyHtoDAsync, perm.ptr(), order.data(), N * 4, s);
         const Kernel& gather = ks.get("gather");
         gather.launch(grid_for(N * I), 256, s, Xs.ptr(), X.ptr(), perm.ptr(), unsigned(N), unsigned(I));
-        gather.launch(grid_for(N * kClasses), 256, s, Ts.ptr(), T.ptr(), perm.ptr(), unsigned(N), kClasses);
-        res.train_ms += ms_since(t_epoch);
+        gather.launch(grid_for(N * O), 256, s, Ts.ptr(), T.ptr(), perm.ptr(), unsigned(N), O);
+        double epoch_ms = ms_since(t_epoch);
+        res.train_ms += epoch_ms;
         res.epochs = epoch;
 
-        for (unsigned k = 0; k < steps_per_epoch && !stop; ++k) {
+        for (unsigned k = 0; k < K && !stop;) {
+            // The next chunk ends at a chunk boundary, an evaluation or --max-steps.
+            unsigned end = std::min(K, (k / chunk + 1) * chunk);
+            if (cfg.eval_every) end = std::min(end, k + (cfg.eval_every - step % cfg.eval_every));
+            if (cfg.max_steps) end = std::min(end, k + (cfg.max_steps - step));
             auto t0 = Clock::now();
-            const size_t first = size_t(k) * B;
-            launch_grad(ks, net, Xs.ptr() + first * I * 4, Ts.ptr() + first * kClasses * 4, B, s);
-            launch_updates(ks, net, B, step_lr, s);
-            CU(cuMemcpyDtoHAsync, Yb.data(), net.acts.back().ptr(), Yb.size() * 4, s);
             try {
-                CU(cuStreamSynchronize, s);
+                run_steps(k, end);
+                wait_for_stream(s);
+            } catch (const TimeoutError&) {
+                throw;
             } catch (const CudaError& e) {
-                PTXLAB_THROW(Error, "training step {} failed on the GPU ({} kernels): {}", step + 1,
-                             to_string(cfg.kernels), e.what());
+                PTXLAB_THROW(Error, "training steps {}..{} failed on the GPU ({} kernels): {}", step + 1,
+                             step + end - k, to_string(cfg.kernels), e.what());
             }
-            res.train_ms += ms_since(t0);
-            ++step;
-            const double loss = batch_loss(cfg.loss, Yb, labels_shuffled, first, B);
-            res.step_losses.push_back(loss);
-            res.steps = step;
-            if (!std::isfinite(loss)) {
-                bar.clear();
-                res.diverged = true;
-                res.stop_reason = fmt::format(
-                    "training diverged at step {} (epoch {}): the loss is {}. Try a lower learning rate (--lr, now {})",
-                    step, epoch, loss, cfg.lr);
-                stop = true;
-                break;
+            const double chunk_ms = ms_since(t0);
+            res.train_ms += chunk_ms;
+            epoch_ms += chunk_ms;
+            res.chunk_gpu_ms.push_back(ev_end.since(ev_start));
+            res.chunk_steps.push_back(end - k);
+
+            // The step losses, from the outputs the steps logged.
+            Ylog.download(Yhost.data(), size_t(end - k) * B * O * 4, size_t(k) * B * O * 4);
+            for (unsigned j = k; j < end && !stop; ++j) {
+                ++step;
+                const double loss = batch_loss(cfg.loss, Yhost.data() + size_t(j - k) * B * O, labels_shuffled,
+                                               size_t(j) * B, B);
+                res.step_losses.push_back(loss);
+                res.steps = step;
+                if (!std::isfinite(loss)) {
+                    bar.clear();
+                    res.diverged = true;
+                    res.fault = hunt_non_finite(k, j + 1);
+                    res.stop_reason = fmt::format("the loss is {} at step {} (epoch {}): {}", loss, step, epoch,
+                                                  res.fault);
+                    stop = true;
+                    break;
+                }
+                loss_sum += loss;
+                ++loss_n;
             }
-            loss_sum += loss;
-            ++loss_n;
-            bar.update(epoch, k + 1, steps_per_epoch, loss_sum / loss_n,
+            if (stop) break;
+            bar.update(epoch, end, K, loss_n ? loss_sum / loss_n : 0.0,
                        double(step) * B / std::max(1e-9, res.train_ms / 1e3));
+            k = end;
             if (cfg.eval_every && step % cfg.eval_every == 0) do_eval(epoch);
-            if (g_stop_requested) {
+            if (g_stop_requested && !stop) {
                 stop = true;
                 res.interrupted = true;
                 res.stop_reason = fmt::format("interrupted after step {}", step);
@@ -404,6 +608,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
                 res.stop_reason = fmt::format("stopped after {} steps (--max-steps)", step);
             }
         }
+        res.epoch_ms.push_back(epoch_ms);
         if (!cfg.eval_every && !res.diverged && !res.interrupted) do_eval(epoch);
     }
     bar.clear();

@@ -1,9 +1,13 @@
 // Training and evaluation of the MLP on the GPU with one kernel set.
 //
-// Each step runs the per-sample-gradient kernel (grad2/grad3) on a batch and the
-// update kernel on every parameter array. The training set lives on the GPU and
-// is reshuffled once per epoch by the gather kernel; evaluation runs the forward
-// kernel over the whole test set.
+// A step is, with the seed design (--kernels ptx|reference), the per-sample-gradient
+// kernel (grad2/grad3) and the update kernel on every parameter array; with the
+// fused design (--kernels fused|fused-reference), fused_forward, fused_output and
+// fused_sgd. The training set lives on the GPU and is reshuffled once per epoch by
+// the gather kernel (one upload of the new order per epoch). Steps run in chunks:
+// each chunk of steps is captured once into a CUDA graph and replayed every epoch;
+// the host waits for the GPU once per chunk, not per step. Every step writes its
+// outputs Y into a per-epoch log, from which the host computes the step losses.
 #pragma once
 
 #include "cuda.hpp"
@@ -50,7 +54,9 @@ struct TrainConfig {
     Init init = Init::HeUniform;  // He-uniform weights, zero biases; Normal: weights and biases N(0, init_std^2)
     float init_std = 0.01f;
     Loss loss = Loss::Mse;
-    KernelSource kernels = KernelSource::Ptx;
+    KernelChoice kernels;       // default: fused PTX
+    bool graphs = true;         // replay chunks of steps as CUDA graphs (false: plain launches)
+    unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design
     KernelDirs dirs = KernelDirs::from_environment();
     unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs
     bool progress = true;       // progress bar on stderr when it is a terminal
@@ -83,6 +89,12 @@ struct TrainResult {
     double train_ms_to_target = 0;  // training time (kernels only) until the target was reached
     NetParams model;
     std::string stop_reason;
+    std::string fault;  // set when a kernel wrote a non-finite value: which kernel, where
+    // GPU time of each chunk of steps (device events around the chunk's launches) and its
+    // number of steps; host wall time of each epoch's training (shuffle + steps, no evaluation).
+    std::vector<double> chunk_gpu_ms;
+    std::vector<unsigned> chunk_steps;
+    std::vector<double> epoch_ms;
 };
 
 // Set from a SIGINT handler: training stops after the current step.
@@ -91,7 +103,11 @@ extern std::atomic<bool> g_stop_requested;
 // Initial parameters from the seeded PRNG.
 NetParams init_params(const std::vector<unsigned>& sizes, Init init, float init_std, uint64_t seed);
 
-// Evaluates a model on a split with the forward kernel of `kernels`.
+// The kernel entries a design needs for a network of `sizes`.
+std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes);
+
+// Evaluates a model on a split with the forward kernel(s) of `kernels`
+// (forward2/forward3, or fused_forward + fused_output).
 EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss = Loss::Mse);
 
 // Trains; writes evaluation lines and the progress bar to `out`/stderr.

@@ -1,5 +1,6 @@
 #include "verify.hpp"
 
+#include "fused.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
 
@@ -27,6 +28,9 @@ std::string shape_names(const std::string& entry) {
     if (entry == "forward3" || entry == "grad3") return "B,I,H1,H2,O";
     if (entry == "update") return "N,B";
     if (entry == "gather") return "rows,cols,src_rows";
+    if (entry == "fused_forward") return "B,I,H";
+    if (entry == "fused_output") return "B,H,O";
+    if (entry == "fused_sgd") return "B,I,H,O";
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
@@ -61,6 +65,21 @@ std::vector<VerifyCase> default_cases() {
         v.push_back({"update", s});
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1, 1}, {63, 784, 100}, {1000, 784, 2000}, {64, 10, 60000}})
         v.push_back({"gather", s});
+    // The fused set: the MNIST sizes, batches that leave partial tiles (63, 1000), a
+    // column count past one 256-column chunk (257), more outputs than warps (17) and
+    // more hidden units than threads (300, 600).
+    for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128}, {63, 784, 128}, {64, 784, 128},
+                                                            {1000, 784, 128}, {64, 784, 300}, {9, 257, 33},
+                                                            {7, 13, 5}, {1, 1, 1}})
+        v.push_back({"fused_forward", s});
+    for (const auto& s : std::vector<std::vector<unsigned>>{{1, 128, 10}, {64, 128, 10}, {1000, 128, 10},
+                                                            {63, 300, 10}, {64, 33, 17}, {2, 600, 9}, {7, 5, 3},
+                                                            {1, 1, 1}})
+        v.push_back({"fused_output", s});
+    for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128, 10}, {63, 784, 128, 10},
+                                                            {64, 784, 128, 10}, {1000, 784, 128, 10},
+                                                            {65, 13, 5, 3}, {64, 100, 300, 17}, {1, 1, 1, 1}})
+        v.push_back({"fused_sgd", s});
     return v;
 }
 
@@ -68,7 +87,9 @@ std::vector<VerifyCase> quick_cases() {
     return {{"forward2", {1, 784, 128, 10}},      {"forward2", {63, 100, 37, 10}},    {"grad2", {1, 784, 128, 10}},
             {"grad2", {63, 100, 37, 10}},         {"grad2", {64, 13, 5, 3}},          {"forward3", {63, 300, 129, 33, 7}},
             {"forward3", {2, 1, 1, 1, 1}},        {"grad3", {63, 300, 129, 33, 7}},   {"grad3", {2, 1, 1, 1, 1}},
-            {"update", {10, 63}},                 {"update", {1000, 64}},             {"gather", {63, 784, 100}}};
+            {"update", {10, 63}},                 {"update", {1000, 64}},             {"gather", {63, 784, 100}},
+            {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
+            {"fused_output", {64, 33, 17}},       {"fused_sgd", {65, 13, 5, 3}},      {"fused_sgd", {64, 784, 128, 10}}};
 }
 
 namespace {
@@ -213,6 +234,67 @@ Harness make_gather_harness(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
+// Hidden activations as the forward pass leaves them: about half exact zeros.
+std::vector<float> random_activations(Rng& rng, size_t n) {
+    std::vector<float> a = random_vector(rng, n, -1.0f, 1.0f);
+    for (auto& x : a) x = std::max(x, 0.0f);
+    return a;
+}
+
+Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
+    Harness h;
+    const auto& z = c.shape;
+    if (c.entry == "fused_forward") {
+        const unsigned B = z[0], I = z[1], H = z[2];
+        const float w = std::sqrt(6.0f / float(I));
+        std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
+        std::vector<float> W = random_vector(rng, size_t(H) * I, -w, w);
+        std::vector<float> b = random_vector(rng, H, -0.1f, 0.1f);
+        h.expected["A"] = ref_fused_forward(X, W, b, B, I, H);
+        h.tensors = {{"X", {B, I}, Role::In, X}, {"W", {H, I}, Role::In, W}, {"b", {H}, Role::In, b},
+                     {"A", {B, H}, Role::Out, {}}};
+        h.launch = [B, I, H](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+            k.launch(fused_forward_grid(B, H), kFusedBlock, s, ptr(m, "X"), ptr(m, "W"), ptr(m, "b"), ptr(m, "A"), B,
+                     I, H);
+        };
+    } else if (c.entry == "fused_output") {
+        const unsigned B = z[0], H = z[1], O = z[2];
+        const float w = std::sqrt(6.0f / float(H));
+        std::vector<float> A = random_activations(rng, size_t(B) * H);
+        std::vector<float> W = random_vector(rng, size_t(O) * H, -w, w);
+        std::vector<float> b = random_vector(rng, O, -0.1f, 0.1f);
+        std::vector<float> T = random_targets(rng, B, O);
+        RefFusedOutput r = ref_fused_output(A, W, b, T, B, H, O);
+        h.expected = {{"Y", std::move(r.Y)}, {"D2", std::move(r.D2)}, {"D1", std::move(r.D1)}};
+        h.tensors = {{"A", {B, H}, Role::In, A},      {"W", {O, H}, Role::In, W},   {"b", {O}, Role::In, b},
+                     {"T", {B, O}, Role::In, T},      {"Y", {B, O}, Role::Out, {}}, {"D2", {B, O}, Role::Out, {}},
+                     {"D1", {B, H}, Role::Out, {}}};
+        h.launch = [B, H, O](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+            k.launch(fused_output_grid(B), kFusedBlock, s, ptr(m, "A"), ptr(m, "W"), ptr(m, "b"), ptr(m, "T"),
+                     ptr(m, "Y"), ptr(m, "D2"), ptr(m, "D1"), B, H, O);
+        };
+    } else {
+        const unsigned B = z[0], I = z[1], H = z[2], O = z[3];
+        const float lr = rng.uniform(0.01f, 1.0f);
+        std::vector<float> W1 = random_vector(rng, size_t(H) * I, -0.1f, 0.1f), b1 = random_vector(rng, H, -0.1f, 0.1f);
+        std::vector<float> W2 = random_vector(rng, size_t(O) * H, -0.1f, 0.1f), b2 = random_vector(rng, O, -0.1f, 0.1f);
+        std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
+        std::vector<float> A = random_activations(rng, size_t(B) * H);
+        std::vector<float> D1 = random_vector(rng, size_t(B) * H, -1.0f, 1.0f);
+        std::vector<float> D2 = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
+        ref_fused_sgd(h.expected["W1"], h.expected["b1"], W1, b1, D1, X, B, H, I, lr);
+        ref_fused_sgd(h.expected["W2"], h.expected["b2"], W2, b2, D2, A, B, O, H, lr);
+        h.tensors = {{"W1", {H, I}, Role::InOut, W1}, {"b1", {H}, Role::InOut, b1}, {"W2", {O, H}, Role::InOut, W2},
+                     {"b2", {O}, Role::InOut, b2},    {"X", {B, I}, Role::In, X},   {"A", {B, H}, Role::In, A},
+                     {"D1", {B, H}, Role::In, D1},    {"D2", {B, O}, Role::In, D2}};
+        h.launch = [B, I, H, O, lr](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+            k.launch(fused_sgd_grid(I, H, O), kFusedBlock, s, ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"),
+                     ptr(m, "X"), ptr(m, "A"), ptr(m, "D1"), ptr(m, "D2"), B, I, H, O, lr);
+        };
+    }
+    return h;
+}
+
 Harness make_harness(const VerifyCase& c, Rng& rng) {
     const std::string names = shape_names(c.entry);
     const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
@@ -223,6 +305,7 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
         if (v == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
     if (c.entry == "update") return make_update_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);
+    if (c.entry.rfind("fused_", 0) == 0) return make_fused_harness(c, rng);
     return make_mlp_harness(c, rng);
 }
 
@@ -262,6 +345,27 @@ std::string coords(const Tensor& t, size_t flat) {
 std::string show(float f) { return fmt::format("{:.9g} (0x{:08x})", f, std::bit_cast<uint32_t>(f)); }
 
 }  // namespace
+
+struct PreparedCase::Impl {
+    Harness h;
+    std::vector<DeviceBuffer> bufs;
+    std::map<std::string, CUdeviceptr> ptrs;
+};
+
+PreparedCase::PreparedCase(const VerifyCase& c, uint64_t seed) : impl_(std::make_unique<Impl>()) {
+    Rng rng(seed);
+    impl_->h = make_harness(c, rng);
+    for (const auto& t : impl_->h.tensors) {
+        impl_->bufs.emplace_back(t.count() * sizeof(float), t.name);
+        if (t.role == Role::Out) impl_->bufs.back().fill_u32(kPoison);
+        else impl_->bufs.back().upload(t.data);
+        impl_->ptrs[t.name] = impl_->bufs.back().ptr();
+    }
+}
+
+PreparedCase::~PreparedCase() = default;
+
+void PreparedCase::launch(const Kernel& k, CUstream s) const { impl_->h.launch(k, impl_->ptrs, s); }
 
 std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyCase>& cases, const VerifyOptions& opt,
                                    const std::function<void(const CaseResult&)>& on_result) {
@@ -337,7 +441,7 @@ std::string format_result(const CaseResult& r) {
                           : fmt::format("f64 ok (worst {:.2f} of bound)", r.worst_of_bound);
     if (r.kink_skipped) f64 += fmt::format(", {} at a ReLU kink skipped", r.kink_skipped);
     const std::string ulp = r.max_ulp == UINT64_MAX ? std::string("NaN") : std::to_string(r.max_ulp);
-    std::string line = fmt::format("{:<9} {:<32} max|diff| {:<9.3g} max ULP {:<4} unwritten {}/{}  {}  {}", r.c.entry,
+    std::string line = fmt::format("{:<13} {:<32} max|diff| {:<9.3g} max ULP {:<4} unwritten {}/{}  {}  {}", r.c.entry,
                                    shape_text(r.c), r.max_abs, ulp, r.unwritten_ptx, r.unwritten_ref, f64,
                                    r.pass() ? "PASS" : "FAIL");
     for (const auto& m : r.mismatches) line += "\n    " + m;

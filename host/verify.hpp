@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,19 @@ struct CaseResult {
 // Runs the cases; `on_result` sees each result as soon as it is known.
 std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyCase>& cases, const VerifyOptions& opt,
                                    const std::function<void(const CaseResult&)>& on_result = {});
+
+// A case's inputs on the GPU (fresh random values, as verify makes them), ready to be
+// launched again and again: what `ptxlab bench` times.
+class PreparedCase {
+public:
+    PreparedCase(const VerifyCase& c, uint64_t seed);
+    ~PreparedCase();
+    void launch(const Kernel& k, CUstream s) const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
 
 // One line per case: kernel, shape, max abs error, max ULP, unwritten, f64, PASS/FAIL.
 std::string format_result(const CaseResult& r);

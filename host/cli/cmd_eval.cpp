@@ -8,7 +8,7 @@ namespace ptxlab::cli {
 namespace {
 
 struct EvalOptions {
-    std::string load, data, kernels = "ptx", ptx_dir;
+    std::string load, data, kernels = "auto", ptx_dir;
     int device = 0;
 };
 
@@ -24,10 +24,17 @@ int run_eval(const EvalOptions& o) {
     Context ctx(o.device);
     const bool three = net.sizes.size() == 4;
     KernelDirs dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
-    KernelSet ks(parse_kernel_source(o.kernels), ctx.info(), dirs, {three ? "forward3" : "forward2"});
+    const KernelChoice k = o.kernels == "auto" ? KernelChoice{three ? Design::Seed : Design::Fused, KernelSource::Ptx}
+                                               : parse_kernel_choice(o.kernels);
+    if (k.design == Design::Fused && three)
+        PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks; {} has 3 layers (use --kernels ptx)",
+                     to_string(k), o.load);
+    std::vector<std::string> entries = training_entries(k.design, net.sizes);
+    entries.resize(k.design == Design::Fused ? 2 : 1);  // the forward kernels only
+    KernelSet ks(k.source, ctx.info(), dirs, entries);
     EvalResult r = evaluate(ks, net, data.test);
     fmt::print("eval: {} ({} MLP) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
-               r.count, dir, o.kernels, ctx.info().name);
+               r.count, dir, to_string(k), ctx.info().name);
     fmt::print("test accuracy {:.2f} % ({} of {}), mean loss {:.5f}\n", 100.0 * r.accuracy,
                static_cast<size_t>(r.accuracy * double(r.count) + 0.5), r.count, r.loss);
     fmt::print("confusion matrix (rows: true label, columns: predicted)\n      ");
@@ -50,7 +57,7 @@ void setup_eval(CLI::App& app, Command& chosen) {
                 "computed with the forward kernel on the GPU.");
     sub->add_option("--load", o->load, "checkpoint (.safetensors)")->required();
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
-    sub->add_option("--kernels", o->kernels, "kernel set: ptx or reference")->capture_default_str();
+    sub->add_option("--kernels", o->kernels, "kernel set: fused, ptx, fused-reference or reference; auto = fused for 2 layers, ptx for 3")->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
     sub->callback([o, &chosen] { chosen = [o] { return run_eval(*o); }; });

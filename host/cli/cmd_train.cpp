@@ -23,7 +23,9 @@ struct TrainOptions {
     uint64_t seed = 1;
     std::string preset;
     std::string loss = "mse";
-    std::string kernels = "ptx";
+    std::string kernels = "auto";
+    bool no_graphs = false;
+    double timeout = 120;
     std::string ptx_dir;
     std::string log, save;
     unsigned max_steps = 0;
@@ -52,7 +54,12 @@ int run_train(const TrainOptions& o) {
     cfg.target = o.target;
     cfg.eval_every = o.eval_every;
     cfg.seed = o.seed;
-    cfg.kernels = parse_kernel_source(o.kernels);
+    cfg.kernels = o.kernels == "auto" ? KernelChoice{cfg.layers.size() == 3 ? Design::Fused : Design::Seed,
+                                                     KernelSource::Ptx}
+                                      : parse_kernel_choice(o.kernels);
+    cfg.graphs = !o.no_graphs;
+    if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
+    set_kernel_timeout(o.timeout);
     cfg.loss = parse_loss(o.loss);
     cfg.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
     cfg.max_steps = o.max_steps;
@@ -117,6 +124,7 @@ int run_train(const TrainOptions& o) {
     }
     if (r.diverged) {
         fmt::print(stderr, "ptxlab: error: {}\n", r.stop_reason);
+        if (!o.save.empty()) fmt::print(stderr, "        (the checkpoint holds the parameters after the failing step)\n");
         return kExitFailure;
     }
     if (r.interrupted) return kExitInterrupted;
@@ -129,10 +137,12 @@ void setup_train(CLI::App& app, Command& chosen) {
     auto o = std::make_shared<TrainOptions>();
     auto* sub = app.add_subcommand(
         "train",
-        "Train the MLP on MNIST with the hand-written PTX kernels (per-sample gradient + SGD update each step) until "
-        "the test accuracy reaches the target. Defaults: 784-128-10, ReLU, MSE on one-hot targets (as PyTorch's "
+        "Train the MLP on MNIST with the hand-written PTX kernels until the test accuracy reaches the target. "
+        "Defaults: 784-128-10, ReLU, MSE on one-hot targets (as PyTorch's "
         "nn.MSELoss: the mean of (y-t)^2 over samples and outputs), SGD with batch 64 and lr 0.2, He-uniform weights (bound sqrt(6/fan_in)) and zero "
-        "biases, evaluation once per epoch, target 97 %, at most 20 epochs. Ctrl-C stops after the current step.");
+        "biases, evaluation once per epoch, target 97 %, at most 20 epochs, the fused kernels. Steps run in chunks replayed as CUDA "
+        "graphs; Ctrl-C stops after the current chunk (at most 128 fused or 8 seed steps), saves with --save and prints "
+        "the summary.");
     o->sub = sub;
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
     sub->add_option("--layers", o->layers, "layer sizes: I,H,O or I,H1,H2,O")->capture_default_str();
@@ -150,7 +160,15 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "mse: mean of (y-t)^2 over samples and outputs, as PyTorch's nn.MSELoss (gradient 2(y-t)/O); "
                     "half-sse: the notebook's 0.5|y-t|^2 per sample, averaged over the batch (gradient y-t)")
         ->capture_default_str();
-    sub->add_option("--kernels", o->kernels, "kernel set: ptx (hand-written) or reference (the NVRTC twins)")
+    sub->add_option("--kernels", o->kernels,
+                    "kernel set: fused (hand-written ptx/fused.ptx: 3 launches a step, 2-layer networks), ptx (the "
+                    "notebook's design: per-sample gradients, ptx/grad.ptx + update.ptx), or their NVRTC twins "
+                    "fused-reference and reference; auto = fused for 2 layers, ptx for 3")
+        ->capture_default_str();
+    sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
+    sub->add_option("--timeout", o->timeout,
+                    "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
+                    "this many seconds; 0: no limit")
         ->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/)");
     sub->add_option("--log", o->log, "write one CSV row per evaluation (step, epoch, loss, accuracy, elapsed)");

@@ -18,6 +18,7 @@ struct VerifyCliOptions {
     int device = 0;
     bool list = false;
     bool quick = false;
+    double timeout = 120;
 };
 
 int run_verify_cmd(const VerifyCliOptions& o) {
@@ -29,7 +30,11 @@ int run_verify_cmd(const VerifyCliOptions& o) {
     } else {
         const auto shape = parse_sizes(o.shape, "--shape", 1ull << 31);
         const std::vector<std::string> names =
-            o.kernels.empty() ? std::vector<std::string>{"forward2", "grad2", "forward3", "grad3", "update", "gather"}
+            o.kernels.empty() ? [] {
+                std::vector<std::string> all;
+                for (const auto& k : kernel_specs()) all.push_back(k.entry);
+                return all;
+            }()
                               : o.kernels;
         for (const auto& k : names) {
             std::string sn = shape_names(k);
@@ -42,7 +47,7 @@ int run_verify_cmd(const VerifyCliOptions& o) {
     }
     for (const auto& k : o.kernels) shape_names(k);  // unknown names are an error
     if (o.list) {
-        for (const auto& c : cases) fmt::print("{:<9} {}\n", c.entry, shape_text(c));
+        for (const auto& c : cases) fmt::print("{:<13} {}\n", c.entry, shape_text(c));
         return kExitOk;
     }
 
@@ -52,6 +57,8 @@ int run_verify_cmd(const VerifyCliOptions& o) {
     opt.ptx_dirs = o.ptx_dir.empty() ? opt.reference_dirs : KernelDirs::from_ptx_dir(o.ptx_dir);
     if (o.ptx_dir.empty()) opt.ptx_dirs.reference_dir = opt.reference_dirs.reference_dir;
 
+    if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
+    set_kernel_timeout(o.timeout);
     Context ctx(o.device);
     fmt::print("verify: {} ({}), seed {} (repeat with --seed {})\n", ctx.info().name, ctx.info().arch(), opt.seed,
                opt.seed);
@@ -76,12 +83,20 @@ void setup_verify(CLI::App& app, Command& chosen) {
         "verify",
         "Run every hand-written PTX kernel and its NVRTC twin on identical fresh random inputs over a set of shapes "
         "(batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes). Outputs are poisoned with NaN before each "
-        "launch. One line per kernel and shape: max abs difference, max ULP distance, unwritten elements, the "
+        "launch. Kernels that sum in another order than the float64 reference (the fused set) are held to a bound that "
+        "grows with the sum length (gamma_n, n = terms + extra roundings). One line per kernel and shape: max abs difference, max ULP distance, unwritten elements, the "
         "float64 check, PASS/FAIL; the first mismatches with their coordinates. Needs a GPU.");
-    sub->add_option("--kernel", o->kernels, "only these kernels: forward2 forward3 grad2 grad3 update gather");
+    sub->add_option("--kernel", o->kernels,
+                    "only these kernels: forward2 forward3 grad2 grad3 update gather fused_forward fused_output "
+                    "fused_sgd");
     sub->add_option("--shape", o->shape,
                     "one shape instead of the default set: B,I,H,O (forward2, grad2), B,I,H1,H2,O (forward3, grad3), "
-                    "N,B (update), rows,cols,src_rows (gather)");
+                    "N,B (update), rows,cols,src_rows (gather), B,I,H (fused_forward), B,H,O (fused_output), "
+                    "B,I,H,O (fused_sgd)");
+    sub->add_option("--timeout", o->timeout,
+                    "watchdog: fail (exit 4) naming the kernel when one runs longer than this many seconds; 0: no "
+                    "limit")
+        ->capture_default_str();
     sub->add_option("--seed", o->seed, "seed for the random inputs (default: a fresh one, printed)")
         ->each([o](const std::string&) { o->seed_given = true; });
     sub->add_option("--ptx-dir", o->ptx_dir, "read the PTX from this directory (the twins stay those of the tree)");

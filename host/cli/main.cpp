@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 int main(int argc, char** argv) {
     using namespace ptxlab;
     CLI::App app{
@@ -14,7 +17,8 @@ int main(int argc, char** argv) {
         "Typical loop: edit ptx/NAME.ptx, run `ptxlab check` (no GPU needed), then `ptxlab verify`."};
     app.footer(
         "Exit codes: 0 success; 1 a check, verification or run failed; 2 bad flags or input files;\n"
-        "3 the command needs an NVIDIA GPU and none is usable.\n"
+        "3 the command needs an NVIDIA GPU and none is usable; 4 a kernel ran past --timeout;\n"
+        "130 interrupted (Ctrl-C).\n"
         "Environment: PTXLAB_PTX_DIR (kernel directory), PTXLAB_DATA_DIR (dataset directory),\n"
         "PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1).");
     app.require_subcommand(1);
@@ -26,6 +30,7 @@ int main(int argc, char** argv) {
     cli::setup_verify(app, chosen);
     cli::setup_train(app, chosen);
     cli::setup_eval(app, chosen);
+    cli::setup_bench(app, chosen);
 
     try {
         app.parse(argc, argv);
@@ -45,6 +50,13 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "        this command needs an NVIDIA GPU with driver >= 580; `ptxlab check` and "
                            "`ptxlab data` work without one\n");
         return kExitNoGpu;
+    } catch (const TimeoutError& e) {
+        report("error: ", e);
+        // The kernel is still running, and a normal exit would wait for it in the driver's
+        // teardown. Leave at once: the kernel driver ends the GPU context with the process.
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(kExitTimeout);
     } catch (const InputError& e) {
         report("error: ", e);
         return kExitUsage;

@@ -43,6 +43,9 @@ TEST_CASE("kernels: grad2, both sets") { check_both_sets("grad2", {65, 784, 128,
 TEST_CASE("kernels: grad3, both sets") { check_both_sets("grad3", {33, 784, 128, 64, 10}); }
 TEST_CASE("kernels: update, both sets") { check_both_sets("update", {100352, 64}); }
 TEST_CASE("kernels: gather, both sets") { check_both_sets("gather", {1000, 784, 60000}); }
+TEST_CASE("kernels: fused_forward, both sets") { check_both_sets("fused_forward", {63, 784, 128}); }
+TEST_CASE("kernels: fused_output, both sets") { check_both_sets("fused_output", {65, 300, 17}); }
+TEST_CASE("kernels: fused_sgd, both sets") { check_both_sets("fused_sgd", {65, 784, 128, 10}); }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));

@@ -6,19 +6,26 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <sstream>
 
 using namespace ptxlab;
 using namespace ptxlab::test;
 
 namespace {
+const KernelChoice kSeedPtx{Design::Seed, KernelSource::Ptx}, kSeedRef{Design::Seed, KernelSource::Reference};
+const KernelChoice kFusedPtx{Design::Fused, KernelSource::Ptx}, kFusedRef{Design::Fused, KernelSource::Reference};
 const Dataset& mnist() {
     static Dataset d = load_dataset(default_data_dir());
     return d;
 }
-TrainResult run(KernelSource k, unsigned steps, uint64_t seed, const std::vector<unsigned>& layers = {784, 128, 10}) {
+TrainResult run(KernelChoice k, unsigned steps, uint64_t seed, const std::vector<unsigned>& layers = {784, 128, 10},
+                bool graphs = true, const std::string& ptx_dir = {}) {
     TrainConfig cfg;
     cfg.kernels = k;
+    cfg.graphs = graphs;
+    if (!ptx_dir.empty()) cfg.dirs = KernelDirs::from_ptx_dir(ptx_dir);
     cfg.max_steps = steps;
     cfg.seed = seed;
     cfg.layers = layers;
@@ -29,16 +36,16 @@ TrainResult run(KernelSource k, unsigned steps, uint64_t seed, const std::vector
 }  // namespace
 
 TEST_CASE("train: 50 steps give the same losses with the PTX and the reference kernels") {
-    TrainResult a = run(KernelSource::Ptx, 50, 3), b = run(KernelSource::Reference, 50, 3);
+    TrainResult a = run(kSeedPtx, 50, 3), b = run(kSeedRef, 50, 3);
     REQUIRE(a.step_losses.size() == 50);
     CHECK(a.step_losses == b.step_losses);  // bit-identical kernels give identical curves
     CHECK(a.accuracy == b.accuracy);
-    TrainResult c = run(KernelSource::Ptx, 20, 3, {784, 64, 32, 10}), d = run(KernelSource::Reference, 20, 3, {784, 64, 32, 10});
+    TrainResult c = run(kSeedPtx, 20, 3, {784, 64, 32, 10}), d = run(kSeedRef, 20, 3, {784, 64, 32, 10});
     CHECK(c.step_losses == d.step_losses);
 }
 
 TEST_CASE("train: 200 steps lower the loss") {
-    TrainResult r = run(KernelSource::Ptx, 200, 4);
+    TrainResult r = run(kSeedPtx, 200, 4);
     REQUIRE(r.step_losses.size() == 200);
     double first = 0, last = 0;
     for (int i = 0; i < 20; ++i) {
@@ -50,12 +57,12 @@ TEST_CASE("train: 200 steps lower the loss") {
 }
 
 TEST_CASE("train: the same seed gives bit-identical loss curves run after run") {
-    TrainResult a = run(KernelSource::Ptx, 30, 9), b = run(KernelSource::Ptx, 30, 9);
+    TrainResult a = run(kSeedPtx, 30, 9), b = run(kSeedPtx, 30, 9);
     CHECK(a.step_losses == b.step_losses);
 }
 
 TEST_CASE("train: eval of a saved checkpoint gives the accuracy train reported") {
-    TrainResult r = run(KernelSource::Ptx, 120, 5);
+    TrainResult r = run(kSeedPtx, 120, 5);
     TempDir t;
     save_safetensors(t.file("m.safetensors"), r.model);
     NetParams back = load_safetensors(t.file("m.safetensors"));
@@ -72,4 +79,52 @@ TEST_CASE("train: a checkpoint whose shapes do not fit the data is refused") {
     KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), {"forward2"});
     CHECK_THROWS_WITH_AS(evaluate(ks, net, mnist().test), doctest::Contains("takes 100 inputs but the images have 28x28"),
                          InputError);
+}
+
+TEST_CASE("train: the fused set gives the same losses as its twins, with and without graphs") {
+    TrainResult a = run(kFusedPtx, 300, 3), b = run(kFusedRef, 300, 3), c = run(kFusedPtx, 300, 3, {784, 128, 10}, false);
+    REQUIRE(a.step_losses.size() == 300);
+    CHECK(a.step_losses == b.step_losses);
+    CHECK(a.step_losses == c.step_losses);  // graph replay == plain launches
+    CHECK(a.accuracy == b.accuracy);
+}
+
+TEST_CASE("train: the fused set learns like the seed set") {
+    // Same initialisation and data order; the sums run in another order, so the curves
+    // are close, not identical.
+    TrainResult f = run(kFusedPtx, 400, 4), p = run(kSeedPtx, 400, 4);
+    REQUIRE(f.step_losses.size() == 400);
+    double lf = 0, lp = 0;
+    for (int i = 0; i < 40; ++i) {
+        lf += f.step_losses[size_t(360 + i)];
+        lp += p.step_losses[size_t(360 + i)];
+    }
+    CHECK(lf == doctest::Approx(lp).epsilon(0.05));
+    CHECK(f.accuracy > 0.85);
+    CHECK(std::fabs(f.accuracy - p.accuracy) < 0.02);
+}
+
+TEST_CASE("train: the fused set is bit-identical run after run") {
+    TrainResult a = run(kFusedPtx, 500, 9), b = run(kFusedPtx, 500, 9);
+    CHECK(a.step_losses == b.step_losses);
+    CHECK(a.model.W == b.model.W);
+}
+
+TEST_CASE("train: a kernel that writes NaN is named, with the element") {
+    // fused.ptx with one injected fault: unit 3 of every sample's hidden layer becomes NaN.
+    TempDir t;
+    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/fused.ptx").text;
+    const std::string relu = "    max.f32         z, z, 0f00000000;\n";
+    REQUIRE(src.find(relu) != std::string::npos);
+    src.replace(src.find(relu), relu.size(), relu + "    setp.eq.u32     ok, h, 3;\n    @ok mov.f32     z, 0f7FFFFFFF;\n");
+    write_text(t.file("fused.ptx"), src);
+    std::filesystem::copy_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/gather.ptx", t.file("gather.ptx"));
+    TrainResult r = run(kFusedPtx, 100, 1, {784, 128, 10}, true, t.path.string());
+    CHECK(r.diverged);
+    CHECK(r.steps == 1);
+    CAPTURE(r.fault);
+    CHECK(r.fault.find("kernel 'fused_forward'") != std::string::npos);
+    CHECK(r.fault.find("A1[") != std::string::npos);
+    CHECK(r.fault.find("][3] = nan") != std::string::npos);
+    CHECK(r.fault.find("ptxlab verify --kernel fused_forward") != std::string::npos);
 }

@@ -1,0 +1,262 @@
+#include "bench.hpp"
+
+#include "compile.hpp"
+#include "train.hpp"
+#include "verify.hpp"
+
+#include <fmt/ostream.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace ptxlab {
+
+namespace {
+
+constexpr unsigned kI = 784, kH = 128, kO = 10;
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The shape each entry is timed at, for a batch of B on the MNIST network.
+VerifyCase bench_case(const std::string& entry, unsigned B) {
+    if (entry == "update") return {entry, {kH * kI, B}};           // the W1 update of one step
+    if (entry == "gather") return {entry, {B, kI, 60000}};         // one batch of images
+    if (entry == "fused_forward") return {entry, {B, kI, kH}};
+    if (entry == "fused_output") return {entry, {B, kH, kO}};
+    return {entry, {B, kI, kH, kO}};                                // forward2, grad2, fused_sgd
+}
+
+// The least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) an entry must do.
+std::pair<double, double> kernel_work(const std::string& e, double B) {
+    const double I = kI, H = kH, O = kO, params = H * I + H + O * H + O;
+    if (e == "forward2") return {4 * (B * I + params + B * H + B * O), 2 * B * (I * H + H * O)};
+    if (e == "grad2")  // forward, deltas, and the per-sample gradients written out
+        return {4 * (B * I + B * O + params + B * (H + O) + B * params), 2 * B * (I * H + 2 * H * O) + B * params};
+    if (e == "update") return {4 * (B * H * I + 2 * H * I), B * H * I + 2 * H * I};
+    if (e == "gather") return {4 * (2 * B * I + B), 0};
+    if (e == "fused_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
+    if (e == "fused_output") return {4 * (2 * B * H + O * H + O + 3 * B * O), 4 * B * H * O};
+    if (e == "fused_sgd")
+        return {4 * (B * I + 2 * B * H + B * O + 2 * params), 2 * B * ((I + 1) * H + (H + 1) * O) + 2 * params};
+    return {0, 0};
+}
+
+std::vector<std::string> set_entries(const KernelChoice& k) {
+    if (k.design == Design::Fused) return {"fused_forward", "fused_output", "fused_sgd"};
+    return {"forward2", "grad2", "update", "gather"};
+}
+
+// Median milliseconds per launch of `launch`, with device events around runs of back-to-back launches.
+double time_launches(const std::function<void(CUstream)>& launch, CUstream s) {
+    Event a, b;
+    for (int i = 0; i < 3; ++i) launch(s);  // warm-up
+    a.record(s);
+    launch(s);
+    b.record(s);
+    wait_for_stream(s);
+    const double one = b.since(a);
+    const int per_rep = static_cast<int>(std::clamp(2.0 / std::max(one, 1e-4), 1.0, 200.0));  // about 2 ms a repetition
+    std::vector<double> v;
+    for (int rep = 0; rep < 15; ++rep) {
+        a.record(s);
+        for (int i = 0; i < per_rep; ++i) launch(s);
+        b.record(s);
+        wait_for_stream(s);
+        v.push_back(b.since(a) / per_rep);
+    }
+    return median(v);
+}
+
+// Device-to-device copy bandwidth: bytes read + written per second, 256 MiB each way.
+double measure_copy_gbps(CUstream s) {
+    const size_t bytes = size_t(256) << 20;
+    DeviceBuffer a(bytes, "copy ceiling source"), b(bytes, "copy ceiling destination");
+    a.fill_u32(0x3f800000u);
+    const double ms = time_launches([&](CUstream st) { CU(cuMemcpyDtoDAsync, b.ptr(), a.ptr(), bytes, st); }, s);
+    return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+// FMA throughput: 8 independent fmaf chains a thread, enough blocks to fill every SM.
+double measure_fma_gflops(const Context& ctx, CUstream s) {
+    const SourceFile src{"fma_ceiling.cu", R"(
+extern "C" __global__ void fma_ceiling(float* out, float a, float b, int iters) {
+    float x0 = threadIdx.x, x1 = x0 + 1, x2 = x0 + 2, x3 = x0 + 3, x4 = x0 + 4, x5 = x0 + 5, x6 = x0 + 6, x7 = x0 + 7;
+    for (int i = 0; i < iters; ++i) {
+        x0 = fmaf(x0, a, b); x1 = fmaf(x1, a, b); x2 = fmaf(x2, a, b); x3 = fmaf(x3, a, b);
+        x4 = fmaf(x4, a, b); x5 = fmaf(x5, a, b); x6 = fmaf(x6, a, b); x7 = fmaf(x7, a, b);
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7));
+})"};
+    NvrtcOutput ptx = nvrtc_compile(src, ctx.info().virtual_arch());
+    Module m(SourceFile{"fma_ceiling.cu (NVRTC PTX)", ptx.ptx});
+    CUfunction f = m.function("fma_ceiling");
+    const unsigned block = 256, grid = unsigned(ctx.info().sm_count) * 8;
+    DeviceBuffer out(size_t(grid) * block * 4, "FMA ceiling output");
+    CUdeviceptr p = out.ptr();
+    float a = 0.999f, b = 0.001f;
+    int iters = 4096;
+    void* args[] = {&p, &a, &b, &iters};
+    const double ms = time_launches(
+        [&](CUstream st) { CU(cuLaunchKernel, f, grid, 1, 1, block, 1, 1, 0, st, args, nullptr); }, s);
+    return 2.0 * 8 * iters * double(grid) * block / (ms * 1e-3) / 1e9;
+}
+
+}  // namespace
+
+BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out) {
+    BenchResult r;
+    r.device = fmt::format("{} ({}, {} SMs, driver {})", ctx.info().name, ctx.info().arch(), ctx.info().sm_count,
+                           ctx.info().driver_version);
+    Stream stream;
+    const CUstream s = stream.get();
+    fmt::print(out, "bench: {}\n", r.device);
+
+    r.copy_gbps = measure_copy_gbps(s);
+    r.fma_gflops = measure_fma_gflops(ctx, s);
+    fmt::print(out, "ceilings: device-to-device copy {:.0f} GB/s, FMA loop {:.0f} GFLOP/s (fp32)\n\n", r.copy_gbps,
+               r.fma_gflops);
+    out.flush();
+
+    if (opt.kernels) {
+        fmt::print(out, "kernels (784-128-10; median per launch; roofline = achieved / min(FMA peak, intensity x copy "
+                        "bandwidth))\n");
+        fmt::print(out, "{:<16} {:<14} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set", "kernel", "batch", "us", "GB/s",
+                   "GFLOP/s", "roofline");
+        for (const auto& set : opt.sets) {
+            const KernelChoice k = parse_kernel_choice(set);
+            const auto entries = set_entries(k);
+            KernelSet ks(k.source, ctx.info(), opt.dirs, entries);
+            for (const auto& e : entries) {
+                for (unsigned B : opt.kernel_batches) {
+                    PreparedCase pc(bench_case(e, B), opt.seed);
+                    const Kernel& kern = ks.get(e);
+                    KernelTiming t{set, e, B};
+                    t.us = 1e3 * time_launches([&](CUstream st) { pc.launch(kern, st); }, s);
+                    std::tie(t.bytes, t.flops) = kernel_work(e, B);
+                    t.gbps = t.bytes / (t.us * 1e-6) / 1e9;
+                    t.gflops = t.flops / (t.us * 1e-6) / 1e9;
+                    const double attainable = std::min(r.fma_gflops, t.flops / t.bytes * r.copy_gbps);
+                    t.roofline_pct = t.flops > 0 ? 100.0 * t.gflops / attainable : 100.0 * t.gbps / r.copy_gbps;
+                    fmt::print(out, "{:<16} {:<14} {:>6} {:>10.2f} {:>9.1f} {:>10.1f} {:>8.2f}%\n", set, e, B, t.us,
+                               t.gbps, t.gflops, t.roofline_pct);
+                    out.flush();
+                    r.kernels.push_back(t);
+                }
+            }
+        }
+        fmt::print(out, "\n");
+    }
+
+    if (!opt.steps && !opt.to_target) return r;
+    const std::string dir = opt.data_dir.empty() ? default_data_dir() : opt.data_dir;
+    auto t0 = std::chrono::steady_clock::now();
+    Dataset data = load_dataset(dir);
+    const double data_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::ostringstream quiet;
+
+    if (opt.steps) {
+        fmt::print(out, "training steps (`ptxlab train`'s loop: chunks of steps replayed as CUDA graphs)\n");
+        fmt::print(out, "{:<16} {:>6} {:>7} {:>14} {:>16}\n", "set", "batch", "steps", "GPU us/step", "wall us/step");
+        for (const auto& set : opt.sets) {
+            for (unsigned B : opt.step_batches) {
+                TrainConfig cfg;
+                cfg.kernels = parse_kernel_choice(set);
+                cfg.batch = B;
+                cfg.seed = opt.seed;
+                cfg.target = 1.0;
+                cfg.max_epochs = 1;
+                cfg.progress = false;
+                cfg.dirs = opt.dirs;
+                if (cfg.kernels.design == Design::Seed) cfg.max_steps = opt.seed_steps;
+                TrainResult tr = train(ctx, data, cfg, quiet);
+                StepTiming st{set, B, tr.steps};
+                std::vector<double> per;
+                const unsigned full = *std::max_element(tr.chunk_steps.begin(), tr.chunk_steps.end());
+                for (size_t i = 0; i < tr.chunk_gpu_ms.size(); ++i)
+                    if (tr.chunk_steps[i] == full) per.push_back(1e3 * tr.chunk_gpu_ms[i] / tr.chunk_steps[i]);
+                st.us_per_step = median(per);
+                double loop_ms = 0;
+                for (double e : tr.epoch_ms) loop_ms += e;
+                st.host_us_per_step = 1e3 * loop_ms / std::max(1u, tr.steps);
+                fmt::print(out, "{:<16} {:>6} {:>7} {:>14.2f} {:>16.2f}\n", set, B, st.steps, st.us_per_step,
+                           st.host_us_per_step);
+                out.flush();
+                r.steps.push_back(st);
+            }
+        }
+        fmt::print(out, "\n");
+    }
+
+    if (opt.to_target) {
+        fmt::print(out, "time to {:.2f} % test accuracy (batch 64, lr 0.2, MSE; evaluation once per epoch, not "
+                        "counted; data loading and JIT apart)\n",
+                   100.0 * opt.target);
+        fmt::print(out, "{:<16} {:>9} {:>14} {:>7} {:>10} {:>12} {:>9} {:>9}\n", "set", "reached", "train ms", "epochs",
+                   "accuracy", "ms/epoch", "JIT ms", "data ms");
+        for (const auto& set : opt.target_sets) {
+            TrainConfig cfg;
+            cfg.kernels = parse_kernel_choice(set);
+            cfg.seed = opt.seed;
+            cfg.target = opt.target;
+            cfg.max_epochs = opt.epochs;
+            cfg.progress = false;
+            cfg.dirs = opt.dirs;
+            TrainResult tr = train(ctx, data, cfg, quiet);
+            TargetTiming t{set, tr.reached, tr.reached ? tr.train_ms_to_target : tr.train_ms, tr.accuracy, tr.epochs,
+                           tr.steps, median(tr.epoch_ms), tr.jit_ms, data_ms};
+            fmt::print(out, "{:<16} {:>9} {:>14.1f} {:>7} {:>9.2f}% {:>12.2f} {:>9.1f} {:>9.1f}\n", set,
+                       t.reached ? "yes" : "no", t.ms_to_target, t.epochs, 100.0 * t.accuracy, t.median_epoch_ms,
+                       t.jit_ms, t.data_ms);
+            out.flush();
+            r.targets.push_back(t);
+        }
+    }
+    return r;
+}
+
+std::string bench_json(const BenchResult& r, const BenchOptions& opt) {
+    auto q = [](const std::string& s) {
+        std::string o = "\"";
+        for (char c : s) {
+            if (c == '"' || c == '\\') o += '\\';
+            if (static_cast<unsigned char>(c) >= 0x20) o += c;
+        }
+        return o + "\"";
+    };
+    std::string j = fmt::format("{{\n  \"device\": {},\n  \"copy_gbps\": {:.3f},\n  \"fma_gflops\": {:.3f},\n",
+                                q(r.device), r.copy_gbps, r.fma_gflops);
+    j += fmt::format("  \"target\": {},\n  \"kernels\": [", opt.target);
+    for (size_t i = 0; i < r.kernels.size(); ++i) {
+        const auto& k = r.kernels[i];
+        j += fmt::format("{}\n    {{\"set\": {}, \"kernel\": {}, \"batch\": {}, \"us\": {:.4f}, \"bytes\": {:.0f}, "
+                         "\"flops\": {:.0f}, \"gbps\": {:.3f}, \"gflops\": {:.3f}, \"roofline_pct\": {:.3f}}}",
+                         i ? "," : "", q(k.set), q(k.entry), k.batch, k.us, k.bytes, k.flops, k.gbps, k.gflops,
+                         k.roofline_pct);
+    }
+    j += "\n  ],\n  \"steps\": [";
+    for (size_t i = 0; i < r.steps.size(); ++i) {
+        const auto& s = r.steps[i];
+        j += fmt::format("{}\n    {{\"set\": {}, \"batch\": {}, \"steps\": {}, \"gpu_us_per_step\": {:.4f}, "
+                         "\"wall_us_per_step\": {:.4f}}}",
+                         i ? "," : "", q(s.set), s.batch, s.steps, s.us_per_step, s.host_us_per_step);
+    }
+    j += "\n  ],\n  \"to_target\": [";
+    for (size_t i = 0; i < r.targets.size(); ++i) {
+        const auto& t = r.targets[i];
+        j += fmt::format("{}\n    {{\"set\": {}, \"reached\": {}, \"train_ms\": {:.3f}, \"epochs\": {}, \"steps\": {}, "
+                         "\"accuracy\": {:.6f}, \"median_epoch_ms\": {:.3f}, \"jit_ms\": {:.3f}, \"data_ms\": {:.3f}}}",
+                         i ? "," : "", q(t.set), t.reached ? "true" : "false", t.ms_to_target, t.epochs, t.steps,
+                         t.accuracy, t.median_epoch_ms, t.jit_ms, t.data_ms);
+    }
+    return j + "\n  ]\n}\n";
+}
+
+}  // namespace ptxlab

@@ -1,0 +1,73 @@
+// ptxlab bench: how fast each kernel and each training step runs, against the
+// device's own measured ceilings.
+//
+// Kernels: every entry of each kernel set on the MNIST sizes (784-128-10) at the
+// given batches, fresh random inputs (as verify makes them), timed with device
+// events after warm-up: the median of many repetitions, each of back-to-back launches.
+// Achieved GB/s and GFLOP/s use the least traffic and the arithmetic each kernel must
+// do (see kernel_work in bench.cpp); the ceilings are a device-to-device copy and a
+// long FMA loop, measured on the same device in the same run.
+// Steps: `ptxlab train`'s own loop (graph-replayed chunks), the GPU time per step from
+// events around each chunk; epochs and time to target from a full training run.
+#pragma once
+
+#include "cuda.hpp"
+#include "idx.hpp"
+#include "kernels.hpp"
+
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+struct BenchOptions {
+    std::vector<unsigned> kernel_batches = {64, 1024};
+    std::vector<unsigned> step_batches = {64, 256};
+    std::vector<std::string> sets = {"ptx", "reference", "fused", "fused-reference"};
+    std::vector<std::string> target_sets = {"fused", "fused-reference"};
+    double target = 0.97;
+    unsigned epochs = 30;
+    unsigned seed_steps = 160;  // steps timed for the (slow) seed design
+    uint64_t seed = 1;
+    KernelDirs dirs = KernelDirs::from_environment();
+    std::string data_dir;
+    std::string json;           // write the results here as JSON
+    bool kernels = true, steps = true, to_target = true;
+};
+
+struct KernelTiming {
+    std::string set, entry;
+    unsigned batch = 0;
+    double us = 0;              // median time per launch
+    double bytes = 0, flops = 0;
+    double gbps = 0, gflops = 0;
+    double roofline_pct = 0;    // achieved / min(FMA peak, intensity x copy bandwidth)
+};
+
+struct StepTiming {
+    std::string set;
+    unsigned batch = 0, steps = 0;
+    double us_per_step = 0;     // median over chunks of GPU time / steps
+    double host_us_per_step = 0;  // wall time of the training loop / steps
+};
+
+struct TargetTiming {
+    std::string set;
+    bool reached = false;
+    double ms_to_target = 0, accuracy = 0;
+    unsigned epochs = 0, steps = 0;
+    double median_epoch_ms = 0, jit_ms = 0, data_ms = 0;
+};
+
+struct BenchResult {
+    std::string device;
+    double copy_gbps = 0, fma_gflops = 0;
+    std::vector<KernelTiming> kernels;
+    std::vector<StepTiming> steps;
+    std::vector<TargetTiming> targets;
+};
+
+BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out);
+std::string bench_json(const BenchResult& r, const BenchOptions& opt);
+
+}  // namespace ptxlab

@@ -1,0 +1,86 @@
+// ptxlab bench: kernel and training-step timings on the GPU, with the device's ceilings.
+#include "bench.hpp"
+#include "commands.hpp"
+#include "train.hpp"
+
+#include <fstream>
+#include <iostream>
+
+namespace ptxlab::cli {
+
+namespace {
+
+struct BenchCliOptions {
+    std::string batches = "64,1024", step_batches = "64,256";
+    std::vector<std::string> sets, target_sets;
+    double target = 0.97;
+    unsigned epochs = 30;
+    uint64_t seed = 1;
+    std::string data, ptx_dir, json;
+    bool no_kernels = false, no_steps = false, no_target = false;
+    double timeout = 120;
+    int device = 0;
+};
+
+int run_bench_cmd(const BenchCliOptions& o) {
+    BenchOptions opt;
+    opt.kernel_batches = parse_sizes(o.batches, "--batches", 1u << 20);
+    opt.step_batches = parse_sizes(o.step_batches, "--step-batches", 60000);
+    if (!o.sets.empty()) opt.sets = o.sets;
+    if (!o.target_sets.empty()) opt.target_sets = o.target_sets;
+    for (const auto& s : opt.sets) parse_kernel_choice(s);  // unknown names are an error
+    for (const auto& s : opt.target_sets) parse_kernel_choice(s);
+    if (!(o.target > 0.0 && o.target <= 1.0)) PTXLAB_THROW(InputError, "--target must be in (0, 1], got {}", o.target);
+    if (o.epochs == 0) PTXLAB_THROW(InputError, "--epochs must be at least 1");
+    if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
+    opt.target = o.target;
+    opt.epochs = o.epochs;
+    opt.seed = o.seed;
+    opt.data_dir = o.data;
+    opt.json = o.json;
+    opt.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
+    opt.kernels = !o.no_kernels;
+    opt.steps = !o.no_steps;
+    opt.to_target = !o.no_target;
+    if (!opt.json.empty() && !std::ofstream(opt.json, std::ios::app))
+        PTXLAB_THROW(InputError, "--json: cannot write '{}'", opt.json);
+    set_kernel_timeout(o.timeout);
+
+    Context ctx(o.device);
+    BenchResult r = run_bench(ctx, opt, std::cout);
+    if (!opt.json.empty()) {
+        std::ofstream(opt.json, std::ios::trunc) << bench_json(r, opt);
+        fmt::print("wrote {}\n", opt.json);
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+void setup_bench(CLI::App& app, Command& chosen) {
+    auto o = std::make_shared<BenchCliOptions>();
+    auto* sub = app.add_subcommand(
+        "bench",
+        "Time every kernel (PTX and NVRTC twin side by side, 784-128-10, median of device-event timings after "
+        "warm-up), with achieved GB/s and GFLOP/s against a device-to-device copy and an FMA loop measured in the "
+        "same run; then the GPU time per training step of `ptxlab train`'s graph-replayed loop, and the training "
+        "time to the target accuracy (data loading and JIT reported apart). Needs a GPU.");
+    sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
+    sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
+    sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fused fused-reference)");
+    sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference)");
+    sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();
+    sub->add_option("--epochs", o->epochs, "at most this many epochs in the time-to-target run")->capture_default_str();
+    sub->add_option("--seed", o->seed, "seed for inputs, initialisation and shuffling")->capture_default_str();
+    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
+    sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory");
+    sub->add_option("--json", o->json, "also write the results to this file as JSON");
+    sub->add_flag("--no-kernels", o->no_kernels, "skip the per-kernel timings");
+    sub->add_flag("--no-steps", o->no_steps, "skip the training-step timings");
+    sub->add_flag("--no-target", o->no_target, "skip the time-to-target runs");
+    sub->add_option("--timeout", o->timeout, "watchdog seconds (0: no limit)")->capture_default_str();
+    sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+    sub->callback([o, &chosen] { chosen = [o] { return run_bench_cmd(*o); }; });
+}
+
+}  // namespace ptxlab::cli

@@ -1,0 +1,32 @@
+// Launch shapes of the fused kernel set (ptx/fused.ptx): shared by verify, train and bench.
+#pragma once
+
+#include "kernels.hpp"
+
+namespace ptxlab {
+
+inline constexpr unsigned kFusedBlock = 256;
+
+inline unsigned ceil_div(unsigned a, unsigned b) { return (a + b - 1) / b; }
+
+// fused_forward: one block per 8-sample x 32-unit tile of A.
+inline unsigned fused_forward_grid(unsigned B, unsigned H) { return ceil_div(H, 32) * ceil_div(B, 8); }
+// fused_output: one block per sample.
+inline unsigned fused_output_grid(unsigned B) { return B; }
+// fused_sgd: 8-row x 32-column tiles of [W1 | b1], then of [W2 | b2].
+inline unsigned fused_sgd_grid(unsigned I, unsigned H, unsigned O) {
+    return ceil_div(H, 8) * ceil_div(I + 1, 32) + ceil_div(O, 8) * ceil_div(H + 1, 32);
+}
+
+// Buffers of one fused step; sizes {I, H, O}.
+struct FusedArgs {
+    CUdeviceptr X, T, W1, b1, W2, b2, A1, Y, D2, D1;
+    unsigned B, I, H, O;
+    float lr;
+};
+
+void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
+void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
+void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s);
+
+}  // namespace ptxlab

@@ -1,0 +1,124 @@
+// CUDA C twin of ptx/fused.ptx, compiled at run time by NVRTC.
+//
+// One training step of the 2-layer MLP in three kernels, batch gradients computed
+// directly (see the header of fused.ptx for the maths, launch shapes and the
+// summation order). The sums follow the PTX's order exactly and are written with
+// fmaf / __fadd_rn so that NVRTC cannot contract or reorder them: the two agree
+// bit for bit. Plain loads stage the tiles here; the PTX uses cp.async.
+
+// A = relu(X W^T + b). Block: 8 samples (warps) x 32 units (lanes).
+extern "C" __global__ void fused_forward(const float* X, const float* W, const float* b, float* A,
+                                         unsigned B, unsigned I, unsigned H)
+{
+    __shared__ __align__(16) float xs[8][256];
+    __shared__ __align__(16) float ws[32][260];
+    const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const unsigned tiles_h = (H + 31) / 32;
+    const unsigned h0 = (blockIdx.x % tiles_h) * 32, s0 = (blockIdx.x / tiles_h) * 8;
+    if (s0 >= B) return;
+    const unsigned h = h0 + lane, s = s0 + warp;
+
+    float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+    for (unsigned k0 = 0; k0 < I; k0 += 256) {
+        for (unsigned e = tid; e < 8 * 256; e += 256) {
+            unsigned r = e / 256, c = e % 256;
+            xs[r][c] = (s0 + r < B && k0 + c < I) ? X[(size_t)(s0 + r) * I + k0 + c] : 0.0f;
+        }
+        for (unsigned e = tid; e < 32 * 256; e += 256) {
+            unsigned r = e / 256, c = e % 256;
+            ws[r][c] = (h0 + r < H && k0 + c < I) ? W[(size_t)(h0 + r) * I + k0 + c] : 0.0f;
+        }
+        __syncthreads();
+        const unsigned kend = min(I - k0, 256u);
+        for (unsigned k = 0; k < kend; k += 4) {
+            float4 x = *reinterpret_cast<const float4*>(&xs[warp][k]);
+            float4 w = *reinterpret_cast<const float4*>(&ws[lane][k]);
+            acc0 = fmaf(x.x, w.x, acc0);
+            acc1 = fmaf(x.y, w.y, acc1);
+            acc2 = fmaf(x.z, w.z, acc2);
+            acc3 = fmaf(x.w, w.w, acc3);
+        }
+        __syncthreads();
+    }
+    if (s >= B || h >= H) return;
+    float z = __fadd_rn(__fadd_rn(acc0, acc1), __fadd_rn(acc2, acc3));
+    z = __fadd_rn(z, b[h]);
+    A[(size_t)s * H + h] = fmaxf(z, 0.0f);
+}
+
+// Y = A W^T + b, D2 = Y - T, D1 = (D2 W) * [A > 0]. One block per sample.
+extern "C" __global__ void fused_output(const float* A, const float* W, const float* b, const float* T,
+                                        float* Y, float* D2, float* D1, unsigned B, unsigned H, unsigned O)
+{
+    const unsigned s = blockIdx.x;
+    if (s >= B) return;
+    const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float* a = A + (size_t)s * H;
+
+    for (unsigned o = warp; o < O; o += 8) {
+        float p = 0.0f;
+        for (unsigned h = lane; h < H; h += 32) p = fmaf(a[h], W[(size_t)o * H + h], p);
+        for (int m = 16; m >= 1; m /= 2) p = __fadd_rn(p, __shfl_xor_sync(0xffffffffu, p, m));
+        const float y = __fadd_rn(p, b[o]);
+        const float d = __fsub_rn(y, T[(size_t)s * O + o]);
+        if (lane == 0) {
+            Y[(size_t)s * O + o] = y;
+            D2[(size_t)s * O + o] = d;
+        }
+    }
+    __syncthreads();
+
+    const float* d2 = D2 + (size_t)s * O;
+    for (unsigned h = tid; h < H; h += 256) {
+        float acc = 0.0f;
+        if (a[h] > 0.0f)
+            for (unsigned o = 0; o < O; ++o) acc = fmaf(d2[o], W[(size_t)o * H + h], acc);
+        D1[(size_t)s * H + h] = acc;
+    }
+}
+
+// P -= lr * (L^T R) / B for (W1|b1, D1, X) and (W2|b2, D2, A); column `cols` is the bias.
+extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2, const float* X, const float* A,
+                                     const float* D1, const float* D2, unsigned B, unsigned I, unsigned H,
+                                     unsigned O, float lr)
+{
+    __shared__ float ls[64][8];
+    __shared__ float rs[64][32];
+    unsigned tile = blockIdx.x;
+    unsigned ctiles = (I + 32) / 32;
+    const unsigned tiles1 = ctiles * ((H + 7) / 8);
+    float *P = W1, *Pb = b1;
+    const float *L = D1, *R = X;
+    unsigned rows = H, cols = I;
+    if (tile >= tiles1) {
+        tile -= tiles1;
+        ctiles = (H + 32) / 32;
+        if (tile >= ctiles * ((O + 7) / 8)) return;
+        P = W2, Pb = b2, L = D2, R = A, rows = O, cols = H;
+    }
+    const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const unsigned c0 = (tile % ctiles) * 32, r0 = (tile / ctiles) * 8;
+    const unsigned r = r0 + warp, c = c0 + lane;
+
+    float acc = 0.0f;
+    for (unsigned s0 = 0; s0 < B; s0 += 64) {
+        for (unsigned e = tid; e < 64 * 8; e += 256) {
+            unsigned sr = e / 8, tr = e % 8;
+            ls[sr][tr] = (s0 + sr < B && r0 + tr < rows) ? L[(size_t)(s0 + sr) * rows + r0 + tr] : 0.0f;
+        }
+        for (unsigned e = tid; e < 64 * 32; e += 256) {
+            unsigned sr = e / 32, tc = e % 32, col = c0 + tc;
+            const bool in_batch = s0 + sr < B;
+            rs[sr][tc] = col == cols ? (in_batch ? 1.0f : 0.0f)
+                                     : (in_batch && col < cols ? R[(size_t)(s0 + sr) * cols + col] : 0.0f);
+        }
+        __syncthreads();
+        const unsigned n = min(B - s0, 64u);
+        for (unsigned k = 0; k < n; ++k) acc = fmaf(ls[k][warp], rs[k][lane], acc);
+        __syncthreads();
+    }
+    if (r >= rows || c > cols) return;
+    const float mean = __fdiv_rn(acc, (float)B);
+    float* p = c == cols ? &Pb[r] : &P[(size_t)r * cols + c];
+    *p = fmaf(-lr, mean, *p);
+}

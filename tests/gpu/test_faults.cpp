@@ -1,0 +1,69 @@
+// Faults a lab must survive: a batch that does not fit in GPU memory, Ctrl-C during
+// training. (The --timeout watchdog has no test yet: on the H100 a spinning kernel was
+// not stopped by it; see the closing note of the robustness issue.) Each runs the ptxlab executable and checks its message,
+// its exit code and what it leaves behind.
+#include "../helpers.hpp"
+#include "common.hpp"
+#include "safetensors.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <thread>
+#include <unistd.h>
+
+using namespace ptxlab;
+using namespace ptxlab::test;
+
+TEST_CASE("faults: a batch too large for GPU memory gives a clear message naming the buffer") {
+    // Per-sample gradients of a 784-100000-10 network for 60000 samples: about 19 PB.
+    RunResult r = run_command(ptxlab_cmd("train --kernels ptx --hidden 100000 --batch 60000 --max-steps 1 --no-progress"));
+    CAPTURE(r.output);
+    CHECK(r.code == 1);
+    CHECK(r.output.find("out of GPU memory allocating buffer 'gW1 (per-sample)'") != std::string::npos);
+    CHECK(r.output.find("MiB free of") != std::string::npos);
+}
+
+TEST_CASE("faults: Ctrl-C stops training after the current chunk, saves, and prints the summary") {
+    TempDir t;
+    const std::string out = t.file("out.txt"), model = t.file("m.safetensors");
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        // The seed kernels: slow enough (about 14 ms a step) that training is surely under way.
+        execl(PTXLAB_BINARY, PTXLAB_BINARY, "train", "--kernels", "ptx", "--epochs", "1", "--no-progress", "--save",
+              model.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    // Wait until the run has started training (its header is printed after loading and JIT).
+    bool started = false;
+    for (int i = 0; i < 600 && !started; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::ifstream f(out);
+        std::string text((std::istreambuf_iterator<char>(f)), {});
+        started = text.find("ptxlab train:") != std::string::npos;
+    }
+    REQUIRE(started);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    kill(pid, SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::ifstream f(out);
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    CAPTURE(text);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 130);
+    CHECK(text.find("summary: interrupted after step") != std::string::npos);
+    CHECK(text.find("saved " + model) != std::string::npos);
+    NetParams back = load_safetensors(model);  // complete and loadable
+    CHECK(back.sizes == std::vector<unsigned>{784, 128, 10});
+    size_t files = 0;  // out.txt and the checkpoint: no temporary file left behind
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(t.path)) ++files;
+    CHECK(files == 2);
+}
