@@ -1,16 +1,13 @@
 #include "cuda.hpp"
 
-#include <thread>
-
-#include <chrono>
-
-#include <algorithm>
-
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
+#include <thread>
 
 namespace ptxlab {
 

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace ptxlab {
@@ -309,17 +310,25 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
     return make_mlp_harness(c, rng);
 }
 
-// Runs one kernel on the harness's inputs; returns the outputs by name.
-std::map<std::string, std::vector<float>> run_once(const Kernel& k, const Harness& h, const Stream& stream) {
+// A harness's tensors on the GPU: inputs uploaded, outputs poisoned.
+struct DeviceTensors {
     std::vector<DeviceBuffer> bufs;
     std::map<std::string, CUdeviceptr> ptrs;
-    for (const auto& t : h.tensors) {
-        bufs.emplace_back(t.count() * sizeof(float), t.name);
-        if (t.role == Role::Out) bufs.back().fill_u32(kPoison);
-        else bufs.back().upload(t.data);
-        ptrs[t.name] = bufs.back().ptr();
+    explicit DeviceTensors(const Harness& h) {
+        for (const auto& t : h.tensors) {
+            bufs.emplace_back(t.count() * sizeof(float), t.name);
+            if (t.role == Role::Out) bufs.back().fill_u32(kPoison);
+            else bufs.back().upload(t.data);
+            ptrs[t.name] = bufs.back().ptr();
+        }
     }
-    h.launch(k, ptrs, stream.get());
+};
+
+// Runs one kernel on the harness's inputs; returns the outputs by name.
+std::map<std::string, std::vector<float>> run_once(const Kernel& k, const Harness& h, const Stream& stream) {
+    DeviceTensors d(h);
+    const auto& bufs = d.bufs;
+    h.launch(k, d.ptrs, stream.get());
     try {
         stream.synchronize();
     } catch (const CudaError& e) {
@@ -348,24 +357,18 @@ std::string show(float f) { return fmt::format("{:.9g} (0x{:08x})", f, std::bit_
 
 struct PreparedCase::Impl {
     Harness h;
-    std::vector<DeviceBuffer> bufs;
-    std::map<std::string, CUdeviceptr> ptrs;
+    std::optional<DeviceTensors> d;
 };
 
 PreparedCase::PreparedCase(const VerifyCase& c, uint64_t seed) : impl_(std::make_unique<Impl>()) {
     Rng rng(seed);
     impl_->h = make_harness(c, rng);
-    for (const auto& t : impl_->h.tensors) {
-        impl_->bufs.emplace_back(t.count() * sizeof(float), t.name);
-        if (t.role == Role::Out) impl_->bufs.back().fill_u32(kPoison);
-        else impl_->bufs.back().upload(t.data);
-        impl_->ptrs[t.name] = impl_->bufs.back().ptr();
-    }
+    impl_->d.emplace(impl_->h);
 }
 
 PreparedCase::~PreparedCase() = default;
 
-void PreparedCase::launch(const Kernel& k, CUstream s) const { impl_->h.launch(k, impl_->ptrs, s); }
+void PreparedCase::launch(const Kernel& k, CUstream s) const { impl_->h.launch(k, impl_->d->ptrs, s); }
 
 std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyCase>& cases, const VerifyOptions& opt,
                                    const std::function<void(const CaseResult&)>& on_result) {
