@@ -119,8 +119,11 @@ Context::Context(int ordinal) {
 }
 
 Context::~Context() {
+    // After a --timeout the kernel is still running: a synchronize here would wait for it forever
+    // (this destructor runs while the TimeoutError unwinds to main()), so a hung device is left alone.
+    if (device_hung()) return;
     driver().cuCtxSynchronize();  // errors here were reported by the call that caused them
-    if (!device_hung()) driver().cuDevicePrimaryCtxRelease(dev_);
+    driver().cuDevicePrimaryCtxRelease(dev_);
 }
 
 void Context::synchronize() const { CU(cuCtxSynchronize); }

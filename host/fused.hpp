@@ -9,8 +9,12 @@ inline constexpr unsigned kFusedBlock = 256;
 
 inline unsigned ceil_div(unsigned a, unsigned b) { return (a + b - 1) / b; }
 
-// fused_forward: one block per 8-sample x 32-unit tile of A.
-inline unsigned fused_forward_grid(unsigned B, unsigned H) { return ceil_div(H, 32) * ceil_div(B, 8); }
+// fused_forward: a cluster of kFusedForwardCluster blocks per 8-sample x 32-unit tile of A
+// (the PTX fixes the cluster size with .reqnctapercluster; the grid must be a multiple of it).
+inline constexpr unsigned kFusedForwardCluster = 8;
+inline unsigned fused_forward_grid(unsigned B, unsigned H) {
+    return ceil_div(H, 32) * ceil_div(B, 8) * kFusedForwardCluster;
+}
 // fused_output: one block per sample.
 inline unsigned fused_output_grid(unsigned B) { return B; }
 // fused_sgd: 8-row x 32-column tiles of [W1 | b1], then of [W2 | b2].

@@ -160,6 +160,12 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
         if (entries.empty() || std::find(entries.begin(), entries.end(), s.entry) != entries.end())
             wanted.push_back(&s);
     for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
+    // fused_forward runs as 8-block thread-block clusters (.reqnctapercluster), new in sm_90.
+    if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) { return s->file == "fused"; }))
+        PTXLAB_THROW(InputError,
+                     "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "
+                     "(use --kernels ptx)",
+                     dev.name, dev.arch());
 
     std::vector<std::string> files;
     for (const auto* s : wanted)

@@ -3,6 +3,7 @@
 #include "error.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <fstream>
 #include <regex>
@@ -192,6 +193,13 @@ PtxInfo parse_ptx(std::string_view raw) {
     return info;
 }
 
+// A line number from a log: digits that fit an int, else 0 ("no line"), never an exception.
+static int line_number(const std::string& digits) {
+    int n = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    return ec == std::errc() && end == digits.data() + digits.size() ? n : 0;
+}
+
 std::vector<Diagnostic> parse_ptxas_log(std::string_view log) {
     // ptxas application ptx input, line 9; error   : Unknown symbol 'x'
     // ptxas fatal   : Unresolved extern function 'f'
@@ -203,7 +211,7 @@ std::vector<Diagnostic> parse_ptxas_log(std::string_view log) {
         if (l.empty()) continue;
         std::smatch m;
         if (std::regex_search(l, m, with_line)) {
-            out.push_back({std::stoi(m[1].str()), m[2].str(), m[3].str()});
+            out.push_back({line_number(m[1].str()), m[2].str(), m[3].str()});
         } else if (std::regex_search(l, m, without_line)) {
             out.push_back({0, m[1].str(), m[2].str()});
         }
@@ -275,9 +283,11 @@ std::string remap_log_lines(std::string_view log, const std::vector<int>& line_m
     for (auto it = begin; it != std::sregex_iterator(); ++it) {
         const auto& m = *it;
         out.append(in, last, static_cast<size_t>(m.position(0)) - last);
-        long n = std::stol(m[1].str());
-        if (n >= 1 && static_cast<size_t>(n) <= line_map.size()) n = line_map[static_cast<size_t>(n - 1)];
-        out += fmt::format("line {}", n);
+        const int n = line_number(m[1].str());
+        if (n >= 1 && static_cast<size_t>(n) <= line_map.size())
+            out += fmt::format("line {}", line_map[static_cast<size_t>(n - 1)]);
+        else
+            out += m.str(0);  // not a line of the annotated text: left as it was
         last = static_cast<size_t>(m.position(0) + m.length(0));
     }
     out.append(in, last, std::string::npos);

@@ -181,9 +181,11 @@ Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>&
     std::vector<double> x(I), ex(I, 0.0);
     for (unsigned s = 0; s < B; ++s) {
         for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
-        // Four partial sums, two levels to join them, the bias: at most 4 roundings more.
+        // A product passes at most ceil(I/32) + 2 roundings inside its cluster rank (an fma
+        // chain, then two adds joining the four partial sums), 7 joining the 8 ranks, and the
+        // bias: at most I + 10 roundings, so gamma(I + 10) bounds the error.
         dense_bounded(W.data(), b.data(), x.data(), ex.data(), H, I, true, A.v.data() + size_t(s) * H,
-                      A.e.data() + size_t(s) * H, nullptr, 4);
+                      A.e.data() + size_t(s) * H, nullptr, 10);
     }
     return A;
 }
@@ -236,8 +238,9 @@ void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const 
                 sum += t;
                 mag += std::fabs(t);
             }
-            if (c == cols) sgd_bounded(Pb0[r], sum, gamma(B) * mag, B, lr, Pb.v[r], Pb.e[r]);
-            else sgd_bounded(P0[size_t(r) * cols + c], sum, gamma(B) * mag, B, lr, P.v[size_t(r) * cols + c],
+            // Four fma chains of at most ceil(B/4) roundings, two adds to join them: gamma(B + 2).
+            if (c == cols) sgd_bounded(Pb0[r], sum, gamma(B + 2) * mag, B, lr, Pb.v[r], Pb.e[r]);
+            else sgd_bounded(P0[size_t(r) * cols + c], sum, gamma(B + 2) * mag, B, lr, P.v[size_t(r) * cols + c],
                              P.e[size_t(r) * cols + c]);
         }
     }

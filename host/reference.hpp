@@ -53,7 +53,7 @@ Bounded ref_update(const std::vector<float>& P, const std::vector<float>& G, uns
 // ---- The fused set (fused.ptx). Its sums run in another order than index order,
 // so each bound takes the sum's length plus the extra roundings of that order. ----
 
-// A = relu(X W^T + b): [B][H]; bound gamma_{I+4}.
+// A = relu(X W^T + b): [B][H]; bound gamma_{I+10} (see the summation order in fused.ptx).
 Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
                           unsigned B, unsigned I, unsigned H);
 
@@ -64,7 +64,7 @@ struct RefFusedOutput {
 RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<float>& W, const std::vector<float>& b,
                                 const std::vector<float>& T, unsigned B, unsigned H, unsigned O);
 
-// P[r][c] - lr (sum_s L[s][r] R[s][c]) / B and Pb[r] - lr (sum_s L[s][r]) / B; bound gamma_B.
+// P[r][c] - lr (sum_s L[s][r] R[s][c]) / B and Pb[r] - lr (sum_s L[s][r]) / B; bound gamma_{B+2}.
 void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const std::vector<float>& Pb0,
                    const std::vector<float>& L, const std::vector<float>& R, unsigned B, unsigned rows, unsigned cols,
                    float lr);

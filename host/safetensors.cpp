@@ -32,16 +32,18 @@ std::string json_escape(const std::string& s) {
 // non-negative integers. Anything else is an error with its offset.
 struct Json {
     enum Kind { Object, Array, String, Number } kind = Number;
-    std::vector<std::pair<std::string, Json>> members;
-    std::vector<Json> items;
+    std::vector<std::string> keys;  // an object's member names; items[i] is the value of keys[i]
+    std::vector<Json> items;        // an array's items, or an object's values
     std::string str;
     uint64_t num = 0;
-    const Json* get(const std::string& key) const {
-        for (const auto& [k, v] : members)
-            if (k == key) return &v;
-        return nullptr;
-    }
+    const Json* get(const std::string& key) const;
 };
+
+const Json* Json::get(const std::string& key) const {
+    for (size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] == key) return &items[i];
+    return nullptr;
+}
 
 class JsonParser {
 public:
@@ -82,7 +84,8 @@ private:
             for (;;) {
                 std::string k = string();
                 expect(':');
-                j.members.emplace_back(k, value(depth + 1));
+                j.keys.push_back(k);
+                j.items.push_back(value(depth + 1));
                 skip_ws();
                 if (i_ < t_.size() && t_[i_] == ',') {
                     ++i_;
@@ -232,7 +235,9 @@ NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>&
         uint64_t begin, end;
     };
     std::map<std::string, Found> tensors;
-    for (const auto& [name, t] : root.members) {
+    for (size_t m = 0; m < root.keys.size(); ++m) {
+        const std::string& name = root.keys[m];
+        const Json& t = root.items[m];
         if (name == "__metadata__") continue;
         auto bad = [&](const std::string& what) {
             PTXLAB_THROW(InputError, "{}: tensor '{}': {}", path, name, what);

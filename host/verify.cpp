@@ -66,12 +66,13 @@ std::vector<VerifyCase> default_cases() {
         v.push_back({"update", s});
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1, 1}, {63, 784, 100}, {1000, 784, 2000}, {64, 10, 60000}})
         v.push_back({"gather", s});
-    // The fused set: the MNIST sizes, batches that leave partial tiles (63, 1000), a
-    // column count past one 256-column chunk (257), more outputs than warps (17) and
-    // more hidden units than threads (300, 600).
+    // The fused set: the MNIST sizes, batches that leave partial tiles (63, 1000), column
+    // counts that are not a multiple of 4 (257, 2001: single-float copies), that leave
+    // cluster ranks without columns (13, 1), that need two 128-column chunks per rank (2000,
+    // 2001), more outputs than warps (17) and more hidden units than threads (300, 600).
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128}, {63, 784, 128}, {64, 784, 128},
                                                             {1000, 784, 128}, {64, 784, 300}, {9, 257, 33},
-                                                            {7, 13, 5}, {1, 1, 1}})
+                                                            {64, 2000, 128}, {5, 2001, 40}, {7, 13, 5}, {1, 1, 1}})
         v.push_back({"fused_forward", s});
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 128, 10}, {64, 128, 10}, {1000, 128, 10},
                                                             {63, 300, 10}, {64, 33, 17}, {2, 600, 9}, {7, 5, 3},

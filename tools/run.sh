@@ -3,21 +3,24 @@
 #
 #   tools/run.sh train [ptxlab train flags...]   set up, fetch MNIST, build, run `ptxlab train`
 #   tools/run.sh test  [ctest flags...]          set up, fetch MNIST, build, run every test (ctest)
+#   tools/run.sh sanitize [ctest flags...]       the same with AddressSanitizer and UBSan, CPU tests only
+#   tools/run.sh fuzz [idx|ptx] [SECONDS]        build the libFuzzer targets with clang and run them
 #
 # Set-up: installs the Debian/Ubuntu packages ptxlab builds with when they are missing
 # (cmake, ninja, g++, fmt, doctest, CLI11, zlib), checks for the CUDA 13 toolkit, and
 # fetches MNIST into data/mnist (tools/fetch_mnist.sh; PTXLAB_MNIST_MIRROR=DIR uses a
 # local copy). BUILD_DIR (default: build) and BUILD_TYPE (default: RelWithDebInfo) choose
-# the build. On a machine without an NVIDIA GPU the GPU tests are reported as skipped.
+# the build (sanitize: build-asan, Debug; fuzz: build-fuzz). On a machine without an NVIDIA
+# GPU the GPU tests are reported as skipped.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 what="${1:-}"
 case "$what" in
-  train|test) shift ;;
-  -h|--help|"") sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; [ -n "$what" ]; exit $? ;;
-  *) echo "run.sh: unknown command '$what' (train or test)" >&2; exit 2 ;;
+  train|test|sanitize|fuzz) shift ;;
+  -h|--help|"") sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; [ -n "$what" ]; exit $? ;;
+  *) echo "run.sh: unknown command '$what' (train, test, sanitize or fuzz)" >&2; exit 2 ;;
 esac
 
 say() { printf '== %s\n' "$*"; }
@@ -34,6 +37,7 @@ if command -v g++ >/dev/null; then
   has_header CLI/CLI.hpp || missing+=(libcli11-dev)
   has_header zlib.h || missing+=(zlib1g-dev)
 fi
+[ "$what" = fuzz ] && ! command -v clang++ >/dev/null && missing+=(clang)
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -51,23 +55,42 @@ if [ ! -f "$cuda_root/include/nvJitLink.h" ] && ! command -v nvcc >/dev/null; th
 fi
 [ -d "$cuda_root/bin" ] && export PATH="$cuda_root/bin:$PATH"
 
-# --- 3. MNIST ------------------------------------------------------------------
+# --- 3. MNIST (not needed by the fuzzers) ---------------------------------------
+if [ "$what" = fuzz ]; then
+  say "fuzzing"
+  exec tests/fuzz/run.sh "$@"
+fi
 say "MNIST"
 tools/fetch_mnist.sh
 
 # --- 4. build ------------------------------------------------------------------
 build="${BUILD_DIR:-build}"
+type="${BUILD_TYPE:-RelWithDebInfo}"
+cmake_args=(); targets=()
+if [ "$what" = sanitize ]; then
+  # AddressSanitizer + UndefinedBehaviorSanitizer (any report fails the test that triggered it);
+  # only the CPU tests and the executable they drive are built.
+  build="${BUILD_DIR:-build-asan}"; type="${BUILD_TYPE:-Debug}"
+  cmake_args=(-DPTXLAB_SANITIZE=ON); targets=(--target ptxlab ptxlab_cpu_tests)
+fi
 say "building in $build"
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
-cmake --build "$build" -j "$(nproc)"
+[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE="$type" "${cmake_args[@]}"
+cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 
 # --- 5. run --------------------------------------------------------------------
-if [ "$what" = train ]; then
-  say "ptxlab train $*"
-  exec "$build/ptxlab" train "$@"
-else
-  say "tests"
-  cd "$build"
-  exec ctest --output-on-failure "$@"
-fi
+case "$what" in
+  train)
+    say "ptxlab train $*"
+    exec "$build/ptxlab" train "$@" ;;
+  test)
+    say "tests"
+    cd "$build"
+    exec ctest --output-on-failure "$@" ;;
+  sanitize)
+    say "CPU tests under AddressSanitizer and UndefinedBehaviorSanitizer"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}"
+    export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+    cd "$build"
+    exec ctest --output-on-failure -R '^cpu:' "$@" ;;
+esac

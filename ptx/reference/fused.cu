@@ -6,30 +6,36 @@
 // fmaf / __fadd_rn so that NVRTC cannot contract or reorder them: the two agree
 // bit for bit. Plain loads stage the tiles here; the PTX uses cp.async.
 
-// A = relu(X W^T + b). Block: 8 samples (warps) x 32 units (lanes).
-extern "C" __global__ void fused_forward(const float* X, const float* W, const float* b, float* A,
-                                         unsigned B, unsigned I, unsigned H)
+// A = relu(X W^T + b). A cluster of 8 blocks shares an 8-sample (warps) x 32-unit (lanes)
+// tile; block rank r sums its eighth of the columns, and warp r of rank r adds the 8 partial
+// tiles in rank order through distributed shared memory.
+extern "C" __global__ void __cluster_dims__(8, 1, 1)
+fused_forward(const float* X, const float* W, const float* b, float* A, unsigned B, unsigned I, unsigned H)
 {
-    __shared__ __align__(16) float xs[8][256];
-    __shared__ __align__(16) float ws[32][260];
+    __shared__ __align__(16) float xs[8][128];
+    __shared__ __align__(16) float ws[32][132];
+    __shared__ float part[256];
+    const unsigned rank = __clusterRelativeBlockRank();
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const unsigned tiles_h = (H + 31) / 32;
-    const unsigned h0 = (blockIdx.x % tiles_h) * 32, s0 = (blockIdx.x / tiles_h) * 8;
+    const unsigned tiles_h = (H + 31) / 32, tile = blockIdx.x / 8;
+    const unsigned h0 = (tile % tiles_h) * 32, s0 = (tile / tiles_h) * 8;
     if (s0 >= B) return;
     const unsigned h = h0 + lane, s = s0 + warp;
+    const unsigned kc = ((I + 7) / 8 + 3) / 4 * 4;
+    const unsigned k_lo = min(rank * kc, I), k_hi = min(k_lo + kc, I);
 
     float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
-    for (unsigned k0 = 0; k0 < I; k0 += 256) {
-        for (unsigned e = tid; e < 8 * 256; e += 256) {
-            unsigned r = e / 256, c = e % 256;
-            xs[r][c] = (s0 + r < B && k0 + c < I) ? X[(size_t)(s0 + r) * I + k0 + c] : 0.0f;
+    for (unsigned k0 = k_lo; k0 < k_hi; k0 += 128) {
+        for (unsigned e = tid; e < 8 * 128; e += 256) {
+            unsigned r = e / 128, c = e % 128;
+            xs[r][c] = (s0 + r < B && k0 + c < k_hi) ? X[(size_t)(s0 + r) * I + k0 + c] : 0.0f;
         }
-        for (unsigned e = tid; e < 32 * 256; e += 256) {
-            unsigned r = e / 256, c = e % 256;
-            ws[r][c] = (h0 + r < H && k0 + c < I) ? W[(size_t)(h0 + r) * I + k0 + c] : 0.0f;
+        for (unsigned e = tid; e < 32 * 128; e += 256) {
+            unsigned r = e / 128, c = e % 128;
+            ws[r][c] = (h0 + r < H && k0 + c < k_hi) ? W[(size_t)(h0 + r) * I + k0 + c] : 0.0f;
         }
         __syncthreads();
-        const unsigned kend = min(I - k0, 256u);
+        const unsigned kend = min(k_hi - k0, 128u);
         for (unsigned k = 0; k < kend; k += 4) {
             float4 x = *reinterpret_cast<const float4*>(&xs[warp][k]);
             float4 w = *reinterpret_cast<const float4*>(&ws[lane][k]);
@@ -40,10 +46,17 @@ extern "C" __global__ void fused_forward(const float* X, const float* W, const f
         }
         __syncthreads();
     }
-    if (s >= B || h >= H) return;
-    float z = __fadd_rn(__fadd_rn(acc0, acc1), __fadd_rn(acc2, acc3));
-    z = __fadd_rn(z, b[h]);
-    A[(size_t)s * H + h] = fmaxf(z, 0.0f);
+    part[tid] = __fadd_rn(__fadd_rn(acc0, acc1), __fadd_rn(acc2, acc3));
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (warp == rank) {
+        float z = *static_cast<float*>(__cluster_map_shared_rank(&part[tid], 0));
+        for (unsigned peer = 1; peer < 8; ++peer)
+            z = __fadd_rn(z, *static_cast<float*>(__cluster_map_shared_rank(&part[tid], peer)));
+        if (s < B && h < H) A[(size_t)s * H + h] = fmaxf(__fadd_rn(z, b[h]), 0.0f);
+    }
+    __cluster_barrier_arrive();  // no block leaves while another still reads its part[]
+    __cluster_barrier_wait();
 }
 
 // Y = A W^T + b, D2 = Y - T, D1 = (D2 W) * [A > 0]. One block per sample.
@@ -100,7 +113,7 @@ extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2,
     const unsigned c0 = (tile % ctiles) * 32, r0 = (tile / ctiles) * 8;
     const unsigned r = r0 + warp, c = c0 + lane;
 
-    float acc = 0.0f;
+    float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
     for (unsigned s0 = 0; s0 < B; s0 += 64) {
         for (unsigned e = tid; e < 64 * 8; e += 256) {
             unsigned sr = e / 8, tr = e % 8;
@@ -114,10 +127,16 @@ extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2,
         }
         __syncthreads();
         const unsigned n = min(B - s0, 64u);
-        for (unsigned k = 0; k < n; ++k) acc = fmaf(ls[k][warp], rs[k][lane], acc);
+        for (unsigned k = 0; k < n; k += 4) {  // samples past the batch are zeros in both tiles
+            acc0 = fmaf(ls[k][warp], rs[k][lane], acc0);
+            acc1 = fmaf(ls[k + 1][warp], rs[k + 1][lane], acc1);
+            acc2 = fmaf(ls[k + 2][warp], rs[k + 2][lane], acc2);
+            acc3 = fmaf(ls[k + 3][warp], rs[k + 3][lane], acc3);
+        }
         __syncthreads();
     }
     if (r >= rows || c > cols) return;
+    const float acc = __fadd_rn(__fadd_rn(acc0, acc1), __fadd_rn(acc2, acc3));
     const float mean = __fdiv_rn(acc, (float)B);
     float* p = c == cols ? &Pb[r] : &P[(size_t)r * cols + c];
     *p = fmaf(-lr, mean, *p);

@@ -1,9 +1,9 @@
-// Faults a lab must survive: a batch that does not fit in GPU memory, Ctrl-C during
-// training. (The --timeout watchdog has no test yet: on the H100 a spinning kernel was
-// not stopped by it; see the closing note of the robustness issue.) Each runs the ptxlab executable and checks its message,
+// Faults a lab must survive: a batch that does not fit in GPU memory, a kernel that never
+// finishes, Ctrl-C during training. Each runs the ptxlab executable and checks its message,
 // its exit code and what it leaves behind.
 #include "../helpers.hpp"
 #include "common.hpp"
+#include "ptx_text.hpp"
 #include "safetensors.hpp"
 
 #include <doctest/doctest.h>
@@ -66,4 +66,26 @@ TEST_CASE("faults: Ctrl-C stops training after the current chunk, saves, and pri
     size_t files = 0;  // out.txt and the checkpoint: no temporary file left behind
     for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(t.path)) ++files;
     CHECK(files == 2);
+}
+
+TEST_CASE("faults: a kernel that never finishes is stopped by --timeout and named") {
+    // gather.ptx with an injected endless loop: every thread spins on a value no index has.
+    TempDir t;
+    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/gather.ptx").text;
+    const std::string store = "    // dst[e] = v.\n";
+    REQUIRE(src.find(store) != std::string::npos);
+    src.replace(src.find(store), store.size(),
+                "SPIN:\n    ld.volatile.global.u32  src_row, [idx];\n    setp.ne.u32     idle, src_row, 0xDEADBEEF;\n"
+                "    @idle bra       SPIN;\n" + store);
+    write_text(t.file("gather.ptx"), src);
+    // coreutils' timeout is the backstop: if the watchdog fails, the test fails after 60 s instead of hanging.
+    const auto t0 = std::chrono::steady_clock::now();
+    RunResult r = run_command("timeout -s KILL 60 " +
+                              ptxlab_cmd("verify --kernel gather --shape 10,10,10 --timeout 2 --ptx-dir " + t.path.string()));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CAPTURE(r.output);
+    CHECK(r.code == 4);  // kExitTimeout
+    CHECK(r.output.find("kernel 'gather' (") != std::string::npos);
+    CHECK(r.output.find("did not finish within 2 s (--timeout)") != std::string::npos);
+    CHECK(seconds < 30);
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for a bounded time.
+#
+#   tests/fuzz/run.sh [TARGET...] [SECONDS]     TARGET: idx, ptx (default: both); SECONDS default 60
+#
+# Each target starts from its seed corpus in tests/fuzz/corpus/TARGET (plus, for ptx, the
+# kernels in ptx/ and the PTX fixtures); inputs it discovers go to a temporary directory,
+# not into the tree. A crash, a sanitizer report, a slow input (over 10 s) or one that needs
+# over 2 GiB stops the run with a non-zero exit and leaves the input in $BUILD_DIR/artifacts/
+# (reproduce: the fuzz binary with that file as its argument). FUZZ_SEED fixes libFuzzer's
+# random seed (default 1). BUILD_DIR defaults to build-fuzz; CXX picks the compiler
+# (default clang++).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+
+targets=(); seconds=60
+for a in "$@"; do
+  case "$a" in
+    idx|ptx) targets+=("$a") ;;
+    ''|*[!0-9]*) echo "fuzz/run.sh: unknown argument '$a' (targets: idx, ptx; or a number of seconds)" >&2; exit 2 ;;
+    *) seconds="$a" ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(idx ptx)
+
+cxx="${CXX:-clang++}"
+if ! command -v "$cxx" >/dev/null; then
+  echo "fuzz/run.sh: '$cxx' not found; the fuzzers need clang with libFuzzer (Debian: apt-get install clang)" >&2
+  exit 1
+fi
+build="${BUILD_DIR:-build-fuzz}"
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" "${gen[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTXLAB_FUZZ=ON -DPTXLAB_TESTS=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+
+mkdir -p "$build/artifacts"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+for t in "${targets[@]}"; do
+  # PTX is parsed with regexes: inputs up to 8 KiB keep the run at thousands of inputs a second.
+  seeds=("tests/fuzz/corpus/$t"); max_len=65536
+  [ "$t" = ptx ] && { seeds+=(ptx ptx/reference tests/fixtures/ptx); max_len=8192; }
+  mkdir -p "$work/$t"
+  echo "== fuzz_$t: ${seconds} s from ${seeds[*]}"
+  rc=0
+  "$build/tests/fuzz/fuzz_$t" "$work/$t" "${seeds[@]}" -max_total_time="$seconds" -seed="${FUZZ_SEED:-1}" \
+    -timeout=10 -rss_limit_mb=2048 -max_len=$max_len -print_final_stats=1 \
+    -artifact_prefix="$root/$build/artifacts/$t-" >"$work/$t.log" 2>&1 || rc=$?
+  if [ $rc -ne 0 ]; then
+    tail -n 80 "$work/$t.log"
+    echo "fuzz/run.sh: fuzz_$t failed (exit $rc); the input is in $build/artifacts/" >&2
+    exit 1
+  fi
+  grep -E '^(INFO: seed corpus|#[0-9]+ *DONE|Done|stat::number_of_executed_units|stat::peak_rss)' "$work/$t.log" || true
+done
