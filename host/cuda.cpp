@@ -241,9 +241,23 @@ void note_in_flight(const std::string& what) {
 const std::vector<std::string>& in_flight() { return g_in_flight; }
 void forget_in_flight(size_t keep) { g_in_flight.resize(std::min(keep, g_in_flight.size())); }
 
+// A kernel failed while running (an illegal address, a trap): the error names the kernels that
+// were in flight, since the driver reports it at the next synchronisation, not at the launch.
+[[noreturn]] static void kernel_failed(CUresult r, const char* call, int line) {
+    std::string names;
+    for (const auto& k : g_in_flight) names += (names.empty() ? "" : ", ") + k;
+    throw CudaError(r,
+                    fmt::format("{} failed: {}; the kernel{} in flight: {} (compute-sanitizer --tool memcheck names "
+                                "the line)",
+                                call, cu_result_text(r), g_in_flight.size() == 1 ? "" : "s",
+                                names.empty() ? std::string("(unknown)") : names),
+                    source_location(__FILE__, line));
+}
+
 void wait_for_stream(CUstream s) {
     if (g_timeout_s <= 0) {
-        CU(cuStreamSynchronize, s);
+        CUresult r = driver().cuStreamSynchronize(s);
+        if (r != CUDA_SUCCESS) kernel_failed(r, "cuStreamSynchronize", __LINE__);
         g_in_flight.clear();
         return;
     }
@@ -255,7 +269,7 @@ void wait_for_stream(CUstream s) {
             g_in_flight.clear();
             return;
         }
-        if (r != CUDA_ERROR_NOT_READY) cu_check(r, "cuStreamQuery", __FILE__, __LINE__);
+        if (r != CUDA_ERROR_NOT_READY) kernel_failed(r, "cuStreamQuery", __LINE__);
         if (std::chrono::steady_clock::now() > deadline) {
             // The device is stuck: nothing may wait on it again, destructors skip their driver calls,
             // and the driver tears the context down when the process exits.

@@ -311,34 +311,60 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
     return make_mlp_harness(c, rng);
 }
 
-// A harness's tensors on the GPU: inputs uploaded, outputs poisoned.
+// A harness's tensors on the GPU: inputs uploaded, outputs poisoned, each between two
+// guard bands (kGuardFloats words of kGuard before and after).
 struct DeviceTensors {
     std::vector<DeviceBuffer> bufs;
     std::map<std::string, CUdeviceptr> ptrs;
     explicit DeviceTensors(const Harness& h) {
         for (const auto& t : h.tensors) {
-            bufs.emplace_back(t.count() * sizeof(float), t.name);
-            if (t.role == Role::Out) bufs.back().fill_u32(kPoison);
-            else bufs.back().upload(t.data);
-            ptrs[t.name] = bufs.back().ptr();
+            std::vector<float> words(t.count() + 2 * kGuardFloats, std::bit_cast<float>(kGuard));
+            if (t.role == Role::Out) std::fill_n(words.begin() + kGuardFloats, t.count(), std::bit_cast<float>(kPoison));
+            else std::copy(t.data.begin(), t.data.end(), words.begin() + kGuardFloats);
+            bufs.emplace_back(words.size() * sizeof(float), t.name);
+            bufs.back().upload(words);
+            ptrs[t.name] = bufs.back().ptr() + kGuardFloats * sizeof(float);
         }
     }
 };
 
-// Runs one kernel on the harness's inputs; returns the outputs by name.
-std::map<std::string, std::vector<float>> run_once(const Kernel& k, const Harness& h, const Stream& stream) {
+// What one run of a kernel left: its outputs by name, and the out-of-bounds writes found
+// in the guard bands (one line per tensor).
+struct RunOutput {
+    std::map<std::string, std::vector<float>> out;
+    size_t overrun = 0;
+    std::vector<std::string> overruns;
+};
+
+// Runs one kernel on the harness's inputs.
+RunOutput run_once(const Kernel& k, const Harness& h, const Stream& stream) {
     DeviceTensors d(h);
-    const auto& bufs = d.bufs;
     h.launch(k, d.ptrs, stream.get());
     try {
         stream.synchronize();
     } catch (const CudaError& e) {
         PTXLAB_THROW(Error, "kernel '{}' ({}) failed while running: {}", k.spec->entry, k.origin, e.what());
     }
-    std::map<std::string, std::vector<float>> out;
-    for (size_t i = 0; i < h.tensors.size(); ++i)
-        if (h.tensors[i].role != Role::In) out[h.tensors[i].name] = bufs[i].download_vector<float>();
-    return out;
+    RunOutput r;
+    for (size_t i = 0; i < h.tensors.size(); ++i) {
+        const Tensor& t = h.tensors[i];
+        auto words = d.bufs[i].download_vector<float>();
+        size_t before = 0, after = 0, last = 0;
+        for (size_t g = 0; g < kGuardFloats; ++g) {
+            before += std::bit_cast<uint32_t>(words[g]) != kGuard;
+            if (std::bit_cast<uint32_t>(words[kGuardFloats + t.count() + g]) != kGuard) ++after, last = g + 1;
+        }
+        if (before || after) {
+            r.overrun += before + after;
+            r.overruns.push_back(fmt::format("{}: {} wrote out of bounds: {} word{} in the {} words before it, {} in "
+                                             "the {} after it (the last {} past its end)",
+                                             t.name, k.origin, before, before == 1 ? "" : "s", kGuardFloats, after,
+                                             kGuardFloats, last));
+        }
+        if (t.role != Role::In)
+            r.out[t.name].assign(words.begin() + long(kGuardFloats), words.begin() + long(kGuardFloats + t.count()));
+    }
+    return r;
 }
 
 std::string coords(const Tensor& t, size_t flat) {
@@ -385,11 +411,17 @@ std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyC
         const VerifyCase& c = cases[ci];
         Rng rng(opt.seed * 0x9e3779b97f4a7c15ull + ci);  // fresh inputs per case, reproducible from the seed
         Harness h = make_harness(c, rng);
-        auto got_ptx = run_once(ptx.get(c.entry), h, stream);
-        auto got_ref = run_once(ref.get(c.entry), h, stream);
+        const RunOutput run_ptx = run_once(ptx.get(c.entry), h, stream);
+        const RunOutput run_ref = run_once(ref.get(c.entry), h, stream);
+        const auto& got_ptx = run_ptx.out;
+        const auto& got_ref = run_ref.out;
 
         CaseResult r;
         r.c = c;
+        r.overrun_ptx = run_ptx.overrun;
+        r.overrun_ref = run_ref.overrun;
+        for (const auto* run : {&run_ptx, &run_ref})
+            for (const auto& m : run->overruns) r.mismatches.push_back(m);
         for (const auto& t : h.tensors) {
             if (t.role == Role::In) continue;
             const auto& a = got_ptx.at(t.name);

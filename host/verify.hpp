@@ -18,6 +18,10 @@ namespace ptxlab {
 // The NaN bit pattern written into every output before a launch; an element
 // still holding it afterwards was never written.
 inline constexpr uint32_t kPoison = 0xFFBADBADu;
+// Every tensor sits between two guard bands of kGuardFloats words set to kGuard; a kernel
+// that writes into one wrote out of bounds (before the start or past the end).
+inline constexpr uint32_t kGuard = 0xFFC0FFEEu;
+inline constexpr size_t kGuardFloats = 4096;
 
 // Distance in units in the last place between two floats (0 for +0 vs -0);
 // UINT64_MAX when either is NaN and they differ.
@@ -52,10 +56,12 @@ struct CaseResult {
     double max_abs = 0;
     size_t f64_fail_ptx = 0, f64_fail_ref = 0;
     size_t kink_skipped = 0;      // elements not compared with f64 (ReLU mask within rounding)
+    size_t overrun_ptx = 0, overrun_ref = 0;  // guard words changed: writes out of bounds
     double worst_of_bound = 0;    // max |got - f64| / bound over both sets
     std::vector<std::string> mismatches;  // first few, with coordinates and both values
     bool pass() const {
-        return unwritten_ptx == 0 && unwritten_ref == 0 && differing == 0 && f64_fail_ptx == 0 && f64_fail_ref == 0;
+        return unwritten_ptx == 0 && unwritten_ref == 0 && differing == 0 && f64_fail_ptx == 0 && f64_fail_ref == 0 &&
+               overrun_ptx == 0 && overrun_ref == 0;
     }
 };
 

@@ -2,10 +2,12 @@
 // reference and each other; and a deliberately wrong kernel that must be caught.
 #include "../helpers.hpp"
 #include "common.hpp"
+#include "ptx_text.hpp"
 #include "verify.hpp"
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <random>
 
 using namespace ptxlab;
@@ -62,4 +64,33 @@ TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     CHECK(run.code == 1);
     CHECK(run.output.find("FAIL") != std::string::npos);
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
+TEST_CASE("kernels: an out-of-bounds write is caught by verify's guard bands and named") {
+    // tests/fixtures/oob/gather.ptx stores every row one row on: the last lands past the end of dst.
+    RunResult run = run_command(ptxlab_cmd("verify --kernel gather --shape 4,8,10 --ptx-dir " + fixture("oob")));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("dst: " + fixture("oob") + "/gather.ptx wrote out of bounds: 0 words in the 4096 words "
+                          "before it, 8 in the 4096 after it (the last 8 past its end)") != std::string::npos);
+    CHECK(run.output.find("dst[0][0]: unwritten by ptx") != std::string::npos);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
+TEST_CASE("kernels: a kernel that faults during training is named, and ptxlab exits cleanly") {
+    // gather.ptx storing 2^44 bytes away: an illegal address, reported at the next synchronisation.
+    TempDir t;
+    for (const char* f : {"fused.ptx", "gather.ptx"})
+        std::filesystem::copy_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/" + f, t.file(f));
+    std::string src = read_source_file(t.file("gather.ptx")).text;
+    const std::string store = "    st.global.f32   [addr], v;\n";
+    REQUIRE(src.find(store) != std::string::npos);
+    src.replace(src.find(store), store.size(), "    add.u64         addr, addr, 0x100000000000;\n" + store);
+    write_text(t.file("gather.ptx"), src);
+    RunResult run = run_command("timeout -s KILL 120 " +
+                                ptxlab_cmd("train --max-steps 5 --no-progress --ptx-dir " + t.path.string()));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos);
+    CHECK(run.output.find("'gather' (" + t.file("gather.ptx") + ")") != std::string::npos);
 }
