@@ -10,7 +10,7 @@
 #               --preset notebook
 #   torch       PyTorch loads the saved checkpoints and gets the same accuracy
 #   sanitize    compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over
-#               verify --quick and short training runs
+#               every verify case and short training runs
 #   tools/device_proof.sh [OUTDIR] [STAGES]   STAGES: comma-separated, default all
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,8 +71,8 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck initcheck synccheck; do
     log "compute-sanitizer --tool $tool"
-    timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 "$P" verify --quick --seed 5 --timeout 0 >"$out/san_$tool.txt" 2>&1
-    echo "verify --quick rc=$?"; grep -E "ERROR SUMMARY|^verify:" "$out/san_$tool.txt" | tail -2
+    timeout 280 compute-sanitizer --tool "$tool" --error-exitcode 9 "$P" verify --seed 21 --timeout 0 >"$out/san_$tool.txt" 2>&1
+    echo "verify rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^verify:" "$out/san_$tool.txt" | tail -2
   done
   for tool in memcheck synccheck; do
     for k in fused ptx; do
