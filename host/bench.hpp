@@ -23,8 +23,8 @@ namespace ptxlab {
 struct BenchOptions {
     std::vector<unsigned> kernel_batches = {64, 1024};
     std::vector<unsigned> step_batches = {64, 256};
-    std::vector<std::string> sets = {"ptx", "reference", "fused", "fused-reference"};
-    std::vector<std::string> target_sets = {"fused", "fused-reference"};
+    std::vector<std::string> sets = {"ptx", "reference", "fast", "fast-reference", "fused", "fused-reference"};
+    std::vector<std::string> target_sets = {"fused", "fused-reference", "fast"};
     double target = 0.97;
     unsigned epochs = 30;
     unsigned seed_steps = 160;  // steps timed for the (slow) seed design

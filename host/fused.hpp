@@ -33,4 +33,14 @@ void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
 void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s);
 
+// The fast set (--kernels fast) after fused_forward and fused_output: the per-sample weight
+// gradients gW1[B][H][I] = D1 (x) X and gW2[B][O][H] = D2 (x) A1 (ptx/outer.ptx), then the
+// SGD step of update.ptx on W1, b1 (from D1), W2, b2 (from D2).
+void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s);
+void launch_fast_update(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s);
+// outer: one thread per 4 columns of a row of G[B][R][C].
+inline unsigned outer_grid(unsigned B, unsigned R, unsigned C) {
+    return grid_for(size_t(B) * R * ceil_div(C, 4), kFusedBlock);
+}
+
 }  // namespace ptxlab

@@ -43,6 +43,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"update", "update", {P, P, U, U, F}},
         // dst src idx | rows cols
         {"gather", "gather", {P, P, P, U, U}},
+        // G D V | B R C
+        {"outer", "outer", {P, P, P, U, U, U}},
         // X W b A | B I H
         {"fused_forward", "fused", {P, P, P, P, U, U, U}},
         // A W b T Y D2 D1 | B H O
@@ -104,12 +106,21 @@ KernelChoice parse_kernel_choice(const std::string& name) {
     if (name == "reference") return {Design::Seed, KernelSource::Reference};
     if (name == "fused") return {Design::Fused, KernelSource::Ptx};
     if (name == "fused-reference") return {Design::Fused, KernelSource::Reference};
-    PTXLAB_THROW(InputError, "unknown kernel set '{}' (choose ptx, reference, fused or fused-reference)", name);
+    if (name == "fast") return {Design::Fast, KernelSource::Ptx};
+    if (name == "fast-reference") return {Design::Fast, KernelSource::Reference};
+    PTXLAB_THROW(InputError,
+                 "unknown kernel set '{}' (choose fused, fast, ptx, fused-reference, fast-reference or reference)",
+                 name);
 }
 
 std::string to_string(KernelChoice k) {
-    return (k.design == Design::Fused ? (k.source == KernelSource::Ptx ? "fused" : "fused-reference")
-                                      : to_string(k.source));
+    const bool ptx = k.source == KernelSource::Ptx;
+    switch (k.design) {
+    case Design::Fused: return ptx ? "fused" : "fused-reference";
+    case Design::Fast: return ptx ? "fast" : "fast-reference";
+    case Design::Seed: break;
+    }
+    return to_string(k.source);
 }
 
 std::vector<std::string> check_against_specs(const PtxInfo& info, const std::string& path, const std::string& stem) {

@@ -52,9 +52,14 @@ KernelSource parse_kernel_source(const std::string& name);  // "ptx" | "referenc
 std::string to_string(KernelSource s);
 
 // How a training step is built: Seed is the notebook's design (per-sample gradients,
-// forward/grad/update), Fused the fast one (fused.ptx: three launches a step).
-enum class Design { Seed, Fused };
-// A --kernels choice: ptx, reference (Seed) or fused, fused-reference (Fused).
+// forward/grad/update, one thread per sample); Fast the same per-sample-gradient design
+// with many threads per sample (fused_forward, fused_output, outer, update); Fused
+// computes the batch gradient directly (fused.ptx: three launches a step).
+enum class Design { Seed, Fast, Fused };
+// Fast and Fused run the forward pass with fused_forward + fused_output (2 layers only).
+inline bool uses_fused_forward(Design d) { return d != Design::Seed; }
+// A --kernels choice: ptx, reference (Seed); fast, fast-reference (Fast); fused,
+// fused-reference (Fused).
 struct KernelChoice {
     Design design = Design::Fused;
     KernelSource source = KernelSource::Ptx;

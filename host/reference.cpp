@@ -254,6 +254,21 @@ Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& i
     return out;
 }
 
+Bounded ref_outer(const std::vector<float>& D, const std::vector<float>& V, unsigned B, unsigned R, unsigned C) {
+    Bounded out;
+    out.resize(size_t(B) * R * C);
+    for (unsigned b = 0; b < B; ++b)
+        for (unsigned r = 0; r < R; ++r)
+            for (unsigned c = 0; c < C; ++c) {
+                // The float64 product of two floats is exact; float32 rounds it once.
+                const double p = double(D[size_t(b) * R + r]) * double(V[size_t(b) * C + c]);
+                const size_t i = (size_t(b) * R + r) * C + c;
+                out.v[i] = p;
+                out.e[i] = gamma(1) * std::fabs(p);
+            }
+    return out;
+}
+
 // ---- float64 training loop ------------------------------------------------------
 
 std::vector<double> cpu_forward(const Net64& net, const std::vector<double>& X, unsigned B) {

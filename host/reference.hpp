@@ -72,6 +72,9 @@ void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const 
 // dst[r][c] = src[idx[r]][c] (exact).
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols);
 
+// G[b][r][c] = D[b][r] * V[b][c] (one rounding: bound gamma_1).
+Bounded ref_outer(const std::vector<float>& D, const std::vector<float>& V, unsigned B, unsigned R, unsigned C);
+
 // Whether a float32 result is within the bound of a reference value.
 bool within_bound(float got, double ref, double bound);
 

@@ -71,7 +71,7 @@ void TrainConfig::validate_flags() const {
         PTXLAB_THROW(InputError, "the network needs 3 or 4 layer sizes, got {}", layers.size());
     for (auto w : layers)
         if (w == 0) PTXLAB_THROW(InputError, "layer widths must be at least 1 (--layers {})", layers_text(layers));
-    if (kernels.design == Design::Fused && layers.size() != 3)
+    if (uses_fused_forward(kernels.design) && layers.size() != 3)
         PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks (I,H,O); for --layers {} use --kernels ptx",
                      to_string(kernels), layers_text(layers));
 }
@@ -130,12 +130,12 @@ struct DeviceNet {
             b.back().upload(net.b[l]);
             const bool last = l + 1 == net.layers();
             acts.emplace_back(size_t(batch) * sizes[l + 1] * 4, last ? "Y" : fmt::format("A{}", l + 1));
-            if (design == Design::Seed) {
+            if (design == Design::Seed || design == Design::Fast)
                 gW.emplace_back(size_t(batch) * net.W[l].size() * 4, fmt::format("gW{} (per-sample)", l + 1));
+            if (design == Design::Seed)
                 gb.emplace_back(size_t(batch) * net.b[l].size() * 4, fmt::format("gb{} (per-sample)", l + 1));
-            }
         }
-        if (design == Design::Fused) {
+        if (design && uses_fused_forward(*design)) {  // Fast's bias gradients are these deltas
             D1 = DeviceBuffer(size_t(batch) * sizes[1] * 4, "D1 (hidden deltas)");
             D2 = DeviceBuffer(size_t(batch) * sizes.back() * 4, "D2 (output deltas)");
         }
@@ -239,7 +239,7 @@ public:
             acts_.emplace_back(test.count * sizes[l + 1] * 4,
                                l + 2 == sizes.size() ? "test Y" : fmt::format("test A{}", l + 1));
         }
-        if (design == Design::Fused) {
+        if (uses_fused_forward(design)) {
             T_ = DeviceBuffer(test.count * kClasses * 4, "test targets");
             T_.upload(one_hot(test.labels));
             D1_ = DeviceBuffer(test.count * sizes[1] * 4, "test D1 (scratch)");
@@ -249,7 +249,7 @@ public:
 
     void enqueue(const KernelSet& ks, DeviceNet& net, CUstream s) {
         const unsigned n = static_cast<unsigned>(test_.count);
-        if (design_ == Design::Fused) {
+        if (uses_fused_forward(design_)) {
             FusedArgs a = fused_args(net, X_.ptr(), T_.ptr(), acts_.back().ptr(), n, 0.0f);
             a.A1 = acts_[0].ptr();
             a.D1 = D1_.ptr();
@@ -348,6 +348,7 @@ std::string first_non_finite(const std::string& name, const DeviceBuffer& buf, s
 std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes) {
     const bool three = sizes.size() == 4;
     if (d == Design::Fused) return {"fused_forward", "fused_output", "fused_sgd", "gather"};
+    if (d == Design::Fast) return {"fused_forward", "fused_output", "outer", "update", "gather"};
     return {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "update", "gather"};
 }
 
@@ -363,7 +364,7 @@ EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split&
     } catch (const Error&) {
         fused = false;
     }
-    const Design d = fused && net.sizes.size() == 3 ? Design::Fused : Design::Seed;
+    const Design d = fused && net.sizes.size() == 3 ? Design::Fused : Design::Seed;  // Fast evaluates as Fused
     DeviceNet dnet(net, 1, std::nullopt);
     Evaluator ev(test, net.sizes, d);
     Stream stream;
@@ -378,7 +379,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
     const unsigned B = cfg.batch, O = kClasses;
     const size_t N = data.train.count, I = data.train.dim();
     const unsigned K = static_cast<unsigned>(N / B);  // steps per epoch; the last partial batch is dropped
-    const unsigned chunk = cfg.chunk ? cfg.chunk : (design == Design::Fused ? 128u : 8u);
+    const unsigned chunk = cfg.chunk ? cfg.chunk : (design == Design::Seed ? 8u : 128u);
 
     KernelSet ks(cfg.kernels.source, ctx.info(), cfg.dirs, training_entries(design, sizes));
     res.jit_ms = ks.load_ms();
@@ -434,6 +435,20 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
             v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
                          {{"D2", &net.D2, O}, {"D1", &net.D1, sizes[1]}}, y_off + 1});
             v.push_back({"fused_sgd", [&ks, a](CUstream st) { launch_fused_sgd(ks, a, st); },
+                         {{"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}},
+                         0});
+        } else if (design == Design::Fast) {
+            // The per-sample design with many threads per sample: the same forward pass and
+            // deltas as the fused set, per-sample weight gradients by `outer`, then `update`
+            // averages them over the batch (the bias gradients are the deltas D1, D2).
+            const FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
+            v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
+                         {{"A1", &net.acts[0], sizes[1]}}, 0});
+            v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
+                         {{"D2", &net.D2, O}, {"D1", &net.D1, sizes[1]}}, y_off + 1});
+            v.push_back({"outer", [&ks, a, &net](CUstream st) { launch_fast_outer(ks, a, net.gW[0].ptr(), net.gW[1].ptr(), st); },
+                         {{"gW1", &net.gW[0], sizes[0]}, {"gW2", &net.gW[1], sizes[1]}}, 0});
+            v.push_back({"update", [&ks, a, &net](CUstream st) { launch_fast_update(ks, a, net.gW[0].ptr(), net.gW[1].ptr(), st); },
                          {{"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}},
                          0});
         } else {

@@ -32,6 +32,7 @@ std::string shape_names(const std::string& entry) {
     if (entry == "fused_forward") return "B,I,H";
     if (entry == "fused_output") return "B,H,O";
     if (entry == "fused_sgd") return "B,I,H,O";
+    if (entry == "outer") return "B,R,C";
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
@@ -82,6 +83,10 @@ std::vector<VerifyCase> default_cases() {
                                                             {64, 784, 128, 10}, {1000, 784, 128, 10},
                                                             {65, 13, 5, 3}, {64, 100, 300, 17}, {1, 1, 1, 1}})
         v.push_back({"fused_sgd", s});
+    // The fast set's outer products: gW1 and gW2 of a batch of 64 (16-byte path), odd row
+    // lengths (single floats), one element.
+    for (const auto& s : std::vector<std::vector<unsigned>>{{64, 128, 784}, {64, 10, 128}, {63, 37, 13}, {5, 3, 2001}, {1, 1, 1}})
+        v.push_back({"outer", s});
     return v;
 }
 
@@ -91,7 +96,8 @@ std::vector<VerifyCase> quick_cases() {
             {"forward3", {2, 1, 1, 1, 1}},        {"grad3", {63, 300, 129, 33, 7}},   {"grad3", {2, 1, 1, 1, 1}},
             {"update", {10, 63}},                 {"update", {1000, 64}},             {"gather", {63, 784, 100}},
             {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
-            {"fused_output", {64, 33, 17}},       {"fused_sgd", {65, 13, 5, 3}},      {"fused_sgd", {64, 784, 128, 10}}};
+            {"fused_output", {64, 33, 17}},       {"fused_sgd", {65, 13, 5, 3}},      {"fused_sgd", {64, 784, 128, 10}},
+            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}}};
 }
 
 namespace {
@@ -217,6 +223,21 @@ Harness make_update_harness(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
+Harness make_outer_harness(const VerifyCase& c, Rng& rng) {
+    const unsigned B = c.shape[0], R = c.shape[1], C = c.shape[2];
+    Harness h;
+    std::vector<float> D = random_vector(rng, size_t(B) * R, -1.0f, 1.0f);
+    std::vector<float> V = random_vector(rng, size_t(B) * C, -1.0f, 1.0f);
+    h.expected["G"] = ref_outer(D, V, B, R, C);
+    h.tensors.push_back({"D", {B, R}, Role::In, std::move(D)});
+    h.tensors.push_back({"V", {B, C}, Role::In, std::move(V)});
+    h.tensors.push_back({"G", {B, R, C}, Role::Out, {}});
+    h.launch = [B, R, C](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        k.launch(outer_grid(B, R, C), kFusedBlock, s, ptr(m, "G"), ptr(m, "D"), ptr(m, "V"), B, R, C);
+    };
+    return h;
+}
+
 Harness make_gather_harness(const VerifyCase& c, Rng& rng) {
     const unsigned rows = c.shape[0], cols = c.shape[1], src_rows = c.shape[2];
     if (src_rows == 0) PTXLAB_THROW(InputError, "gather needs src_rows >= 1");
@@ -307,6 +328,7 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
         if (v == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
     if (c.entry == "update") return make_update_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);
+    if (c.entry == "outer") return make_outer_harness(c, rng);
     if (c.entry.rfind("fused_", 0) == 0) return make_fused_harness(c, rng);
     return make_mlp_harness(c, rng);
 }

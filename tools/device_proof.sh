@@ -75,7 +75,7 @@ if has sanitize; then
     echo "verify rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^verify:" "$out/san_$tool.txt" | tail -2
   done
   for tool in memcheck synccheck; do
-    for k in fused ptx; do
+    for k in fused fast ptx; do
       timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 "$P" train --no-progress --kernels "$k" --max-steps 30 --timeout 0 >"$out/san_train_${k}_$tool.txt" 2>&1
       echo "train --kernels $k --max-steps 30 under $tool rc=$?"; grep -E "ERROR SUMMARY" "$out/san_train_${k}_$tool.txt"
     done

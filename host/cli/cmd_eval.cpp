@@ -26,11 +26,11 @@ int run_eval(const EvalOptions& o) {
     KernelDirs dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
     const KernelChoice k = o.kernels == "auto" ? KernelChoice{three ? Design::Seed : Design::Fused, KernelSource::Ptx}
                                                : parse_kernel_choice(o.kernels);
-    if (k.design == Design::Fused && three)
+    if (uses_fused_forward(k.design) && three)
         PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks; {} has 3 layers (use --kernels ptx)",
                      to_string(k), o.load);
     std::vector<std::string> entries = training_entries(k.design, net.sizes);
-    entries.resize(k.design == Design::Fused ? 2 : 1);  // the forward kernels only
+    entries.resize(uses_fused_forward(k.design) ? 2 : 1);  // the forward kernels only
     KernelSet ks(k.source, ctx.info(), dirs, entries);
     EvalResult r = evaluate(ks, net, data.test);
     fmt::print("eval: {} ({} MLP) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
@@ -57,7 +57,8 @@ void setup_eval(CLI::App& app, Command& chosen) {
                 "computed with the forward kernel on the GPU.");
     sub->add_option("--load", o->load, "checkpoint (.safetensors)")->required();
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
-    sub->add_option("--kernels", o->kernels, "kernel set: fused, ptx, fused-reference or reference; auto = fused for 2 layers, ptx for 3")->capture_default_str();
+    sub->add_option("--kernels", o->kernels, "kernel set: fused, fast, ptx, fused-reference, fast-reference or reference; auto = fused for 2 layers, "
+                    "ptx for 3 (fast evaluates with the fused forward kernels)")->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
     sub->callback([o, &chosen] { chosen = [o] { return run_eval(*o); }; });

@@ -161,9 +161,11 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "half-sse: the notebook's 0.5|y-t|^2 per sample, averaged over the batch (gradient y-t)")
         ->capture_default_str();
     sub->add_option("--kernels", o->kernels,
-                    "kernel set: fused (hand-written ptx/fused.ptx: 3 launches a step, 2-layer networks), ptx (the "
-                    "notebook's design: per-sample gradients, ptx/grad.ptx + update.ptx), or their NVRTC twins "
-                    "fused-reference and reference; auto = fused for 2 layers, ptx for 3")
+                    "kernel set: fused (hand-written ptx/fused.ptx: 3 launches a step, batch gradients directly; "
+                    "2-layer networks, sm_90), fast (per-sample gradients with many threads per sample: "
+                    "fused_forward, fused_output, outer.ptx, update.ptx; 2-layer networks, sm_90), ptx (the "
+                    "notebook's design: one thread per sample, ptx/grad.ptx + update.ptx), or their NVRTC twins "
+                    "fused-reference, fast-reference and reference; auto = fused for 2 layers, ptx for 3")
         ->capture_default_str();
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_option("--timeout", o->timeout,

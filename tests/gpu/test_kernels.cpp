@@ -48,6 +48,7 @@ TEST_CASE("kernels: gather, both sets") { check_both_sets("gather", {1000, 784, 
 TEST_CASE("kernels: fused_forward, both sets") { check_both_sets("fused_forward", {63, 784, 128}); }
 TEST_CASE("kernels: fused_output, both sets") { check_both_sets("fused_output", {65, 300, 17}); }
 TEST_CASE("kernels: fused_sgd, both sets") { check_both_sets("fused_sgd", {65, 784, 128, 10}); }
+TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}); }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));

@@ -16,6 +16,7 @@ using namespace ptxlab::test;
 namespace {
 const KernelChoice kSeedPtx{Design::Seed, KernelSource::Ptx}, kSeedRef{Design::Seed, KernelSource::Reference};
 const KernelChoice kFusedPtx{Design::Fused, KernelSource::Ptx}, kFusedRef{Design::Fused, KernelSource::Reference};
+const KernelChoice kFastPtx{Design::Fast, KernelSource::Ptx}, kFastRef{Design::Fast, KernelSource::Reference};
 const Dataset& mnist() {
     static Dataset d = load_dataset(default_data_dir());
     return d;
@@ -102,6 +103,22 @@ TEST_CASE("train: the fused set learns like the seed set") {
     CHECK(lf == doctest::Approx(lp).epsilon(0.05));
     CHECK(f.accuracy > 0.85);
     CHECK(std::fabs(f.accuracy - p.accuracy) < 0.02);
+}
+
+TEST_CASE("train: the fast set gives the same losses as its twins, and learns like the seed set") {
+    TrainResult a = run(kFastPtx, 400, 4), b = run(kFastRef, 400, 4), p = run(kSeedPtx, 400, 4);
+    REQUIRE(a.step_losses.size() == 400);
+    CHECK(a.step_losses == b.step_losses);
+    CHECK(a.model.W == b.model.W);
+    // The same per-sample gradients as the seed set, from deltas summed in another order.
+    double la = 0, lp = 0;
+    for (int i = 0; i < 40; ++i) {
+        la += a.step_losses[size_t(360 + i)];
+        lp += p.step_losses[size_t(360 + i)];
+    }
+    CHECK(la == doctest::Approx(lp).epsilon(0.05));
+    CHECK(a.accuracy > 0.85);
+    CHECK(std::fabs(a.accuracy - p.accuracy) < 0.02);
 }
 
 TEST_CASE("train: the fused set is bit-identical run after run") {
