@@ -18,6 +18,21 @@ namespace {
 
 constexpr unsigned kI = 784, kH = 128, kO = 10;
 
+}  // namespace
+
+BenchSet parse_bench_set(const std::string& name) {
+    const std::string suffix = "/serial";
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+        BenchSet s{parse_kernel_choice(name.substr(0, name.size() - suffix.size())), false};
+        if (s.kernels.design != Design::Fused)
+            PTXLAB_THROW(InputError, "'{}': only the fused sets have a /serial variant", name);
+        return s;
+    }
+    return {parse_kernel_choice(name), true};
+}
+
+namespace {
+
 double median(std::vector<double> v) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
@@ -134,7 +149,9 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
         fmt::print(out, "{:<16} {:<14} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set", "kernel", "batch", "us", "GB/s",
                    "GFLOP/s", "roofline");
         for (const auto& set : opt.sets) {
-            const KernelChoice k = parse_kernel_choice(set);
+            const BenchSet bs = parse_bench_set(set);
+            if (!bs.overlap) continue;  // the same kernels as without "/serial"
+            const KernelChoice k = bs.kernels;
             const auto entries = set_entries(k);
             KernelSet ks(k.source, ctx.info(), opt.dirs, entries);
             for (const auto& e : entries) {
@@ -171,7 +188,9 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
         for (const auto& set : opt.sets) {
             for (unsigned B : opt.step_batches) {
                 TrainConfig cfg;
-                cfg.kernels = parse_kernel_choice(set);
+                const BenchSet bs = parse_bench_set(set);
+                cfg.kernels = bs.kernels;
+                cfg.overlap = bs.overlap;
                 cfg.batch = B;
                 cfg.seed = opt.seed;
                 cfg.target = 1.0;
@@ -206,7 +225,9 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
                    "accuracy", "ms/epoch", "JIT ms", "data ms");
         for (const auto& set : opt.target_sets) {
             TrainConfig cfg;
-            cfg.kernels = parse_kernel_choice(set);
+            const BenchSet bs = parse_bench_set(set);
+            cfg.kernels = bs.kernels;
+            cfg.overlap = bs.overlap;
             cfg.seed = opt.seed;
             cfg.target = opt.target;
             cfg.max_epochs = opt.epochs;

@@ -2,18 +2,27 @@
 
 namespace ptxlab {
 
+namespace {
+template <class... A> void launch(const KernelSet& ks, const char* entry, bool overlap, unsigned grid, CUstream s,
+                                  A... args) {
+    const Kernel& k = ks.get(entry);
+    if (overlap) k.launch_overlapped(grid, kFusedBlock, s, args...);
+    else k.launch(grid, kFusedBlock, s, args...);
+}
+}  // namespace
+
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    ks.get("fused_forward").launch(fused_forward_grid(a.B, a.H), kFusedBlock, s, a.X, a.W1, a.b1, a.A1, a.B, a.I, a.H);
+    launch(ks, "fused_forward", a.overlap, fused_forward_grid(a.B, a.H), s, a.X, a.W1, a.b1, a.A1, a.B, a.I, a.H);
 }
 
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    ks.get("fused_output").launch(fused_output_grid(a.B), kFusedBlock, s, a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B,
-                                  a.H, a.O);
+    launch(ks, "fused_output", a.overlap, fused_output_grid(a.B), s, a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B, a.H,
+           a.O);
 }
 
 void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    ks.get("fused_sgd").launch(fused_sgd_grid(a.I, a.H, a.O), kFusedBlock, s, a.W1, a.b1, a.W2, a.b2, a.X, a.A1, a.D1,
-                               a.D2, a.B, a.I, a.H, a.O, a.lr);
+    launch(ks, "fused_sgd", a.overlap, fused_sgd_grid(a.I, a.H, a.O), s, a.W1, a.b1, a.W2, a.b2, a.X, a.A1, a.D1,
+           a.D2, a.B, a.I, a.H, a.O, a.lr);
 }
 
 void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {

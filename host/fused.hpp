@@ -27,6 +27,9 @@ struct FusedArgs {
     CUdeviceptr X, T, W1, b1, W2, b2, A1, Y, D2, D1;
     unsigned B, I, H, O;
     float lr;
+    // Launch each kernel as a programmatic dependent launch, so that it is scheduled while
+    // the previous one drains (the kernels wait for it with griddepcontrol.wait).
+    bool overlap = false;
 };
 
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);

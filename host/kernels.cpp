@@ -152,10 +152,26 @@ void Kernel::check_args(const ParamKind* kinds, size_t n) const {
     }
 }
 
-void Kernel::launch_raw(unsigned grid, unsigned block, CUstream stream, void** params) const {
+void Kernel::launch_raw(unsigned grid, unsigned block, CUstream stream, void** params, bool overlapped) const {
     if (grid == 0) return;  // nothing to do (an empty batch or array)
     note_in_flight(fmt::format("'{}' ({})", spec->entry, origin));
-    CUresult r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr);
+    CUresult r;
+    if (overlapped) {
+        CUlaunchAttribute attr{};
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = grid;
+        cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = block;
+        cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.hStream = stream;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        r = driver().cuLaunchKernelEx(&cfg, fn, params, nullptr);
+    } else {
+        r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr);
+    }
     if (r != CUDA_SUCCESS)
         throw CudaError(r, fmt::format("launch of kernel '{}' ({}) failed: cuLaunchKernel: {}", spec->entry,
                                        origin, cu_result_text(r)),

@@ -90,12 +90,21 @@ struct Kernel {
         static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
         check_args(kinds, sizeof...(A));
         void* params[] = {static_cast<void*>(&args)...};
-        launch_raw(grid, block, stream, params);
+        launch_raw(grid, block, stream, params, false);
+    }
+    // The same, as a programmatic dependent launch (sm_90): the kernel may be scheduled
+    // while the previous kernel in the stream still runs, and must execute
+    // `griddepcontrol.wait` before it touches memory that kernel reads or writes.
+    template <class... A> void launch_overlapped(unsigned grid, unsigned block, CUstream stream, A... args) const {
+        static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
+        check_args(kinds, sizeof...(A));
+        void* params[] = {static_cast<void*>(&args)...};
+        launch_raw(grid, block, stream, params, true);
     }
 
 private:
     void check_args(const ParamKind* kinds, size_t n) const;
-    void launch_raw(unsigned grid, unsigned block, CUstream stream, void** params) const;
+    void launch_raw(unsigned grid, unsigned block, CUstream stream, void** params, bool overlapped) const;
 };
 
 // One loaded set of kernels: the hand-written PTX or the NVRTC twins, JIT-loaded by the driver.

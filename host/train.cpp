@@ -429,7 +429,8 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
         const CUdeviceptr Yk = Ylog.ptr() + y_off;
         std::vector<StepKernel> v;
         if (design == Design::Fused) {
-            const FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
+            FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
+            a.overlap = cfg.overlap;
             v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
                          {{"A1", &net.acts[0], sizes[1]}}, 0});
             v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },

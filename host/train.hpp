@@ -56,6 +56,8 @@ struct TrainConfig {
     Loss loss = Loss::Mse;
     KernelChoice kernels;       // default: fused PTX
     bool graphs = true;         // replay chunks of steps as CUDA graphs (false: plain launches)
+    bool overlap = true;        // fused set: programmatic dependent launches (each kernel is scheduled
+                                // while the previous one drains; griddepcontrol in fused.ptx)
     unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design
     KernelDirs dirs = KernelDirs::from_environment();
     unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs

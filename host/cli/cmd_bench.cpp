@@ -28,8 +28,8 @@ int run_bench_cmd(const BenchCliOptions& o) {
     opt.step_batches = parse_sizes(o.step_batches, "--step-batches", 60000);
     if (!o.sets.empty()) opt.sets = o.sets;
     if (!o.target_sets.empty()) opt.target_sets = o.target_sets;
-    for (const auto& s : opt.sets) parse_kernel_choice(s);  // unknown names are an error
-    for (const auto& s : opt.target_sets) parse_kernel_choice(s);
+    for (const auto& s : opt.sets) parse_bench_set(s);  // unknown names are an error
+    for (const auto& s : opt.target_sets) parse_bench_set(s);
     if (!(o.target > 0.0 && o.target <= 1.0)) PTXLAB_THROW(InputError, "--target must be in (0, 1], got {}", o.target);
     if (o.epochs == 0) PTXLAB_THROW(InputError, "--epochs must be at least 1");
     if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
@@ -67,7 +67,8 @@ void setup_bench(CLI::App& app, Command& chosen) {
         "time to the target accuracy (data loading and JIT reported apart). Needs a GPU.");
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
-    sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference)");
+    sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference fused/serial; "
+                    "NAME/serial: the fused set without programmatic dependent launches, as train --no-overlap)");
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();
     sub->add_option("--epochs", o->epochs, "at most this many epochs in the time-to-target run")->capture_default_str();

@@ -24,7 +24,7 @@ struct TrainOptions {
     std::string preset;
     std::string loss = "mse";
     std::string kernels = "auto";
-    bool no_graphs = false;
+    bool no_graphs = false, no_overlap = false;
     double timeout = 120;
     std::string ptx_dir;
     std::string log, save;
@@ -58,6 +58,7 @@ int run_train(const TrainOptions& o) {
                                                      KernelSource::Ptx}
                                       : parse_kernel_choice(o.kernels);
     cfg.graphs = !o.no_graphs;
+    cfg.overlap = !o.no_overlap;
     if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
     set_kernel_timeout(o.timeout);
     cfg.loss = parse_loss(o.loss);
@@ -168,6 +169,9 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "fused-reference, fast-reference and reference; auto = fused for 2 layers, ptx for 3")
         ->capture_default_str();
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
+    sub->add_flag("--no-overlap", o->no_overlap,
+                  "fused set: start each kernel only when the previous one has finished, instead of programmatic "
+                  "dependent launches that schedule it while the previous one drains (same results, bit for bit)");
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
                     "this many seconds; 0: no limit")

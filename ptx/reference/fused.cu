@@ -15,6 +15,8 @@ fused_forward(const float* X, const float* W, const float* b, float* A, unsigned
     __shared__ __align__(16) float xs[8][128];
     __shared__ __align__(16) float ws[32][132];
     __shared__ float part[256];
+    // Programmatic dependent launch, as in the PTX (NVRTC has no CUDA C spelling of it).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const unsigned rank = __clusterRelativeBlockRank();
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const unsigned tiles_h = (H + 31) / 32, tile = blockIdx.x / 8;
@@ -49,6 +51,7 @@ fused_forward(const float* X, const float* W, const float* b, float* A, unsigned
     part[tid] = __fadd_rn(__fadd_rn(acc0, acc1), __fadd_rn(acc2, acc3));
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
+    asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
     if (warp == rank) {
         float z = *static_cast<float*>(__cluster_map_shared_rank(&part[tid], 0));
         for (unsigned peer = 1; peer < 8; ++peer)
@@ -65,6 +68,9 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
 {
     const unsigned s = blockIdx.x;
     if (s >= B) return;
+    // Programmatic dependent launch, as in the PTX (NVRTC has no CUDA C spelling of it).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const float* a = A + (size_t)s * H;
 
@@ -80,6 +86,7 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
         }
     }
     __syncthreads();
+    asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
 
     const float* d2 = D2 + (size_t)s * O;
     for (unsigned h = tid; h < H; h += 256) {
@@ -97,6 +104,8 @@ extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2,
 {
     __shared__ float ls[64][8];
     __shared__ float rs[64][32];
+    // Programmatic dependent launch, as in the PTX (NVRTC has no CUDA C spelling of it).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     unsigned tile = blockIdx.x;
     unsigned ctiles = (I + 32) / 32;
     const unsigned tiles1 = ctiles * ((H + 7) / 8);
@@ -135,6 +144,7 @@ extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2,
         }
         __syncthreads();
     }
+    asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
     if (r >= rows || c > cols) return;
     const float acc = __fadd_rn(__fadd_rn(acc0, acc1), __fadd_rn(acc2, acc3));
     const float mean = __fdiv_rn(acc, (float)B);

@@ -22,10 +22,11 @@ const Dataset& mnist() {
     return d;
 }
 TrainResult run(KernelChoice k, unsigned steps, uint64_t seed, const std::vector<unsigned>& layers = {784, 128, 10},
-                bool graphs = true, const std::string& ptx_dir = {}) {
+                bool graphs = true, const std::string& ptx_dir = {}, bool overlap = true) {
     TrainConfig cfg;
     cfg.kernels = k;
     cfg.graphs = graphs;
+    cfg.overlap = overlap;
     if (!ptx_dir.empty()) cfg.dirs = KernelDirs::from_ptx_dir(ptx_dir);
     cfg.max_steps = steps;
     cfg.seed = seed;
@@ -82,11 +83,14 @@ TEST_CASE("train: a checkpoint whose shapes do not fit the data is refused") {
                          InputError);
 }
 
-TEST_CASE("train: the fused set gives the same losses as its twins, with and without graphs") {
+TEST_CASE("train: the fused set gives the same losses as its twins, with and without graphs and overlap") {
     TrainResult a = run(kFusedPtx, 300, 3), b = run(kFusedRef, 300, 3), c = run(kFusedPtx, 300, 3, {784, 128, 10}, false);
+    TrainResult d = run(kFusedPtx, 300, 3, {784, 128, 10}, true, {}, false);
     REQUIRE(a.step_losses.size() == 300);
     CHECK(a.step_losses == b.step_losses);
     CHECK(a.step_losses == c.step_losses);  // graph replay == plain launches
+    CHECK(a.step_losses == d.step_losses);  // programmatic dependent launches == serialised ones
+    CHECK(a.model.W == d.model.W);
     CHECK(a.accuracy == b.accuracy);
 }
 
