@@ -3,6 +3,7 @@
 #include <nvJitLink.h>
 #include <nvrtc.h>
 
+#include <cstdio>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -163,6 +164,17 @@ Module::Module(const SourceFile& src, bool line_info) : path_(src.path) {
     if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
         msg += fmt::format("{}:{}: note: .version {} is newer than this driver ({}.{}) accepts\n", src.path,
                            info.version_line, info.version, driver().version / 1000, driver().version % 1000 / 10);
+    // A .target above the GPU's architecture: say which line and what the GPU is.
+    CUdevice dev = 0;
+    int major = 0, minor = 0;
+    unsigned target = 0;
+    if (info.target.rfind("sm_", 0) == 0 && std::sscanf(info.target.c_str() + 3, "%u", &target) == 1 &&
+        driver().cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
+        driver().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) == CUDA_SUCCESS &&
+        driver().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) == CUDA_SUCCESS &&
+        target > unsigned(major * 10 + minor))
+        msg += fmt::format("{}:{}: note: .target {} is newer than this GPU (sm_{}{}); expected .target sm_{}{} or lower\n",
+                           src.path, info.target_line, info.target, major, minor, major, minor);
     msg += "JIT error log:\n" + (error_log.empty() ? std::string("(empty)\n") : error_log + "\n");
     throw PtxError(msg, source_location(__FILE__, __LINE__));
 }

@@ -30,14 +30,20 @@ Driver load_driver() {
     Driver d;
     auto fetch = [&](const char* name, void** fn) {
         // Ask for the version cuda.h declares under the plain name: the newest for all we use,
-        // except cuCtxSynchronize, whose CUDA 13 version (_v2) takes a context argument.
-        const int version = std::string_view(name) == "cuCtxSynchronize" ? 12000 : CUDA_VERSION;
+        // except cuCtxSynchronize and cuCtxGetDevice, whose CUDA 13 versions (_v2) take a
+        // context argument (asking for those would call them with a missing argument).
+        const std::string_view n(name);
+        const int version = n == "cuCtxSynchronize" || n == "cuCtxGetDevice" ? 12000 : CUDA_VERSION;
         CUdriverProcAddressQueryResult status{};
         CUresult r = get_proc(name, fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
         if (r != CUDA_SUCCESS || *fn == nullptr || status != CU_GET_PROC_ADDRESS_SUCCESS)
             PTXLAB_THROW(NoGpuError, "no usable NVIDIA driver ({} lacks {} for CUDA {}.{}; need driver >= 580)",
                          lib, name, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
     };
+    // The driver's JIT cache would hand back a cubin compiled earlier without running ptxas,
+    // and then the JIT info log (registers, spills: printed with every load) is empty. A lab
+    // recompiles every time unless the user set CUDA_CACHE_DISABLE themselves.
+    setenv("CUDA_CACHE_DISABLE", "1", 0);
     // cuInit first: the toolkit's stub library answers it with CUDA_ERROR_STUB_LIBRARY.
     auto init = reinterpret_cast<decltype(&::cuInit)>(dlsym(handle, "cuInit"));
     if (!init) PTXLAB_THROW(NoGpuError, "no NVIDIA driver found ({} has no cuInit)", lib);

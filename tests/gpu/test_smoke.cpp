@@ -68,3 +68,12 @@ TEST_CASE("smoke: an unsupported .version and a missing entry point are reported
     Module m(read_source_file(fixture("ptx/scale.ptx")));
     CHECK_THROWS_WITH_AS(m.function("scal"), doctest::Contains("no entry point 'scal'"), PtxError);
 }
+
+TEST_CASE("smoke: a .target above the GPU's architecture is reported with its line") {
+    TempDir t;
+    std::string src = read_source_file(fixture("ptx/scale.ptx")).text;
+    src.replace(src.find(".target sm_80"), 13, ".target sm_120");
+    write_text(t.file("future.ptx"), src);
+    CHECK_THROWS_WITH_AS(Module(read_source_file(t.file("future.ptx"))),
+                         doctest::Contains("future.ptx:4: note: .target sm_120 is newer than this GPU (sm_"), PtxError);
+}
