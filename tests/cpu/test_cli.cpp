@@ -1,5 +1,7 @@
 // The ptxlab executable: help, the no-GPU behaviour, data, and flag validation.
 #include "../helpers.hpp"
+#include "error.hpp"
+#include "train.hpp"
 
 #include <doctest/doctest.h>
 
@@ -58,4 +60,29 @@ TEST_CASE("cli: data validates a dataset and reports a missing one with how to f
     RunResult missing = run_command(ptxlab_cmd("data /nonexistent/mnist"));
     CHECK(missing.code == 2);
     CHECK(missing.output.find("tools/fetch_mnist.sh") != std::string::npos);
+}
+
+TEST_CASE("cli: a dataset that does not fit --layers, or is smaller than a batch, is refused") {
+    // 12 images of 10x10 pixels with labels 0..9 (what a non-MNIST IDX dataset gives).
+    ptxlab::Split split;
+    split.count = 12;
+    split.rows = split.cols = 10;
+    split.images.assign(12 * 100, 0.5f);
+    for (uint8_t i = 0; i < 12; ++i) split.labels.push_back(i % 10);
+    ptxlab::TrainConfig cfg;
+    cfg.batch = 4;
+    cfg.layers = {784, 128, 10};
+    CHECK_THROWS_WITH_AS(cfg.validate(split),
+                         doctest::Contains("the network takes 784 inputs but the images have 10x10 = 100 pixels "
+                                           "(--layers 784,128,10)"),
+                         ptxlab::InputError);
+    cfg.layers = {100, 16, 10};
+    CHECK_NOTHROW(cfg.validate(split));
+    cfg.layers = {100, 16, 7};
+    CHECK_THROWS_WITH_AS(cfg.validate(split), doctest::Contains("7 outputs but the labels have 10 classes"),
+                         ptxlab::InputError);
+    cfg.layers = {100, 16, 10};
+    cfg.batch = 13;
+    CHECK_THROWS_WITH_AS(cfg.validate(split), doctest::Contains("--batch 13 is larger than the training set (12 samples)"),
+                         ptxlab::InputError);
 }
