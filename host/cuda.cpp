@@ -237,7 +237,10 @@ bool g_hung = false;
 std::vector<std::string> g_in_flight;
 }  // namespace
 
-void set_kernel_timeout(double seconds) { g_timeout_s = seconds; }
+void set_kernel_timeout(double seconds) {
+    if (!(seconds >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", seconds);
+    g_timeout_s = seconds;
+}
 double kernel_timeout() { return g_timeout_s; }
 bool device_hung() { return g_hung; }
 

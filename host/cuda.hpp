@@ -79,7 +79,7 @@ class TimeoutError : public Error {
 public:
     using Error::Error;
 };
-void set_kernel_timeout(double seconds);  // 0: wait without a limit
+void set_kernel_timeout(double seconds);  // 0: wait without a limit; InputError when < 0 or NaN
 double kernel_timeout();
 bool device_hung();
 void note_in_flight(const std::string& what);

@@ -87,22 +87,23 @@ struct Kernel {
 
     // Launches on a 1-D grid; the argument types must match the spec exactly.
     template <class... A> void launch(unsigned grid, unsigned block, CUstream stream, A... args) const {
-        static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
-        check_args(kinds, sizeof...(A));
-        void* params[] = {static_cast<void*>(&args)...};
-        launch_raw(grid, block, stream, params, false);
+        launch_checked(false, grid, block, stream, args...);
     }
     // The same, as a programmatic dependent launch (sm_90): the kernel may be scheduled
     // while the previous kernel in the stream still runs, and must execute
     // `griddepcontrol.wait` before it touches memory that kernel reads or writes.
     template <class... A> void launch_overlapped(unsigned grid, unsigned block, CUstream stream, A... args) const {
-        static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
-        check_args(kinds, sizeof...(A));
-        void* params[] = {static_cast<void*>(&args)...};
-        launch_raw(grid, block, stream, params, true);
+        launch_checked(true, grid, block, stream, args...);
     }
 
 private:
+    template <class... A>
+    void launch_checked(bool overlapped, unsigned grid, unsigned block, CUstream stream, A... args) const {
+        static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
+        check_args(kinds, sizeof...(A));
+        void* params[] = {static_cast<void*>(&args)...};
+        launch_raw(grid, block, stream, params, overlapped);
+    }
     void check_args(const ParamKind* kinds, size_t n) const;
     void launch_raw(unsigned grid, unsigned block, CUstream stream, void** params, bool overlapped) const;
 };

@@ -428,30 +428,28 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
         const size_t y_off = first * O * 4;
         const CUdeviceptr Yk = Ylog.ptr() + y_off;
         std::vector<StepKernel> v;
-        if (design == Design::Fused) {
+        if (uses_fused_forward(design)) {
+            // Both 2-layer designs start with the same forward pass and deltas. Only the fused
+            // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
             FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
-            a.overlap = cfg.overlap;
+            a.overlap = design == Design::Fused && cfg.overlap;
             v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
                          {{"A1", &net.acts[0], sizes[1]}}, 0});
             v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
                          {{"D2", &net.D2, O}, {"D1", &net.D1, sizes[1]}}, y_off + 1});
-            v.push_back({"fused_sgd", [&ks, a](CUstream st) { launch_fused_sgd(ks, a, st); },
-                         {{"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}},
-                         0});
-        } else if (design == Design::Fast) {
-            // The per-sample design with many threads per sample: the same forward pass and
-            // deltas as the fused set, per-sample weight gradients by `outer`, then `update`
-            // averages them over the batch (the bias gradients are the deltas D1, D2).
-            const FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
-            v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
-                         {{"A1", &net.acts[0], sizes[1]}}, 0});
-            v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
-                         {{"D2", &net.D2, O}, {"D1", &net.D1, sizes[1]}}, y_off + 1});
-            v.push_back({"outer", [&ks, a, &net](CUstream st) { launch_fast_outer(ks, a, net.gW[0].ptr(), net.gW[1].ptr(), st); },
-                         {{"gW1", &net.gW[0], sizes[0]}, {"gW2", &net.gW[1], sizes[1]}}, 0});
-            v.push_back({"update", [&ks, a, &net](CUstream st) { launch_fast_update(ks, a, net.gW[0].ptr(), net.gW[1].ptr(), st); },
-                         {{"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}},
-                         0});
+            const std::vector<StepKernel::Write> params = {
+                {"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}};
+            if (design == Design::Fused) {
+                v.push_back({"fused_sgd", [&ks, a](CUstream st) { launch_fused_sgd(ks, a, st); }, params, 0});
+            } else {
+                // Fast: per-sample weight gradients by `outer`, then `update` averages them over the
+                // batch (the bias gradients are the deltas D1, D2).
+                const CUdeviceptr gW1 = net.gW[0].ptr(), gW2 = net.gW[1].ptr();
+                v.push_back({"outer", [&ks, a, gW1, gW2](CUstream st) { launch_fast_outer(ks, a, gW1, gW2, st); },
+                             {{"gW1", &net.gW[0], sizes[0]}, {"gW2", &net.gW[1], sizes[1]}}, 0});
+                v.push_back({"update", [&ks, a, gW1, gW2](CUstream st) { launch_fast_update(ks, a, gW1, gW2, st); },
+                             params, 0});
+            }
         } else {
             StepKernel g{sizes.size() == 4 ? "grad3" : "grad2",
                          [&, Xb, Tb, Yk](CUstream st) { launch_grad(ks, net, Xb, Tb, Yk, B, st); }, {}, y_off + 1};

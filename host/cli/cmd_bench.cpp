@@ -32,7 +32,7 @@ int run_bench_cmd(const BenchCliOptions& o) {
     for (const auto& s : opt.target_sets) parse_bench_set(s);
     if (!(o.target > 0.0 && o.target <= 1.0)) PTXLAB_THROW(InputError, "--target must be in (0, 1], got {}", o.target);
     if (o.epochs == 0) PTXLAB_THROW(InputError, "--epochs must be at least 1");
-    if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
+    set_kernel_timeout(o.timeout);
     opt.target = o.target;
     opt.epochs = o.epochs;
     opt.seed = o.seed;
@@ -44,7 +44,6 @@ int run_bench_cmd(const BenchCliOptions& o) {
     opt.to_target = !o.no_target;
     if (!opt.json.empty() && !std::ofstream(opt.json, std::ios::app))
         PTXLAB_THROW(InputError, "--json: cannot write '{}'", opt.json);
-    set_kernel_timeout(o.timeout);
 
     Context ctx(o.device);
     BenchResult r = run_bench(ctx, opt, std::cout);

@@ -59,7 +59,6 @@ int run_train(const TrainOptions& o) {
                                       : parse_kernel_choice(o.kernels);
     cfg.graphs = !o.no_graphs;
     cfg.overlap = !o.no_overlap;
-    if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
     set_kernel_timeout(o.timeout);
     cfg.loss = parse_loss(o.loss);
     cfg.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);

@@ -57,7 +57,6 @@ int run_verify_cmd(const VerifyCliOptions& o) {
     opt.ptx_dirs = o.ptx_dir.empty() ? opt.reference_dirs : KernelDirs::from_ptx_dir(o.ptx_dir);
     if (o.ptx_dir.empty()) opt.ptx_dirs.reference_dir = opt.reference_dirs.reference_dir;
 
-    if (!(o.timeout >= 0)) PTXLAB_THROW(InputError, "--timeout must be >= 0 seconds (0: no limit), got {}", o.timeout);
     set_kernel_timeout(o.timeout);
     Context ctx(o.device);
     fmt::print("verify: {} ({}), seed {} (repeat with --seed {})\n", ctx.info().name, ctx.info().arch(), opt.seed,
@@ -92,7 +91,7 @@ void setup_verify(CLI::App& app, Command& chosen) {
     sub->add_option("--shape", o->shape,
                     "one shape instead of the default set: B,I,H,O (forward2, grad2), B,I,H1,H2,O (forward3, grad3), "
                     "N,B (update), rows,cols,src_rows (gather), B,I,H (fused_forward), B,H,O (fused_output), "
-                    "B,I,H,O (fused_sgd)");
+                    "B,I,H,O (fused_sgd), B,R,C (outer)");
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when one runs longer than this many seconds; 0: no "
                     "limit")
