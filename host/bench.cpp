@@ -21,14 +21,16 @@ constexpr unsigned kI = 784, kH = 128, kO = 10;
 }  // namespace
 
 BenchSet parse_bench_set(const std::string& name) {
-    const std::string suffix = "/serial";
-    if (name.size() > suffix.size() && name.ends_with(suffix)) {
-        BenchSet s{parse_kernel_choice(name.substr(0, name.size() - suffix.size())), false};
+    for (const std::string suffix : {"/serial", "/split"}) {
+        if (name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
+        BenchSet s{parse_kernel_choice(name.substr(0, name.size() - suffix.size()))};
         if (s.kernels.design != Design::Fused)
-            PTXLAB_THROW(InputError, "'{}': only the fused sets have a /serial variant", name);
+            PTXLAB_THROW(InputError, "'{}': only the fused sets have a {} variant", name, suffix);
+        if (suffix == "/serial") s.overlap = false;
+        else s.one_launch = false;
         return s;
     }
-    return {parse_kernel_choice(name), true};
+    return {parse_kernel_choice(name)};
 }
 
 namespace {
@@ -47,7 +49,7 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
     if (entry == "fused_forward") return {entry, {B, kI, kH}};
     if (entry == "fused_output") return {entry, {B, kH, kO}};
     if (entry == "outer") return {entry, {B, kH, kI}};               // gW1 of one step
-    return {entry, {B, kI, kH, kO}};                                // forward2, grad2, fused_sgd
+    return {entry, {B, kI, kH, kO}};                                // forward2, grad2, fused_sgd, fused_step
 }
 
 // The least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) an entry must do.
@@ -61,13 +63,16 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
     if (e == "fused_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
     if (e == "fused_output") return {4 * (2 * B * H + O * H + O + 3 * B * O), 4 * B * H * O};
     if (e == "outer") return {4 * (B * H + B * I + B * H * I), B * H * I};
+    if (e == "fused_step")  // reads X, T and the parameters, writes A, Y and the parameters
+        return {4 * (B * I + B * O + 2 * params + B * H + B * O),
+                2 * B * (I * H + 2 * H * O) + 2 * B * ((I + 1) * H + (H + 1) * O) + 2 * params};
     if (e == "fused_sgd")
         return {4 * (B * I + 2 * B * H + B * O + 2 * params), 2 * B * ((I + 1) * H + (H + 1) * O) + 2 * params};
     return {0, 0};
 }
 
 std::vector<std::string> set_entries(const KernelChoice& k) {
-    if (k.design == Design::Fused) return {"fused_forward", "fused_output", "fused_sgd"};
+    if (k.design == Design::Fused) return {"fused_step", "fused_forward", "fused_output", "fused_sgd"};
     if (k.design == Design::Fast) return {"outer"};  // its other kernels are timed with the fused and seed sets
     return {"forward2", "grad2", "update", "gather"};
 }
@@ -150,7 +155,7 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
                    "GFLOP/s", "roofline");
         for (const auto& set : opt.sets) {
             const BenchSet bs = parse_bench_set(set);
-            if (!bs.overlap) continue;  // the same kernels as without "/serial"
+            if (!bs.overlap || !bs.one_launch) continue;  // the same kernels as without "/serial" or "/split"
             const KernelChoice k = bs.kernels;
             const auto entries = set_entries(k);
             KernelSet ks(k.source, ctx.info(), opt.dirs, entries);
@@ -191,6 +196,7 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
                 const BenchSet bs = parse_bench_set(set);
                 cfg.kernels = bs.kernels;
                 cfg.overlap = bs.overlap;
+                cfg.one_launch = bs.one_launch;
                 cfg.batch = B;
                 cfg.seed = opt.seed;
                 cfg.target = 1.0;
@@ -228,6 +234,7 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
             const BenchSet bs = parse_bench_set(set);
             cfg.kernels = bs.kernels;
             cfg.overlap = bs.overlap;
+            cfg.one_launch = bs.one_launch;
             cfg.seed = opt.seed;
             cfg.target = opt.target;
             cfg.max_epochs = opt.epochs;

@@ -21,18 +21,20 @@
 namespace ptxlab {
 
 // A set to time: a --kernels name, optionally with "/serial" (the fused set launched without
-// programmatic dependent launches, as `train --no-overlap`).
+// programmatic dependent launches, as `train --no-overlap`) or "/split" (the fused set's
+// three-launch step, as `train --three-launches`).
 struct BenchSet {
     KernelChoice kernels;
     bool overlap = true;
+    bool one_launch = true;
 };
 BenchSet parse_bench_set(const std::string& name);  // InputError for an unknown name
 
 struct BenchOptions {
     std::vector<unsigned> kernel_batches = {64, 1024};
     std::vector<unsigned> step_batches = {64, 256};
-    std::vector<std::string> sets = {"ptx",  "reference",       "fast",        "fast-reference",
-                                     "fused", "fused-reference", "fused/serial"};
+    std::vector<std::string> sets = {"ptx",   "reference",       "fast",         "fast-reference",
+                                     "fused", "fused-reference", "fused/serial", "fused/split"};
     std::vector<std::string> target_sets = {"fused", "fused-reference", "fast"};
     double target = 0.97;
     unsigned epochs = 30;

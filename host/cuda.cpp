@@ -158,9 +158,15 @@ static void check_range(const std::string& name, size_t have, size_t bytes, size
                      have);
 }
 
+// upload() and fill_u32() run on the legacy stream, and ptxlab's kernels on non-blocking
+// streams that do not wait for it. A copy from pageable memory may return before its DMA has
+// landed, and a memset may return before it has run, so both wait for the legacy stream:
+// the data is in place before any kernel launched afterwards can read it.
 void DeviceBuffer::upload(const void* src, size_t bytes, size_t offset) {
     check_range(name_, bytes_, bytes, offset);
-    if (bytes) CU(cuMemcpyHtoD, ptr_ + offset, src, bytes);
+    if (!bytes) return;
+    CU(cuMemcpyHtoD, ptr_ + offset, src, bytes);
+    CU(cuStreamSynchronize, nullptr);
 }
 
 void DeviceBuffer::download(void* dst, size_t bytes, size_t offset) const {
@@ -169,7 +175,9 @@ void DeviceBuffer::download(void* dst, size_t bytes, size_t offset) const {
 }
 
 void DeviceBuffer::fill_u32(uint32_t pattern) {
-    if (bytes_) CU(cuMemsetD32, ptr_, pattern, bytes_ / 4);
+    if (!bytes_) return;
+    CU(cuMemsetD32, ptr_, pattern, bytes_ / 4);
+    CU(cuStreamSynchronize, nullptr);
 }
 
 // ---- Stream, Event ---------------------------------------------------------

@@ -34,7 +34,7 @@ namespace ptxlab {
     X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                    \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery) X(cuStreamBeginCapture)     \
     X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)          \
-    X(cuGraphExecDestroy)
+    X(cuGraphExecDestroy) X(cuOccupancyMaxActiveClusters)
 
 struct Driver {
 #define PTXLAB_DECLARE(name) decltype(&::name) name = nullptr;  // the signature cuda.h maps `name` to

@@ -1,5 +1,7 @@
 #include "fused.hpp"
 
+#include <algorithm>
+
 namespace ptxlab {
 
 namespace {
@@ -23,6 +25,36 @@ void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s) {
 void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s) {
     launch(ks, "fused_sgd", a.overlap, fused_sgd_grid(a.I, a.H, a.O), s, a.W1, a.b1, a.W2, a.b2, a.X, a.A1, a.D1,
            a.D2, a.B, a.I, a.H, a.O, a.lr);
+}
+
+unsigned fused_step_grid(const Kernel& k, unsigned H) {
+    if (k.max_clusters == 0) {
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = kFusedStepCluster;
+        cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = kFusedBlock;
+        cfg.blockDimY = cfg.blockDimZ = 1;
+        int n = 0;
+        CU(cuOccupancyMaxActiveClusters, &n, k.fn, &cfg);
+        if (n < 1)
+            PTXLAB_THROW(Error, "kernel 'fused_step' ({}): not even one cluster of {} blocks fits on this GPU", k.origin,
+                         kFusedStepCluster);
+        k.max_clusters = n;
+    }
+    return std::min(fused_step_tiles(H), unsigned(k.max_clusters)) * kFusedStepCluster;
+}
+
+void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s) {
+    if (!fused_step_fits(a.I, a.O))
+        PTXLAB_THROW(Error, "internal error: fused_step launched with I = {}, O = {} (it takes I <= 800, O <= 32)", a.I,
+                     a.O);
+    const unsigned grid = fused_step_grid(k, a.H);
+    if (a.overlap)
+        k.launch_overlapped(grid, kFusedBlock, s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B, a.I,
+                            a.H, a.O, a.lr);
+    else
+        k.launch(grid, kFusedBlock, s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B, a.I, a.H, a.O,
+                 a.lr);
 }
 
 void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {

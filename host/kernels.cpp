@@ -51,6 +51,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U}},
         // W1 b1 W2 b2 X A D1 D2 | B I H O | lr
         {"fused_sgd", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
+        // X T W1 b1 W2 b2 A Y Yp sync | B I H O | lr
+        {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, F}},
     };
     return specs;
 }
@@ -187,8 +189,9 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
         if (entries.empty() || std::find(entries.begin(), entries.end(), s.entry) != entries.end())
             wanted.push_back(&s);
     for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
-    // fused_forward runs as 8-block thread-block clusters (.reqnctapercluster), new in sm_90.
-    if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) { return s->file == "fused"; }))
+    // fused_forward and fused_step run as 8-block thread-block clusters (.reqnctapercluster), new in sm_90.
+    if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(),
+                                        [](const KernelSpec* s) { return s->file == "fused" || s->file == "step"; }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "
                      "(use --kernels ptx)",

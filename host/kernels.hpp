@@ -84,6 +84,7 @@ struct Kernel {
     CUfunction fn = nullptr;
     const KernelSpec* spec = nullptr;
     std::string origin;  // the file it came from, for messages
+    mutable int max_clusters = 0;  // fused_step: cuOccupancyMaxActiveClusters, asked once (0: not yet)
 
     // Launches on a 1-D grid; the argument types must match the spec exactly.
     template <class... A> void launch(unsigned grid, unsigned block, CUstream stream, A... args) const {

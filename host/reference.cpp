@@ -246,6 +246,75 @@ void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const 
     }
 }
 
+RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
+                            float lr) {
+    const unsigned I = net.sizes[0], H = net.sizes[1], O = net.sizes[2];
+    RefFusedStep r;
+    r.A.resize(size_t(B) * H);
+    r.Y.resize(size_t(B) * O);
+    Bounded D1, D2;
+    D1.resize(size_t(B) * H);
+    D2.resize(size_t(B) * O);
+    std::vector<char> kink(H);
+    std::vector<double> x(I), ex(I, 0.0);
+    for (unsigned s = 0; s < B; ++s) {
+        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
+        double* a = r.A.v.data() + size_t(s) * H;
+        double* ea = r.A.e.data() + size_t(s) * H;
+        // A rank's fma chain, 7 adds joining the 8 ranks, the bias: at most I + 8 roundings.
+        dense_bounded(net.W[0].data(), net.b[0].data(), x.data(), ex.data(), H, I, true, a, ea, &kink, 10);
+        double* y = r.Y.v.data() + size_t(s) * O;
+        double* ey = r.Y.e.data() + size_t(s) * O;
+        // A 16-term chain per tile, the tiles added in order, then the bias.
+        dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr, (H + 15) / 16 + 1);
+        double* d2 = D2.v.data() + size_t(s) * O;
+        double* ed2 = D2.e.data() + size_t(s) * O;
+        for (unsigned o = 0; o < O; ++o) {
+            d2[o] = y[o] - double(T[size_t(s) * O + o]);
+            ed2[o] = ey[o] + kU * (std::fabs(d2[o]) + ey[o]);
+        }
+        for (unsigned h = 0; h < H; ++h) {
+            double sum = 0.0, mag = 0.0, prop = 0.0;
+            for (unsigned o = 0; o < O; ++o) {
+                const double w = net.W[1][size_t(o) * H + h];
+                sum += w * d2[o];
+                mag += prod(std::fabs(w), std::fabs(d2[o]) + ed2[o]);
+                prop += prod(std::fabs(w), ed2[o]);
+            }
+            const bool active = a[h] > 0.0;
+            D1.v[size_t(s) * H + h] = active ? sum : 0.0;
+            D1.e[size_t(s) * H + h] = kink[h] ? kInf : (active ? gamma(O) * mag + prop : 0.0);
+        }
+    }
+    // p - lr * (sum_s L[s][row] R[s][col]) / B, R = nullptr for a bias (R = 1); both factors bounded.
+    auto update = [&](Bounded& out, const std::vector<float>& P0, const Bounded& L, const Bounded* R, unsigned rows,
+                      unsigned cols) {
+        out.resize(size_t(rows) * cols);
+        for (unsigned row = 0; row < rows; ++row)
+            for (unsigned col = 0; col < cols; ++col) {
+                double sum = 0.0, mag = 0.0, prop = 0.0;
+                for (unsigned s = 0; s < B; ++s) {
+                    const double l = L.v[size_t(s) * rows + row], el = L.e[size_t(s) * rows + row];
+                    const double rv = R ? R->v[size_t(s) * cols + col] : 1.0;
+                    const double er = R ? R->e[size_t(s) * cols + col] : 0.0;
+                    sum += l * rv;
+                    mag += prod(std::fabs(l) + el, std::fabs(rv) + er);
+                    prop += prod(std::fabs(l), er) + prod(std::fabs(rv), el) + prod(el, er);
+                }
+                const size_t i = size_t(row) * cols + col;
+                sgd_bounded(P0[i], sum, gamma(B) * mag + prop, B, lr, out.v[i], out.e[i]);
+            }
+    };
+    Bounded Xb;
+    Xb.resize(size_t(B) * I);
+    for (size_t i = 0; i < Xb.size(); ++i) Xb.v[i] = X[i];
+    update(r.W1, net.W[0], D1, &Xb, H, I);
+    update(r.b1, net.b[0], D1, nullptr, H, 1);
+    update(r.W2, net.W[1], D2, &r.A, O, H);
+    update(r.b2, net.b[1], D2, nullptr, O, 1);
+    return r;
+}
+
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols) {
     Bounded out;
     out.resize(idx.size() * size_t(cols));

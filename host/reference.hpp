@@ -69,6 +69,18 @@ void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const 
                    const std::vector<float>& L, const std::vector<float>& R, unsigned B, unsigned rows, unsigned cols,
                    float lr);
 
+// One whole step of fused_step (step.ptx) on a 2-layer net: A, Y, and the parameters after
+// p -= lr * (batch gradient) / B (the kernel rounds lr/B once and applies fma(-(lr/B), sum, p):
+// the same bound as rounding sum/B). Bounds: A gamma_{I+10}; Y gamma_{H+ceil(H/16)+1} (16-unit
+// tile chains, then the tiles and the bias); D1 gamma_O; each gradient gamma_B over the
+// propagated bounds of its factors. A parameter whose gradient depends on a hidden unit at
+// the ReLU kink gets an infinite bound.
+struct RefFusedStep {
+    Bounded A, Y, W1, b1, W2, b2;
+};
+RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
+                            float lr);
+
 // dst[r][c] = src[idx[r]][c] (exact).
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols);
 

@@ -121,6 +121,7 @@ struct DeviceNet {
     std::vector<unsigned> sizes;
     std::vector<DeviceBuffer> W, b, gW, gb, acts;
     DeviceBuffer D1, D2;
+    DeviceBuffer Yp, sync;  // fused_step's scratch: partial outputs, grid barrier words
 
     DeviceNet(const NetParams& net, unsigned batch, std::optional<Design> design) : sizes(net.sizes) {
         for (size_t l = 0; l < net.layers(); ++l) {
@@ -138,6 +139,12 @@ struct DeviceNet {
         if (design && uses_fused_forward(*design)) {  // Fast's bias gradients are these deltas
             D1 = DeviceBuffer(size_t(batch) * sizes[1] * 4, "D1 (hidden deltas)");
             D2 = DeviceBuffer(size_t(batch) * sizes.back() * 4, "D2 (output deltas)");
+        }
+        if (design == Design::Fused && fused_step_preferred(batch, sizes[0], sizes.back())) {
+            Yp = DeviceBuffer(fused_step_partials(batch, sizes[1], sizes.back()) * 4, "Yp (fused_step partial outputs)");
+            Yp.fill_u32(0);  // the padding past the last tile is loaded (and ignored): keep it defined
+            sync = DeviceBuffer(8, "fused_step grid barrier");
+            sync.fill_u32(0);
         }
     }
 
@@ -189,8 +196,11 @@ void launch_updates(const KernelSet& ks, DeviceNet& n, unsigned B, float lr, CUs
 }
 
 FusedArgs fused_args(const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, unsigned B, float lr) {
-    return {X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(), n.acts[0].ptr(), Y, n.D2.ptr(), n.D1.ptr(),
-            B, n.sizes[0], n.sizes[1], n.sizes[2], lr};
+    FusedArgs a{X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(), n.acts[0].ptr(), Y, n.D2.ptr(), n.D1.ptr(),
+                B, n.sizes[0], n.sizes[1], n.sizes[2], lr};
+    a.Yp = n.Yp.ptr();
+    a.sync = n.sync.ptr();
+    return a;
 }
 
 // One kernel launch of a step, with the buffers it writes (for the NaN hunt).
@@ -204,6 +214,7 @@ struct StepKernel {
     };
     std::vector<Write> writes;
     size_t y_offset = 0;  // 1 + the byte offset into the Y log this launch writes at; 0: it writes no Y
+    size_t y_after = 0;   // how many of `writes` come before Y in the data flow (checked first)
 };
 
 std::vector<float> one_hot(const std::vector<uint8_t>& labels) {
@@ -347,7 +358,11 @@ std::string first_non_finite(const std::string& name, const DeviceBuffer& buf, s
 
 std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes) {
     const bool three = sizes.size() == 4;
-    if (d == Design::Fused) return {"fused_forward", "fused_output", "fused_sgd", "gather"};
+    if (d == Design::Fused) {
+        std::vector<std::string> v = {"fused_forward", "fused_output", "fused_sgd", "gather"};
+        if (sizes.size() == 3 && fused_step_fits(sizes[0], sizes[2])) v.push_back("fused_step");
+        return v;
+    }
     if (d == Design::Fast) return {"fused_forward", "fused_output", "outer", "update", "gather"};
     return {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "update", "gather"};
 }
@@ -433,6 +448,17 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
             // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
             FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
             a.overlap = design == Design::Fused && cfg.overlap;
+            if (design == Design::Fused && cfg.one_launch && a.Yp) {
+                const Kernel& k = ks.get("fused_step");
+                v.push_back({"fused_step", [&k, a](CUstream st) { launch_fused_step(k, a, st); },
+                             {{"A1", &net.acts[0], sizes[1]},
+                              {"W1", &net.W[0], sizes[0]},
+                              {"b1", &net.b[0], 0},
+                              {"W2", &net.W[1], sizes[1]},
+                              {"b2", &net.b[1], 0}},
+                             y_off + 1, 1});  // A1, then Y, then the parameters
+                return v;
+            }
             v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
                          {{"A1", &net.acts[0], sizes[1]}}, 0});
             v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
@@ -507,9 +533,13 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
                 wait_for_stream(s);
                 double big = 0;
                 std::string hit;
-                if (sk.y_offset) hit = first_non_finite("Y", Ylog, O, sk.y_offset - 1, size_t(B) * O, &big);
-                for (const auto& w : sk.writes)
-                    if (hit.empty()) hit = first_non_finite(w.name, *w.buf, w.row_len, 0, 0, &big);
+                // In data-flow order, so the first hit is where the non-finite value started.
+                for (size_t i = 0; i <= sk.writes.size() && hit.empty(); ++i) {
+                    if (i == sk.y_after && sk.y_offset)
+                        hit = first_non_finite("Y", Ylog, O, sk.y_offset - 1, size_t(B) * O, &big);
+                    if (hit.empty() && i < sk.writes.size())
+                        hit = first_non_finite(sk.writes[i].name, *sk.writes[i].buf, sk.writes[i].row_len, 0, 0, &big);
+                }
                 if (hit.empty()) continue;
                 const std::string origin = ks.get(sk.name).origin;
                 return fmt::format(

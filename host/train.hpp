@@ -2,8 +2,9 @@
 //
 // A step is, with the seed design (--kernels ptx|reference), the per-sample-gradient
 // kernel (grad2/grad3) and the update kernel on every parameter array; with the
-// fused design (--kernels fused|fused-reference), fused_forward, fused_output and
-// fused_sgd. The training set lives on the GPU and is reshuffled once per epoch by
+// fused design (--kernels fused|fused-reference), the one-launch fused_step for batches
+// up to 64 (else, for shapes it does not take, or with --three-launches: fused_forward,
+// fused_output and fused_sgd). The training set lives on the GPU and is reshuffled once per epoch by
 // the gather kernel (one upload of the new order per epoch). Steps run in chunks:
 // each chunk of steps is captured once into a CUDA graph and replayed every epoch;
 // the host waits for the GPU once per chunk, not per step. Every step writes its
@@ -57,7 +58,10 @@ struct TrainConfig {
     KernelChoice kernels;       // default: fused PTX
     bool graphs = true;         // replay chunks of steps as CUDA graphs (false: plain launches)
     bool overlap = true;        // fused set: programmatic dependent launches (each kernel is scheduled
-                                // while the previous one drains; griddepcontrol in fused.ptx)
+                                // while the previous one drains; griddepcontrol in fused.ptx, step.ptx)
+    bool one_launch = true;     // fused set: the whole step in one launch (fused_step, step.ptx) for
+                                // batches <= 64 and I <= 800, O <= 32; false (and otherwise):
+                                // fused_forward, fused_output, fused_sgd
     unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design
     KernelDirs dirs = KernelDirs::from_environment();
     unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs

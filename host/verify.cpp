@@ -33,6 +33,7 @@ std::string shape_names(const std::string& entry) {
     if (entry == "fused_output") return "B,H,O";
     if (entry == "fused_sgd") return "B,I,H,O";
     if (entry == "outer") return "B,R,C";
+    if (entry == "fused_step") return "B,I,H,O";
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
@@ -83,6 +84,16 @@ std::vector<VerifyCase> default_cases() {
                                                             {64, 784, 128, 10}, {1000, 784, 128, 10},
                                                             {65, 13, 5, 3}, {64, 100, 300, 17}, {1, 1, 1, 1}})
         v.push_back({"fused_sgd", s});
+    // The one-launch step: the MNIST sizes; batches of 1 and 63 (partial chunk) and 1000
+    // (16 chunks: X restaged in phase 2); 300 hidden units (19 tiles, partial last tile) and
+    // 2000 (125 tiles: more tiles than resident clusters, so clusters loop); I = 13 and 257
+    // (single-float copies, ranks with few or no columns), I = 800 (the widest it takes),
+    // O = 32 (the most), 1 x 1 x 1 x 1.
+    for (const auto& s : std::vector<std::vector<unsigned>>{{64, 784, 128, 10},  {1, 784, 128, 10},  {63, 784, 128, 10},
+                                                            {1000, 784, 128, 10}, {64, 784, 300, 10}, {64, 100, 2000, 10},
+                                                            {65, 13, 5, 3},       {9, 257, 33, 17},   {64, 800, 16, 32},
+                                                            {1, 1, 1, 1}})
+        v.push_back({"fused_step", s});
     // The fast set's outer products: gW1 and gW2 of a batch of 64 (16-byte path), odd row
     // lengths (single floats), one element.
     for (const auto& s : std::vector<std::vector<unsigned>>{{64, 128, 784}, {64, 10, 128}, {63, 37, 13}, {5, 3, 2001}, {1, 1, 1}})
@@ -97,7 +108,8 @@ std::vector<VerifyCase> quick_cases() {
             {"update", {10, 63}},                 {"update", {1000, 64}},             {"gather", {63, 784, 100}},
             {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
             {"fused_output", {64, 33, 17}},       {"fused_sgd", {65, 13, 5, 3}},      {"fused_sgd", {64, 784, 128, 10}},
-            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}}};
+            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10}},
+            {"fused_step", {65, 13, 5, 3}}};
 }
 
 namespace {
@@ -318,6 +330,42 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
+// fused_step: a random network and batch; Yp (scratch) starts as poison, the barrier words
+// as {0, a random generation}.
+Harness make_step_harness(const VerifyCase& c, Rng& rng) {
+    const unsigned B = c.shape[0], I = c.shape[1], H = c.shape[2], O = c.shape[3];
+    if (!fused_step_fits(I, O))
+        PTXLAB_THROW(InputError, "fused_step takes I <= 800 and O <= 32, got I = {}, O = {}", I, O);
+    const float lr = rng.uniform(0.01f, 1.0f);
+    NetParams net = random_net(rng, {I, H, O});
+    std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
+    std::vector<float> T = random_targets(rng, B, O);
+    RefFusedStep r = ref_fused_step(net, X, T, B, lr);
+    Harness h;
+    h.expected = {{"A", std::move(r.A)},   {"Y", std::move(r.Y)},   {"W1", std::move(r.W1)},
+                  {"b1", std::move(r.b1)}, {"W2", std::move(r.W2)}, {"b2", std::move(r.b2)}};
+    const std::vector<float> sync = {0.0f, std::bit_cast<float>(uint32_t(rng.below(1u << 30)))};
+    h.tensors = {{"X", {B, I}, Role::In, X},
+                 {"T", {B, O}, Role::In, T},
+                 {"W1", {H, I}, Role::InOut, net.W[0]},
+                 {"b1", {H}, Role::InOut, net.b[0]},
+                 {"W2", {O, H}, Role::InOut, net.W[1]},
+                 {"b2", {O}, Role::InOut, net.b[1]},
+                 {"A", {B, H}, Role::Out, {}},
+                 {"Y", {B, O}, Role::Out, {}},
+                 {"Yp", {fused_step_partials(B, H, O)}, Role::In,
+                  std::vector<float>(fused_step_partials(B, H, O), std::bit_cast<float>(kPoison))},
+                 {"sync", {2}, Role::In, sync}};
+    h.launch = [B, I, H, O, lr](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        FusedArgs a{ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"), ptr(m, "A"),
+                    ptr(m, "Y"), 0, 0, B, I, H, O, lr};
+        a.Yp = ptr(m, "Yp");
+        a.sync = ptr(m, "sync");
+        launch_fused_step(k, a, s);
+    };
+    return h;
+}
+
 Harness make_harness(const VerifyCase& c, Rng& rng) {
     const std::string names = shape_names(c.entry);
     const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
@@ -329,6 +377,7 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
     if (c.entry == "update") return make_update_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);
     if (c.entry == "outer") return make_outer_harness(c, rng);
+    if (c.entry == "fused_step") return make_step_harness(c, rng);
     if (c.entry.rfind("fused_", 0) == 0) return make_fused_harness(c, rng);
     return make_mlp_harness(c, rng);
 }

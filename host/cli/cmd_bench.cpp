@@ -66,8 +66,9 @@ void setup_bench(CLI::App& app, Command& chosen) {
         "time to the target accuracy (data loading and JIT reported apart). Needs a GPU.");
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
-    sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference fused/serial; "
-                    "NAME/serial: the fused set without programmatic dependent launches, as train --no-overlap)");
+    sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference "
+                    "fused/serial fused/split; NAME/serial: the fused set without programmatic dependent launches, as "
+                    "train --no-overlap; NAME/split: the fused set's three-launch step, as train --three-launches)");
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();
     sub->add_option("--epochs", o->epochs, "at most this many epochs in the time-to-target run")->capture_default_str();

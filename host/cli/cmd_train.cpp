@@ -24,7 +24,7 @@ struct TrainOptions {
     std::string preset;
     std::string loss = "mse";
     std::string kernels = "auto";
-    bool no_graphs = false, no_overlap = false;
+    bool no_graphs = false, no_overlap = false, three_launches = false;
     double timeout = 120;
     std::string ptx_dir;
     std::string log, save;
@@ -59,6 +59,7 @@ int run_train(const TrainOptions& o) {
                                       : parse_kernel_choice(o.kernels);
     cfg.graphs = !o.no_graphs;
     cfg.overlap = !o.no_overlap;
+    cfg.one_launch = !o.three_launches;
     set_kernel_timeout(o.timeout);
     cfg.loss = parse_loss(o.loss);
     cfg.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
@@ -161,8 +162,8 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "half-sse: the notebook's 0.5|y-t|^2 per sample, averaged over the batch (gradient y-t)")
         ->capture_default_str();
     sub->add_option("--kernels", o->kernels,
-                    "kernel set: fused (hand-written ptx/fused.ptx: 3 launches a step, batch gradients directly; "
-                    "2-layer networks, sm_90), fast (per-sample gradients with many threads per sample: "
+                    "kernel set: fused (batch gradients computed directly; for batches up to 64 the whole step in "
+                    "one launch, ptx/step.ptx, else the 3 launches of ptx/fused.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads per sample: "
                     "fused_forward, fused_output, outer.ptx, update.ptx; 2-layer networks, sm_90), ptx (the "
                     "notebook's design: one thread per sample, ptx/grad.ptx + update.ptx), or their NVRTC twins "
                     "fused-reference, fast-reference and reference; auto = fused for 2 layers, ptx for 3")
@@ -171,6 +172,9 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_flag("--no-overlap", o->no_overlap,
                   "fused set: start each kernel only when the previous one has finished, instead of programmatic "
                   "dependent launches that schedule it while the previous one drains (same results, bit for bit)");
+    sub->add_flag("--three-launches", o->three_launches,
+                  "fused set: run the step as fused_forward, fused_output and fused_sgd (ptx/fused.ptx) instead of "
+                  "the one-launch fused_step (ptx/step.ptx); the same step, summed in another order");
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
                     "this many seconds; 0: no limit")

@@ -52,6 +52,38 @@ TEST_CASE("reference: a batch of two averages the per-sample gradients") {
     check_all(n.b[0], {0, 0});
 }
 
+TEST_CASE("reference: the one-launch step's reference is the hand-checked batch step, with tight bounds") {
+    // The batch of two above, as float32 inputs to ref_fused_step (every value is exact in float32).
+    NetParams net;
+    net.sizes = {2, 2, 2};
+    net.W = {{1, -1, 0.5f, 0.5f}, {1, 0, -1, 2}};
+    net.b = {{0, 0.5f}, {0, 0}};
+    const std::vector<float> X = {1, 2, 0, 1}, T = {0, 1, 1, 0};
+    RefFusedStep r = ref_fused_step(net, X, T, 2, 0.1f);
+    check_all(r.A.v, {0, 2, 0, 1});
+    check_all(r.Y.v, {0, 4, 0, 2});
+    // 0.1f is not 0.1: compare the updates with the float lr, to 1e-7.
+    const double lr = 0.1f;
+    const std::vector<double> W1 = {1, -1, 0.5 - lr * 3, 0.5 - lr * 8}, b1 = {0, 0.5 - lr * 5};
+    const std::vector<double> W2 = {1, 0 + lr * 0.5, -1, 2 - lr * 4}, b2 = {0 + lr * 0.5, 0 - lr * 2.5};
+    for (size_t i = 0; i < 4; ++i) CHECK(r.W1.v[i] == doctest::Approx(W1[i]).epsilon(1e-12));
+    for (size_t i = 0; i < 2; ++i) CHECK(r.b1.v[i] == doctest::Approx(b1[i]).epsilon(1e-12));
+    for (size_t i = 0; i < 4; ++i) CHECK(r.W2.v[i] == doctest::Approx(W2[i]).epsilon(1e-12));
+    for (size_t i = 0; i < 2; ++i) CHECK(r.b2.v[i] == doctest::Approx(b2[i]).epsilon(1e-12));
+    // Unit 0 is off with z = -1 and -1: far from the kink, so every bound is finite and small.
+    for (const Bounded* b : {&r.A, &r.Y, &r.W1, &r.b1, &r.W2, &r.b2})
+        for (size_t i = 0; i < b->size(); ++i) {
+            CHECK(std::isfinite(b->e[i]));
+            CHECK(b->e[i] <= 1e-5 * (1.0 + std::fabs(b->v[i])));
+        }
+    // A pre-activation of exactly 0 sits at the kink: the W1 row and b1 of that unit are not comparable.
+    net.b[0] = {1, 0.5f};  // z of unit 0 for sample 0: 1 - 2 + 1 = 0
+    RefFusedStep k = ref_fused_step(net, X, T, 2, 0.1f);
+    CHECK(std::isinf(k.W1.e[0]));
+    CHECK(std::isinf(k.b1.e[0]));
+    CHECK(std::isfinite(k.W1.e[2]));
+}
+
 namespace {
 // A float32 forward pass in the kernels' order (fmaf from the bias), optionally with a bug.
 std::vector<float> forward_f32(const NetParams& net, const std::vector<float>& X, unsigned B, bool swap_index) {

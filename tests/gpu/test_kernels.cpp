@@ -49,6 +49,10 @@ TEST_CASE("kernels: fused_forward, both sets") { check_both_sets("fused_forward"
 TEST_CASE("kernels: fused_output, both sets") { check_both_sets("fused_output", {65, 300, 17}); }
 TEST_CASE("kernels: fused_sgd, both sets") { check_both_sets("fused_sgd", {65, 784, 128, 10}); }
 TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}); }
+TEST_CASE("kernels: fused_step, both sets") {
+    check_both_sets("fused_step", {64, 784, 128, 10});  // one chunk, one tile a cluster
+    check_both_sets("fused_step", {130, 257, 300, 17}); // three chunks, single-float copies, 19 tiles
+}
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));
@@ -81,7 +85,7 @@ TEST_CASE("kernels: an out-of-bounds write is caught by verify's guard bands and
 TEST_CASE("kernels: a kernel that faults during training is named, and ptxlab exits cleanly") {
     // gather.ptx storing 2^44 bytes away: an illegal address, reported at the next synchronisation.
     TempDir t;
-    for (const char* f : {"fused.ptx", "gather.ptx"})
+    for (const char* f : {"fused.ptx", "step.ptx", "gather.ptx"})
         std::filesystem::copy_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/" + f, t.file(f));
     std::string src = read_source_file(t.file("gather.ptx")).text;
     const std::string store = "    st.global.f32   [addr], v;\n";

@@ -22,9 +22,10 @@ const Dataset& mnist() {
     return d;
 }
 TrainResult run(KernelChoice k, unsigned steps, uint64_t seed, const std::vector<unsigned>& layers = {784, 128, 10},
-                bool graphs = true, const std::string& ptx_dir = {}, bool overlap = true) {
+                bool graphs = true, const std::string& ptx_dir = {}, bool overlap = true, bool one_launch = true) {
     TrainConfig cfg;
     cfg.kernels = k;
+    cfg.one_launch = one_launch;
     cfg.graphs = graphs;
     cfg.overlap = overlap;
     if (!ptx_dir.empty()) cfg.dirs = KernelDirs::from_ptx_dir(ptx_dir);
@@ -114,6 +115,17 @@ TEST_CASE("train: the fused set learns like the seed set") {
     check_learns_like(run(kFusedPtx, 400, 4), run(kSeedPtx, 400, 4));
 }
 
+TEST_CASE("train: the fused set's three-launch step matches its twins and learns like the one-launch step") {
+    const std::vector<unsigned> net = {784, 128, 10};
+    TrainResult a = run(kFusedPtx, 400, 5, net, true, {}, true, false), b = run(kFusedRef, 400, 5, net, true, {}, true, false);
+    REQUIRE(a.step_losses.size() == 400);
+    CHECK(a.step_losses == b.step_losses);
+    CHECK(a.model.W == b.model.W);
+    TrainResult one = run(kFusedPtx, 400, 5);
+    CHECK(one.step_losses != a.step_losses);  // the two steps sum in different orders
+    check_learns_like(one, a);
+}
+
 TEST_CASE("train: the fast set gives the same losses as its twins, and learns like the seed set") {
     TrainResult a = run(kFastPtx, 400, 4), b = run(kFastRef, 400, 4), p = run(kSeedPtx, 400, 4);
     REQUIRE(a.step_losses.size() == 400);
@@ -130,20 +142,30 @@ TEST_CASE("train: the fused set is bit-identical run after run") {
 }
 
 TEST_CASE("train: a kernel that writes NaN is named, with the element") {
-    // fused.ptx with one injected fault: unit 3 of every sample's hidden layer becomes NaN.
+    // One injected fault in each fused step: unit 3 of every sample's hidden layer becomes NaN,
+    // in fused_forward (fused.ptx, the three-launch step) and in fused_step (step.ptx).
     TempDir t;
-    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/fused.ptx").text;
-    const std::string relu = "    max.f32         z, z, 0f00000000;\n";
-    REQUIRE(src.find(relu) != std::string::npos);
-    src.replace(src.find(relu), relu.size(), relu + "    setp.eq.u32     ok, h, 3;\n    @ok mov.f32     z, 0f7FFFFFFF;\n");
-    write_text(t.file("fused.ptx"), src);
+    auto inject = [&](const char* file, const std::string& relu, const std::string& fault) {
+        std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/" + file).text;
+        REQUIRE(src.find(relu) != std::string::npos);
+        src.replace(src.find(relu), relu.size(), relu + fault);
+        write_text(t.file(file), src);
+    };
+    inject("fused.ptx", "    max.f32         z, z, 0f00000000;\n",
+           "    setp.eq.u32     ok, h, 3;\n    @ok mov.f32     z, 0f7FFFFFFF;\n");
+    inject("step.ptx", "    max.f32         a, z, 0f00000000;\n",
+           "    setp.eq.u32     ok2, h, 3;\n    @ok2 mov.f32    a, 0f7FFFFFFF;\n");
     std::filesystem::copy_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/gather.ptx", t.file("gather.ptx"));
-    TrainResult r = run(kFusedPtx, 100, 1, {784, 128, 10}, true, t.path.string());
-    CHECK(r.diverged);
-    CHECK(r.steps == 1);
-    CAPTURE(r.fault);
-    CHECK(r.fault.find("kernel 'fused_forward'") != std::string::npos);
-    CHECK(r.fault.find("A1[") != std::string::npos);
-    CHECK(r.fault.find("][3] = nan") != std::string::npos);
-    CHECK(r.fault.find("ptxlab verify --kernel fused_forward") != std::string::npos);
+    for (const bool one_launch : {false, true}) {
+        const std::string kernel = one_launch ? "fused_step" : "fused_forward";
+        TrainResult r = run(kFusedPtx, 100, 1, {784, 128, 10}, true, t.path.string(), true, one_launch);
+        CAPTURE(kernel);
+        CHECK(r.diverged);
+        CHECK(r.steps == 1);
+        CAPTURE(r.fault);
+        CHECK(r.fault.find("kernel '" + kernel + "'") != std::string::npos);
+        CHECK(r.fault.find("A1[") != std::string::npos);
+        CHECK(r.fault.find("][3] = nan") != std::string::npos);
+        CHECK(r.fault.find("ptxlab verify --kernel " + kernel) != std::string::npos);
+    }
 }
