@@ -53,6 +53,31 @@ void sgd_bounded(float p0, double sum, double esum, unsigned B, double lr, doubl
     e = lr * emean + kU * (std::fabs(v) + lr * emean);
 }
 
+// Sample s's deltas from its bounded outputs y: D2 = y - t (one rounding) and
+// D1 = (D2 W) * [a > 0], an fma chain over the O outputs (gamma_O); a unit at the ReLU
+// kink (kink[h], when given) gets an infinite bound.
+void output_deltas(const float* W, const double* y, const double* ey, const float* t, const double* a,
+                   const std::vector<char>* kink, unsigned H, unsigned O, Bounded& D2, Bounded& D1, unsigned s) {
+    double* d = D2.v.data() + size_t(s) * O;
+    double* ed = D2.e.data() + size_t(s) * O;
+    for (unsigned o = 0; o < O; ++o) {
+        d[o] = y[o] - double(t[o]);
+        ed[o] = ey[o] + kU * (std::fabs(d[o]) + ey[o]);
+    }
+    for (unsigned h = 0; h < H; ++h) {
+        double sum = 0.0, mag = 0.0, prop = 0.0;
+        for (unsigned o = 0; o < O; ++o) {
+            const double w = W[size_t(o) * H + h];
+            sum += w * d[o];
+            mag += prod(std::fabs(w), std::fabs(d[o]) + ed[o]);
+            prop += prod(std::fabs(w), ed[o]);
+        }
+        const bool active = a[h] > 0.0;
+        D1.v[size_t(s) * H + h] = active ? sum : 0.0;
+        D1.e[size_t(s) * H + h] = (kink && (*kink)[h]) ? kInf : (active ? gamma(O) * mag + prop : 0.0);
+    }
+}
+
 }  // namespace
 
 bool within_bound(float got, double ref, double bound) {
@@ -203,24 +228,8 @@ RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<f
         double* ey = r.Y.e.data() + size_t(s) * O;
         // Lane sums, 5 butterfly levels, the bias: at most 6 roundings more.
         dense_bounded(W.data(), b.data(), a.data(), ea.data(), O, H, false, y, ey, nullptr, 6);
-        double* d = r.D2.v.data() + size_t(s) * O;
-        double* ed = r.D2.e.data() + size_t(s) * O;
-        for (unsigned o = 0; o < O; ++o) {
-            d[o] = y[o] - double(T[size_t(s) * O + o]);
-            ed[o] = ey[o] + kU * (std::fabs(d[o]) + ey[o]);
-        }
-        for (unsigned h = 0; h < H; ++h) {
-            double sum = 0.0, mag = 0.0, prop = 0.0;
-            for (unsigned o = 0; o < O; ++o) {
-                const double w = W[size_t(o) * H + h];
-                sum += w * d[o];
-                mag += prod(std::fabs(w), std::fabs(d[o]) + ed[o]);
-                prop += prod(std::fabs(w), ed[o]);
-            }
-            const bool active = a[h] > 0.0;  // A is an input here: the mask is exact
-            r.D1.v[size_t(s) * H + h] = active ? sum : 0.0;
-            r.D1.e[size_t(s) * H + h] = active ? gamma(O) * mag + prop : 0.0;
-        }
+        // A is an input here: the mask is exact (no kink).
+        output_deltas(W.data(), y, ey, T.data() + size_t(s) * O, a.data(), nullptr, H, O, r.D2, r.D1, s);
     }
     return r;
 }
@@ -267,24 +276,7 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
         double* ey = r.Y.e.data() + size_t(s) * O;
         // A 16-term chain per tile, the tiles added in order, then the bias.
         dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr, (H + 15) / 16 + 1);
-        double* d2 = D2.v.data() + size_t(s) * O;
-        double* ed2 = D2.e.data() + size_t(s) * O;
-        for (unsigned o = 0; o < O; ++o) {
-            d2[o] = y[o] - double(T[size_t(s) * O + o]);
-            ed2[o] = ey[o] + kU * (std::fabs(d2[o]) + ey[o]);
-        }
-        for (unsigned h = 0; h < H; ++h) {
-            double sum = 0.0, mag = 0.0, prop = 0.0;
-            for (unsigned o = 0; o < O; ++o) {
-                const double w = net.W[1][size_t(o) * H + h];
-                sum += w * d2[o];
-                mag += prod(std::fabs(w), std::fabs(d2[o]) + ed2[o]);
-                prop += prod(std::fabs(w), ed2[o]);
-            }
-            const bool active = a[h] > 0.0;
-            D1.v[size_t(s) * H + h] = active ? sum : 0.0;
-            D1.e[size_t(s) * H + h] = kink[h] ? kInf : (active ? gamma(O) * mag + prop : 0.0);
-        }
+        output_deltas(net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s);
     }
     // p - lr * (sum_s L[s][row] R[s][col]) / B, R = nullptr for a bias (R = 1); both factors bounded.
     auto update = [&](Bounded& out, const std::vector<float>& P0, const Bounded& L, const Bounded* R, unsigned rows,
