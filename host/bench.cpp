@@ -77,6 +77,19 @@ std::vector<std::string> set_entries(const KernelChoice& k) {
     return {"forward2", "grad2", "update", "gather"};
 }
 
+// `ptxlab train`'s defaults with the bench set's kernels and launch mode, quiet.
+TrainConfig train_config(const std::string& set, const BenchOptions& opt) {
+    const BenchSet bs = parse_bench_set(set);
+    TrainConfig cfg;
+    cfg.kernels = bs.kernels;
+    cfg.overlap = bs.overlap;
+    cfg.one_launch = bs.one_launch;
+    cfg.seed = opt.seed;
+    cfg.progress = false;
+    cfg.dirs = opt.dirs;
+    return cfg;
+}
+
 // Median milliseconds per launch of `launch`, with device events around runs of back-to-back launches.
 double time_launches(const std::function<void(CUstream)>& launch, CUstream s) {
     Event a, b;
@@ -192,17 +205,10 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
         fmt::print(out, "{:<16} {:>6} {:>7} {:>14} {:>16}\n", "set", "batch", "steps", "GPU us/step", "wall us/step");
         for (const auto& set : opt.sets) {
             for (unsigned B : opt.step_batches) {
-                TrainConfig cfg;
-                const BenchSet bs = parse_bench_set(set);
-                cfg.kernels = bs.kernels;
-                cfg.overlap = bs.overlap;
-                cfg.one_launch = bs.one_launch;
+                TrainConfig cfg = train_config(set, opt);
                 cfg.batch = B;
-                cfg.seed = opt.seed;
                 cfg.target = 1.0;
                 cfg.max_epochs = 1;
-                cfg.progress = false;
-                cfg.dirs = opt.dirs;
                 if (cfg.kernels.design == Design::Seed) cfg.max_steps = opt.seed_steps;
                 TrainResult tr = train(ctx, data, cfg, quiet);
                 StepTiming st{set, B, tr.steps};
@@ -230,16 +236,9 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
         fmt::print(out, "{:<16} {:>9} {:>14} {:>7} {:>10} {:>12} {:>9} {:>9}\n", "set", "reached", "train ms", "epochs",
                    "accuracy", "ms/epoch", "JIT ms", "data ms");
         for (const auto& set : opt.target_sets) {
-            TrainConfig cfg;
-            const BenchSet bs = parse_bench_set(set);
-            cfg.kernels = bs.kernels;
-            cfg.overlap = bs.overlap;
-            cfg.one_launch = bs.one_launch;
-            cfg.seed = opt.seed;
+            TrainConfig cfg = train_config(set, opt);
             cfg.target = opt.target;
             cfg.max_epochs = opt.epochs;
-            cfg.progress = false;
-            cfg.dirs = opt.dirs;
             TrainResult tr = train(ctx, data, cfg, quiet);
             TargetTiming t{set, tr.reached, tr.reached ? tr.train_ms_to_target : tr.train_ms, tr.accuracy, tr.epochs,
                            tr.steps, median(tr.epoch_ms), tr.jit_ms, data_ms};

@@ -5,25 +5,23 @@
 namespace ptxlab {
 
 namespace {
-template <class... A> void launch(const KernelSet& ks, const char* entry, bool overlap, unsigned grid, CUstream s,
-                                  A... args) {
-    const Kernel& k = ks.get(entry);
+template <class... A> void launch(const Kernel& k, bool overlap, unsigned grid, CUstream s, A... args) {
     if (overlap) k.launch_overlapped(grid, kFusedBlock, s, args...);
     else k.launch(grid, kFusedBlock, s, args...);
 }
 }  // namespace
 
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    launch(ks, "fused_forward", a.overlap, fused_forward_grid(a.B, a.H), s, a.X, a.W1, a.b1, a.A1, a.B, a.I, a.H);
+    launch(ks.get("fused_forward"), a.overlap, fused_forward_grid(a.B, a.H), s, a.X, a.W1, a.b1, a.A1, a.B, a.I, a.H);
 }
 
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    launch(ks, "fused_output", a.overlap, fused_output_grid(a.B), s, a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B, a.H,
+    launch(ks.get("fused_output"), a.overlap, fused_output_grid(a.B), s, a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B, a.H,
            a.O);
 }
 
 void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    launch(ks, "fused_sgd", a.overlap, fused_sgd_grid(a.I, a.H, a.O), s, a.W1, a.b1, a.W2, a.b2, a.X, a.A1, a.D1,
+    launch(ks.get("fused_sgd"), a.overlap, fused_sgd_grid(a.I, a.H, a.O), s, a.W1, a.b1, a.W2, a.b2, a.X, a.A1, a.D1,
            a.D2, a.B, a.I, a.H, a.O, a.lr);
 }
 
@@ -48,13 +46,8 @@ void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s) {
     if (!fused_step_fits(a.I, a.O))
         PTXLAB_THROW(Error, "internal error: fused_step launched with I = {}, O = {} (it takes I <= 800, O <= 32)", a.I,
                      a.O);
-    const unsigned grid = fused_step_grid(k, a.H);
-    if (a.overlap)
-        k.launch_overlapped(grid, kFusedBlock, s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B, a.I,
-                            a.H, a.O, a.lr);
-    else
-        k.launch(grid, kFusedBlock, s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B, a.I, a.H, a.O,
-                 a.lr);
+    launch(k, a.overlap, fused_step_grid(k, a.H), s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B,
+           a.I, a.H, a.O, a.lr);
 }
 
 void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {
