@@ -21,13 +21,14 @@ constexpr unsigned kI = 784, kH = 128, kO = 10;
 }  // namespace
 
 BenchSet parse_bench_set(const std::string& name) {
-    for (const std::string suffix : {"/serial", "/split"}) {
+    for (const std::string suffix : {"/serial", "/split", "/single"}) {
         if (name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
         BenchSet s{parse_kernel_choice(name.substr(0, name.size() - suffix.size()))};
         if (s.kernels.design != Design::Fused)
             PTXLAB_THROW(InputError, "'{}': only the fused sets have a {} variant", name, suffix);
         if (suffix == "/serial") s.overlap = false;
-        else s.one_launch = false;
+        else if (suffix == "/split") s.one_launch = false;
+        else s.steps_per_launch = 1;
         return s;
     }
     return {parse_kernel_choice(name)};
@@ -84,6 +85,7 @@ TrainConfig train_config(const std::string& set, const BenchOptions& opt) {
     cfg.kernels = bs.kernels;
     cfg.overlap = bs.overlap;
     cfg.one_launch = bs.one_launch;
+    cfg.steps_per_launch = bs.steps_per_launch;
     cfg.seed = opt.seed;
     cfg.progress = false;
     cfg.dirs = opt.dirs;
@@ -168,7 +170,7 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
                    "GFLOP/s", "roofline");
         for (const auto& set : opt.sets) {
             const BenchSet bs = parse_bench_set(set);
-            if (!bs.overlap || !bs.one_launch) continue;  // the same kernels as without "/serial" or "/split"
+            if (!bs.overlap || !bs.one_launch || bs.steps_per_launch) continue;  // the same kernels as the plain set
             const KernelChoice k = bs.kernels;
             const auto entries = set_entries(k);
             KernelSet ks(k.source, ctx.info(), opt.dirs, entries);

@@ -21,20 +21,22 @@
 namespace ptxlab {
 
 // A set to time: a --kernels name, optionally with "/serial" (the fused set launched without
-// programmatic dependent launches, as `train --no-overlap`) or "/split" (the fused set's
-// three-launch step, as `train --three-launches`).
+// programmatic dependent launches, as `train --no-overlap`), "/split" (the fused set's
+// three-launch step, as `train --three-launches`) or "/single" (one launch of fused_step a
+// step, as `train --steps-per-launch 1`).
 struct BenchSet {
     KernelChoice kernels;
     bool overlap = true;
     bool one_launch = true;
+    unsigned steps_per_launch = 0;
 };
 BenchSet parse_bench_set(const std::string& name);  // InputError for an unknown name
 
 struct BenchOptions {
     std::vector<unsigned> kernel_batches = {64, 1024};
     std::vector<unsigned> step_batches = {64, 256};
-    std::vector<std::string> sets = {"ptx",   "reference",       "fast",         "fast-reference",
-                                     "fused", "fused-reference", "fused/serial", "fused/split"};
+    std::vector<std::string> sets = {"ptx",          "reference",   "fast",        "fast-reference", "fused",
+                                     "fused-reference", "fused/single", "fused/serial", "fused/split"};
     std::vector<std::string> target_sets = {"fused", "fused-reference", "fast"};
     double target = 0.97;
     unsigned epochs = 30;

@@ -46,8 +46,11 @@ void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s) {
     if (!fused_step_fits(a.I, a.O))
         PTXLAB_THROW(Error, "internal error: fused_step launched with I = {}, O = {} (it takes I <= 800, O <= 32)", a.I,
                      a.O);
-    launch(k, a.overlap, fused_step_grid(k, a.H), s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B,
-           a.I, a.H, a.O, a.lr);
+    if (a.steps == 0) PTXLAB_THROW(Error, "internal error: fused_step launched with 0 steps");
+    // Always a plain launch, never a programmatic dependent one: its grid barrier needs every
+    // block resident, and a dependent launch's waiting blocks could take their SMs (step.ptx).
+    launch(k, false, fused_step_grid(k, a.H), s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B,
+           a.I, a.H, a.O, a.lr, a.steps);
 }
 
 void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {

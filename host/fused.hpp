@@ -22,19 +22,21 @@ inline unsigned fused_sgd_grid(unsigned I, unsigned H, unsigned O) {
     return ceil_div(H, 8) * ceil_div(I + 1, 32) + ceil_div(O, 8) * ceil_div(H + 1, 32);
 }
 
-// fused_step (ptx/step.ptx): the whole step in one launch, for I <= 800 and O <= 32.
-// Clusters of 8 blocks, one 16-unit tile of the hidden layer each (a cluster loops when
-// there are fewer clusters than tiles); every cluster must be resident at once (a grid
-// barrier), so the grid is min(tiles, cuOccupancyMaxActiveClusters) clusters.
+// fused_step (ptx/step.ptx): whole steps in one launch (one, or several back to back on
+// consecutive batches), for I <= 800 and O <= 32. Clusters of 8 blocks, one 16-unit tile
+// of the hidden layer each (a cluster loops when there are fewer clusters than tiles);
+// every cluster must be resident at once (a grid barrier), so the grid is
+// min(tiles, cuOccupancyMaxActiveClusters) clusters.
 inline constexpr unsigned kFusedStepCluster = 8;
 inline bool fused_step_fits(unsigned I, unsigned O) { return I <= 800 && O <= 32; }
 // Training uses it for batches up to one 64-sample chunk: it is then the fastest step
 // (BENCHMARKS.md); larger batches run faster as three launches, which spread over more SMs.
 inline bool fused_step_preferred(unsigned B, unsigned I, unsigned O) { return B <= 64 && fused_step_fits(I, O); }
 inline unsigned fused_step_tiles(unsigned H) { return ceil_div(H, 16); }
-// Floats of the partial-output scratch Yp: [B][O][TP], TP = the tiles rounded up to 8.
+// Floats of the partial-output scratch Yp: two buffers (even and odd steps) of [B][O][TP],
+// TP = the tiles rounded up to 8.
 inline size_t fused_step_partials(unsigned B, unsigned H, unsigned O) {
-    return size_t(B) * O * (ceil_div(fused_step_tiles(H), 8) * 8);
+    return 2 * size_t(B) * O * (ceil_div(fused_step_tiles(H), 8) * 8);
 }
 // Blocks of a launch for H hidden units (the occupancy query is made once per function).
 unsigned fused_step_grid(const Kernel& k, unsigned H);
@@ -45,8 +47,11 @@ struct FusedArgs {
     unsigned B, I, H, O;
     float lr;
     // fused_step's scratch: the partial outputs (fused_step_partials floats) and the grid
-    // barrier's two words (zero before the first launch).
+    // barrier's 64-bit arrival count (zero before the first launch; 8 bytes).
     CUdeviceptr Yp = 0, sync = 0;
+    // fused_step: the steps one launch runs, on consecutive batches (X, T and Y then hold
+    // steps * B rows; A ends with the last step's activations).
+    unsigned steps = 1;
     // Launch each kernel as a programmatic dependent launch, so that it is scheduled while
     // the previous one drains (the kernels wait for it with griddepcontrol.wait).
     bool overlap = false;
@@ -55,6 +60,7 @@ struct FusedArgs {
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
 void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s);
+// fused_step: a.steps steps in one launch.
 void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s);
 
 // The fast set (--kernels fast) after fused_forward and fused_output: the per-sample weight

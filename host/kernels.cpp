@@ -51,8 +51,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U}},
         // W1 b1 W2 b2 X A D1 D2 | B I H O | lr
         {"fused_sgd", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
-        // X T W1 b1 W2 b2 A Y Yp sync | B I H O | lr
-        {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, F}},
+        // X T W1 b1 W2 b2 A Y Yp sync | B I H O | lr | steps
+        {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, F, U}},
     };
     return specs;
 }

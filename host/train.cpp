@@ -436,6 +436,20 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
     // The step size the update applies to the mean per-sample gradient (see Loss).
     const float step_lr = cfg.loss == Loss::Mse ? cfg.lr * (2.0f / float(sizes.back())) : cfg.lr;
 
+    // The fused design's arguments for `steps` steps from epoch-local step k.
+    auto step_args = [&](unsigned k, unsigned steps) {
+        const size_t first = size_t(k) * B;
+        FusedArgs a = fused_args(net, Xs.ptr() + first * I * 4, Ts.ptr() + first * O * 4,
+                                 Ylog.ptr() + first * O * 4, B, step_lr);
+        // Both 2-layer designs start with the same forward pass and deltas. Only the fused
+        // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
+        a.overlap = design == Design::Fused && cfg.overlap;
+        a.steps = steps;
+        return a;
+    };
+    // The one-launch step (fused_step), which can also run many steps in one launch.
+    const bool one_launch = design == Design::Fused && cfg.one_launch && net.Yp.ptr() != 0;
+
     // The launches of epoch-local step k, in order.
     auto step_kernels = [&](unsigned k) {
         const size_t first = size_t(k) * B;
@@ -444,11 +458,8 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
         const CUdeviceptr Yk = Ylog.ptr() + y_off;
         std::vector<StepKernel> v;
         if (uses_fused_forward(design)) {
-            // Both 2-layer designs start with the same forward pass and deltas. Only the fused
-            // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
-            FusedArgs a = fused_args(net, Xb, Tb, Yk, B, step_lr);
-            a.overlap = design == Design::Fused && cfg.overlap;
-            if (design == Design::Fused && cfg.one_launch && a.Yp) {
+            const FusedArgs a = step_args(k, 1);
+            if (one_launch) {
                 const Kernel& k = ks.get("fused_step");
                 v.push_back({"fused_step", [&k, a](CUstream st) { launch_fused_step(k, a, st); },
                              {{"A1", &net.acts[0], sizes[1]},
@@ -496,6 +507,12 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
         return v;
     };
     auto enqueue_steps = [&](unsigned a, unsigned b) {
+        if (one_launch) {  // steps_per_launch steps a launch (0: all of them)
+            const unsigned per = cfg.steps_per_launch ? cfg.steps_per_launch : b - a;
+            for (unsigned k = a; k < b; k += per)
+                launch_fused_step(ks.get("fused_step"), step_args(k, std::min(per, b - k)), s);
+            return;
+        }
         for (unsigned k = a; k < b; ++k)
             for (const auto& sk : step_kernels(k)) sk.launch(s);
     };

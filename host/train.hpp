@@ -58,11 +58,14 @@ struct TrainConfig {
     KernelChoice kernels;       // default: fused PTX
     bool graphs = true;         // replay chunks of steps as CUDA graphs (false: plain launches)
     bool overlap = true;        // fused set: programmatic dependent launches (each kernel is scheduled
-                                // while the previous one drains; griddepcontrol in fused.ptx, step.ptx)
+                                // while the previous one drains; griddepcontrol in fused.ptx; fused_step
+                                // is always launched plainly, see step.ptx)
     bool one_launch = true;     // fused set: the whole step in one launch (fused_step, step.ptx) for
                                 // batches <= 64 and I <= 800, O <= 32; false (and otherwise):
                                 // fused_forward, fused_output, fused_sgd
     unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design
+    unsigned steps_per_launch = 0;  // fused_step: steps run by one launch (0: every step of a chunk;
+                                    // 1: a launch a step); the results are the same bit for bit
     KernelDirs dirs = KernelDirs::from_environment();
     unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs
     bool progress = true;       // progress bar on stderr when it is a terminal

@@ -67,7 +67,8 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
     sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference "
-                    "fused/serial fused/split; NAME/serial: the fused set without programmatic dependent launches, as "
+                    "fused/single fused/serial fused/split; NAME/single: one launch of fused_step a step, as train "
+                    "--steps-per-launch 1; NAME/serial: the fused set without programmatic dependent launches, as "
                     "train --no-overlap; NAME/split: the fused set's three-launch step, as train --three-launches)");
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();

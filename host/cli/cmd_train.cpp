@@ -25,6 +25,7 @@ struct TrainOptions {
     std::string loss = "mse";
     std::string kernels = "auto";
     bool no_graphs = false, no_overlap = false, three_launches = false;
+    unsigned steps_per_launch = 0;
     double timeout = 120;
     std::string ptx_dir;
     std::string log, save;
@@ -60,6 +61,7 @@ int run_train(const TrainOptions& o) {
     cfg.graphs = !o.no_graphs;
     cfg.overlap = !o.no_overlap;
     cfg.one_launch = !o.three_launches;
+    cfg.steps_per_launch = o.steps_per_launch;
     set_kernel_timeout(o.timeout);
     cfg.loss = parse_loss(o.loss);
     cfg.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
@@ -175,6 +177,11 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_flag("--three-launches", o->three_launches,
                   "fused set: run the step as fused_forward, fused_output and fused_sgd (ptx/fused.ptx) instead of "
                   "the one-launch fused_step (ptx/step.ptx); the same step, summed in another order");
+    sub->add_option("--steps-per-launch", o->steps_per_launch,
+                    "fused set, one-launch step: steps that one launch of fused_step runs back to back, with a "
+                    "cluster barrier between them instead of a launch (0: every step of a chunk of 128; 1: a launch "
+                    "a step); the same results bit for bit")
+        ->capture_default_str();
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
                     "this many seconds; 0: no limit")

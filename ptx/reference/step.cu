@@ -1,41 +1,32 @@
 // CUDA C twin of ptx/step.ptx, compiled at run time by NVRTC.
 //
-// One whole SGD step of the 2-layer MLP in one launch: phase 1 (A and the per-tile
-// partial outputs Yp), a grid barrier, phase 2 (D2, D1, the gradients, the in-place
-// update). See the header of step.ptx for the maths, the launch shape, the limits and
-// the summation order. The sums follow the PTX's order exactly and are written with
+// Whole SGD steps of the 2-layer MLP, `steps` of them in one launch: phase 1 (A and the
+// per-tile partial outputs Yp), a grid barrier, phase 2 (D2, D1, the gradients, the
+// in-place update), a cluster barrier before the next step. See the header of step.ptx
+// for the maths, the launch shape, the limits and the summation order. The sums follow the PTX's order exactly and are written with
 // fmaf / __fadd_rn so that NVRTC cannot contract or reorder them: the two agree bit for
 // bit. The work is laid out more plainly here: one thread per output, every block
-// computes the chunk's D2 and D1 itself (no slices swapped between ranks), and phase 2
-// reads X from global memory.
+// computes the chunk's D2 and D1 itself (no slices swapped between ranks) and keeps its
+// own copy of b2 (updated by itself), and phase 2 reads X from global memory.
 
 // griddepcontrol and the grid barrier's memory orders have no CUDA C spelling in NVRTC
 // without extra headers: inline PTX, as in fused.cu.
-__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 
-// Every block of the grid arrives; the last one resets the count and advances the generation.
-__device__ void grid_barrier(unsigned* sync) {
+// Every block of the grid counts itself in to the 64-bit count (a multiple of the grid
+// size between barriers) and waits until it reaches the next multiple.
+__device__ void grid_barrier(unsigned long long* sync) {
     __syncthreads();
     if (threadIdx.x == 0) {
         asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        const unsigned gen0 = ld_relaxed(sync + 1);
-        unsigned old;
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(sync) : "memory");
-        if (old + 1 == gridDim.x) {
-            asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
-        } else {
-            while (ld_acquire(sync + 1) == gen0) __nanosleep(32);
-        }
+        unsigned long long old;
+        asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;" : "=l"(old) : "l"(sync) : "memory");
+        const unsigned long long target = old - old % gridDim.x + gridDim.x;
+        while (ld_acquire(sync) < target) __nanosleep(32);
         asm volatile("fence.acq_rel.gpu;" ::: "memory");
     }
     __syncthreads();
@@ -48,7 +39,7 @@ __device__ __forceinline__ void cluster_sync() {
 
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256)
 fused_step(const float* X, const float* T, float* W1, float* b1, float* W2, float* b2, float* A, float* Y,
-           float* Yp, unsigned* sync, unsigned B, unsigned I, unsigned H, unsigned O, float lr)
+           float* Yp, unsigned long long* sync, unsigned B, unsigned I, unsigned H, unsigned O, float lr, unsigned steps)
 {
     __shared__ __align__(16) float pool[6400];  // phase 1: xs [64][kc]; phase 2: d2c, d1c, ac
     __shared__ float ws[1600];                  // W1 tile [16][kc]
@@ -62,125 +53,137 @@ fused_step(const float* X, const float* T, float* W1, float* b1, float* W2, floa
     float* ac = pool + 3072;                    // A chunk [64][16]
 
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");  // as in the PTX: the next step may be scheduled
     const unsigned tid = threadIdx.x, rank = __clusterRelativeBlockRank();
     const unsigned G = gridDim.x / 8, tiles = (H + 15) / 16, TP = (tiles + 7) / 8 * 8;
     const unsigned kc = ((I + 7) / 8 + 3) / 4 * 4;
     const unsigned k_lo = min(rank * kc, I), k_hi = min(k_lo + kc, I);
     if (tid < O) b2s[tid] = b2[tid];
+    const size_t ypb = (size_t)B * O * TP;  // floats of one Yp buffer
 
-    // ---- Phase 1 ----
-    for (unsigned tile = blockIdx.x / 8; tile < tiles; tile += G) {
-        const unsigned h0 = tile * 16;
-        for (unsigned e = tid; e < 16 * kc; e += 256) {
-            const unsigned r = e / kc, k = k_lo + e % kc;
-            ws[e] = (h0 + r < H && k < k_hi) ? W1[(size_t)(h0 + r) * I + k] : 0.0f;
-        }
-        for (unsigned e = tid; e < 16 * O; e += 256) {
-            const unsigned o = e / 16, h = h0 + e % 16;
-            w2s[e] = h < H ? W2[(size_t)o * H + h] : 0.0f;
-        }
-        for (unsigned c0 = 0; c0 < B; c0 += 64) {
-            for (unsigned e = tid; e < 64 * kc; e += 256) {
+    for (unsigned step = 0; step < steps; ++step, X += (size_t)B * I, T += (size_t)B * O, Y += (size_t)B * O) {
+        float* const Ypk = Yp + (step & 1) * ypb;  // this step's partials (buffer step % 2)
+
+        // ---- Phase 1 ----
+        for (unsigned tile = blockIdx.x / 8; tile < tiles; tile += G) {
+            const unsigned h0 = tile * 16;
+            for (unsigned e = tid; e < 16 * kc; e += 256) {
                 const unsigned r = e / kc, k = k_lo + e % kc;
-                xs[e] = (c0 + r < B && k < k_hi) ? X[(size_t)(c0 + r) * I + k] : 0.0f;
+                ws[e] = (h0 + r < H && k < k_hi) ? W1[(size_t)(h0 + r) * I + k] : 0.0f;
             }
-            __syncthreads();
-            for (unsigned e = tid; e < 1024; e += 256) {
-                const unsigned s = e / 16, u = e % 16;
-                float acc = 0.0f;
-                for (unsigned k = 0; k < kc; ++k) acc = fmaf(xs[s * kc + k], ws[u * kc + k], acc);
-                part[e] = acc;
+            for (unsigned e = tid; e < 16 * O; e += 256) {
+                const unsigned o = e / 16, h = h0 + e % 16;
+                w2s[e] = h < H ? W2[(size_t)o * H + h] : 0.0f;
             }
-            cluster_sync();
-            if (tid < 128) {
-                const unsigned idx = 128 * rank + tid, h = h0 + tid % 16, s = c0 + 8 * rank + tid / 16;
-                float z = *static_cast<float*>(__cluster_map_shared_rank(&part[idx], 0));
-                for (unsigned q = 1; q < 8; ++q)
-                    z = __fadd_rn(z, *static_cast<float*>(__cluster_map_shared_rank(&part[idx], q)));
-                const bool ok = h < H && s < B;
-                z = __fadd_rn(z, ok ? b1[h] : 0.0f);
-                const float a = ok ? fmaxf(z, 0.0f) : 0.0f;
-                if (ok) A[(size_t)s * H + h] = a;
-                aown[tid] = a;
-            }
-            __syncthreads();
-            if (tid < 8 * O) {
-                const unsigned sl = tid / O, o = tid % O, s = c0 + 8 * rank + sl;
-                float y = 0.0f;
-                for (unsigned u = 0; u < 16; ++u) y = fmaf(aown[sl * 16 + u], w2s[o * 16 + u], y);
-                if (s < B) Yp[((size_t)s * O + o) * TP + tile] = y;
-            }
-            cluster_sync();  // nobody rewrites part, xs, ws or w2s while a peer still reads them
-        }
-    }
-
-    grid_barrier(sync);
-
-    // ---- Phase 2 ----
-    const bool is_b1 = rank == 0 && tid < 16, is_b2 = rank == 0 && tid >= 16 && tid < 16 + O;
-    const unsigned ew = (rank - 1) * 256 + tid;
-    const bool is_w2 = rank != 0 && ew < 16 * O;
-    for (unsigned tile = blockIdx.x / 8; tile < tiles; tile += G) {
-        const unsigned h0 = tile * 16;
-        for (unsigned e = tid; e < 16 * O; e += 256) {
-            const unsigned o = e / 16, h = h0 + e % 16;
-            w2s[e] = h < H ? W2[(size_t)o * H + h] : 0.0f;
-        }
-        cluster_sync();  // every rank has read W2's columns before their owners update them
-        float g[7] = {0, 0, 0, 0, 0, 0, 0};  // W1 gradient sums of outputs tid, tid + 256, ...
-        float ge = 0.0f;
-        for (unsigned c0 = 0; c0 < B; c0 += 64) {
-            const unsigned n = min(B - c0, 64u);
-            for (unsigned e = tid; e < 64 * O; e += 256) {
-                const unsigned s = e / O, o = e % O;
-                float d = 0.0f;
-                if (s < n) {
-                    const float* yp = Yp + ((size_t)(c0 + s) * O + o) * TP;
-                    float y = yp[0];
-                    for (unsigned q = 1; q < tiles; ++q) y = __fadd_rn(y, yp[q]);
-                    y = __fadd_rn(y, b2s[o]);
-                    d = __fsub_rn(y, T[(size_t)(c0 + s) * O + o]);
-                    if (tile == 0 && rank == 0) Y[(size_t)(c0 + s) * O + o] = y;
+            for (unsigned c0 = 0; c0 < B; c0 += 64) {
+                for (unsigned e = tid; e < 64 * kc; e += 256) {
+                    const unsigned r = e / kc, k = k_lo + e % kc;
+                    xs[e] = (c0 + r < B && k < k_hi) ? X[(size_t)(c0 + r) * I + k] : 0.0f;
                 }
-                d2c[e] = d;
+                __syncthreads();
+                for (unsigned e = tid; e < 1024; e += 256) {
+                    const unsigned s = e / 16, u = e % 16;
+                    float acc = 0.0f;
+                    for (unsigned k = 0; k < kc; ++k) acc = fmaf(xs[s * kc + k], ws[u * kc + k], acc);
+                    part[e] = acc;
+                }
+                cluster_sync();
+                if (tid < 128) {
+                    const unsigned idx = 128 * rank + tid, h = h0 + tid % 16, s = c0 + 8 * rank + tid / 16;
+                    float z = *static_cast<float*>(__cluster_map_shared_rank(&part[idx], 0));
+                    for (unsigned q = 1; q < 8; ++q)
+                        z = __fadd_rn(z, *static_cast<float*>(__cluster_map_shared_rank(&part[idx], q)));
+                    const bool ok = h < H && s < B;
+                    z = __fadd_rn(z, ok ? b1[h] : 0.0f);
+                    const float a = ok ? fmaxf(z, 0.0f) : 0.0f;
+                    if (ok) A[(size_t)s * H + h] = a;
+                    aown[tid] = a;
+                }
+                __syncthreads();
+                if (tid < 8 * O) {
+                    const unsigned sl = tid / O, o = tid % O, s = c0 + 8 * rank + sl;
+                    float y = 0.0f;
+                    for (unsigned u = 0; u < 16; ++u) y = fmaf(aown[sl * 16 + u], w2s[o * 16 + u], y);
+                    if (s < B) Ypk[((size_t)s * O + o) * TP + tile] = y;
+                }
+                cluster_sync();  // nobody rewrites part, xs, ws or w2s while a peer still reads them
             }
-            for (unsigned e = tid; e < 1024; e += 256) {
-                const unsigned s = e / 16, h = h0 + e % 16;
-                ac[e] = (s < n && h < H) ? A[(size_t)(c0 + s) * H + h] : 0.0f;
+        }
+
+        grid_barrier(sync);
+
+        // ---- Phase 2 ----
+        const bool is_b1 = rank == 0 && tid < 16;
+        const unsigned ew = (rank - 1) * 256 + tid;
+        const bool is_w2 = rank != 0 && ew < 16 * O;
+        float nb2 = 0.0f;  // b2's new value (threads tid < O), applied to b2s after the step's last tile
+        for (unsigned tile = blockIdx.x / 8; tile < tiles; tile += G) {
+            const unsigned h0 = tile * 16;
+            for (unsigned e = tid; e < 16 * O; e += 256) {
+                const unsigned o = e / 16, h = h0 + e % 16;
+                w2s[e] = h < H ? W2[(size_t)o * H + h] : 0.0f;
             }
-            __syncthreads();
-            for (unsigned e = tid; e < 1024; e += 256) {
-                const unsigned s = e / 16, u = e % 16;
-                float z = 0.0f;
-                if (ac[e] > 0.0f)
-                    for (unsigned o = 0; o < O; ++o) z = fmaf(d2c[s * O + o], w2s[o * 16 + u], z);
-                d1c[e] = z;
+            cluster_sync();  // every rank has read W2's columns before their owners update them
+            float g[7] = {0, 0, 0, 0, 0, 0, 0};  // W1 gradient sums of outputs tid, tid + 256, ...
+            float ge = 0.0f, gb2 = 0.0f;
+            const bool b2now = tid < O && tile == blockIdx.x / 8;  // b2's gradient: the block's first tile
+            for (unsigned c0 = 0; c0 < B; c0 += 64) {
+                const unsigned n = min(B - c0, 64u);
+                for (unsigned e = tid; e < 64 * O; e += 256) {
+                    const unsigned s = e / O, o = e % O;
+                    float d = 0.0f;
+                    if (s < n) {
+                        const float* yp = Ypk + ((size_t)(c0 + s) * O + o) * TP;
+                        float y = yp[0];
+                        for (unsigned q = 1; q < tiles; ++q) y = __fadd_rn(y, yp[q]);
+                        y = __fadd_rn(y, b2s[o]);
+                        d = __fsub_rn(y, T[(size_t)(c0 + s) * O + o]);
+                        if (tile == 0 && rank == 0) Y[(size_t)(c0 + s) * O + o] = y;
+                    }
+                    d2c[e] = d;
+                }
+                for (unsigned e = tid; e < 1024; e += 256) {
+                    const unsigned s = e / 16, h = h0 + e % 16;
+                    ac[e] = (s < n && h < H) ? A[(size_t)(c0 + s) * H + h] : 0.0f;
+                }
+                __syncthreads();
+                for (unsigned e = tid; e < 1024; e += 256) {
+                    const unsigned s = e / 16, u = e % 16;
+                    float z = 0.0f;
+                    if (ac[e] > 0.0f)
+                        for (unsigned o = 0; o < O; ++o) z = fmaf(d2c[s * O + o], w2s[o * 16 + u], z);
+                    d1c[e] = z;
+                }
+                __syncthreads();
+                for (unsigned i = 0, e = tid; i < 7 && e < 16 * kc; ++i, e += 256) {
+                    const unsigned u = e / kc, k = k_lo + e % kc;
+                    if (k >= k_hi) continue;
+                    for (unsigned s = 0; s < n; ++s) g[i] = fmaf(d1c[s * 16 + u], X[(size_t)(c0 + s) * I + k], g[i]);
+                }
+                for (unsigned s = 0; s < n; ++s) {
+                    if (is_b1) ge = __fadd_rn(ge, d1c[s * 16 + tid]);
+                    else if (is_w2) ge = fmaf(d2c[s * O + ew / 16], ac[s * 16 + ew % 16], ge);
+                    if (b2now) gb2 = __fadd_rn(gb2, d2c[s * O + tid]);
+                }
+                __syncthreads();
             }
-            __syncthreads();
+            const float nscale = -__fdiv_rn(lr, (float)B);  // the step on a sum, rounded once
             for (unsigned i = 0, e = tid; i < 7 && e < 16 * kc; ++i, e += 256) {
-                const unsigned u = e / kc, k = k_lo + e % kc;
-                if (k >= k_hi) continue;
-                for (unsigned s = 0; s < n; ++s) g[i] = fmaf(d1c[s * 16 + u], X[(size_t)(c0 + s) * I + k], g[i]);
+                const unsigned h = h0 + e / kc, k = k_lo + e % kc;
+                if (h >= H || k >= k_hi) continue;
+                float* p = &W1[(size_t)h * I + k];
+                *p = fmaf(nscale, g[i], *p);
             }
-            for (unsigned s = 0; s < n; ++s) {
-                if (is_b1) ge = __fadd_rn(ge, d1c[s * 16 + tid]);
-                else if (is_b2 && tile == 0) ge = __fadd_rn(ge, d2c[s * O + tid - 16]);
-                else if (is_w2) ge = fmaf(d2c[s * O + ew / 16], ac[s * 16 + ew % 16], ge);
+            float* p = nullptr;
+            if (is_b1 && h0 + tid < H) p = &b1[h0 + tid];
+            else if (is_w2 && h0 + ew % 16 < H) p = &W2[(size_t)(ew / 16) * H + h0 + ew % 16];
+            if (p) *p = fmaf(nscale, ge, *p);
+            if (b2now) {
+                nb2 = fmaf(nscale, gb2, b2s[tid]);
+                if (tile == 0 && rank == 0) b2[tid] = nb2;
             }
-            __syncthreads();
         }
-        const float nscale = -__fdiv_rn(lr, (float)B);  // the step on a sum, rounded once
-        for (unsigned i = 0, e = tid; i < 7 && e < 16 * kc; ++i, e += 256) {
-            const unsigned h = h0 + e / kc, k = k_lo + e % kc;
-            if (h >= H || k >= k_hi) continue;
-            float* p = &W1[(size_t)h * I + k];
-            *p = fmaf(nscale, g[i], *p);
-        }
-        float* p = nullptr;
-        if (is_b1 && h0 + tid < H) p = &b1[h0 + tid];
-        else if (is_b2 && tile == 0) p = &b2[tid - 16];
-        else if (is_w2 && h0 + ew % 16 < H) p = &W2[(size_t)(ew / 16) * H + h0 + ew % 16];
-        if (p) *p = fmaf(nscale, ge, *p);
+        __syncthreads();
+        if (tid < O && blockIdx.x / 8 < tiles) b2s[tid] = nb2;
+        cluster_sync();  // this step's updates of W1, b1, W2 are visible before the next phase 1
     }
 }

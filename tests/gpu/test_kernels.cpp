@@ -2,11 +2,15 @@
 // reference and each other; and a deliberately wrong kernel that must be caught.
 #include "../helpers.hpp"
 #include "common.hpp"
+#include "fused.hpp"
 #include "ptx_text.hpp"
+#include "rng.hpp"
 #include "verify.hpp"
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -52,6 +56,95 @@ TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}
 TEST_CASE("kernels: fused_step, both sets") {
     check_both_sets("fused_step", {64, 784, 128, 10});  // one chunk, one tile a cluster
     check_both_sets("fused_step", {130, 257, 300, 17}); // three chunks, single-float copies, 19 tiles
+}
+
+namespace {
+// fused_step with S steps in one launch, and as S launches of one step, on S random
+// batches from one random network; every output of each run, as bits.
+struct StepRun {
+    std::vector<std::vector<float>> out;  // W1 b1 W2 b2 A Y
+};
+StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, bool one_launch,
+                  uint64_t seed) {
+    Rng rng(seed);  // the same inputs for every run of one seed
+    auto rand = [&](size_t n, float lo, float hi) {
+        std::vector<float> v(n);
+        for (auto& x : v) x = rng.uniform(lo, hi);
+        return v;
+    };
+    const float w1 = std::sqrt(6.0f / float(I)), w2 = std::sqrt(6.0f / float(H));
+    const std::vector<std::vector<float>> init = {rand(size_t(H) * I, -w1, w1), rand(H, -0.1f, 0.1f),
+                                                  rand(size_t(O) * H, -w2, w2), rand(O, -0.1f, 0.1f),
+                                                  rand(size_t(B) * H, -1.0f, 1.0f), rand(size_t(S) * B * O, -1.0f, 1.0f)};
+    std::vector<float> X = rand(size_t(S) * B * I, 0.0f, 1.0f), T(size_t(S) * B * O, 0.0f);
+    for (size_t s = 0; s < size_t(S) * B; ++s) T[s * O + rng.below(O)] = 1.0f;
+    const float lr = rng.uniform(0.05f, 1.0f);
+
+    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), {"fused_step"});
+    const Kernel& k = ks.get("fused_step");
+    std::vector<DeviceBuffer> p;  // W1 b1 W2 b2 A Y: A and Y start as poison (random bits here)
+    for (size_t i = 0; i < init.size(); ++i) {
+        p.emplace_back(init[i].size() * 4, "p");
+        p.back().upload(init[i]);
+    }
+    DeviceBuffer dX(X.size() * 4, "X"), dT(T.size() * 4, "T"), Yp(fused_step_partials(B, H, O) * 4, "Yp"),
+        sync(8, "sync");
+    dX.upload(X);
+    dT.upload(T);
+    Yp.fill_u32(0x7fc00bad);
+    sync.fill_u32(0);
+    Stream st;
+    FusedArgs a{dX.ptr(), dT.ptr(), p[0].ptr(), p[1].ptr(), p[2].ptr(), p[3].ptr(), p[4].ptr(), p[5].ptr(), 0, 0,
+                B, I, H, O, lr};
+    a.Yp = Yp.ptr();
+    a.sync = sync.ptr();
+    a.overlap = true;
+    if (one_launch) {
+        a.steps = S;
+        launch_fused_step(k, a, st.get());
+    } else {
+        for (unsigned j = 0; j < S; ++j) {
+            FusedArgs b = a;
+            b.X += size_t(j) * B * I * 4;
+            b.T += size_t(j) * B * O * 4;
+            b.Y += size_t(j) * B * O * 4;
+            launch_fused_step(k, b, st.get());
+        }
+    }
+    st.synchronize();
+    StepRun r;
+    for (const auto& b : p) r.out.push_back(b.download_vector<float>());
+    // Every step changed the parameters: the run did S real steps.
+    for (size_t i = 0; i < 4; ++i) CHECK(r.out[i] != init[i]);
+    return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+void check_steps_in_one_launch(unsigned B, unsigned I, unsigned H, unsigned O, unsigned S) {
+    const uint64_t seed = std::random_device{}();
+    INFO("B=", B, " I=", I, " H=", H, " O=", O, " steps=", S, " seed ", seed);
+    const StepRun ptx_one = run_steps(KernelSource::Ptx, B, I, H, O, S, true, seed);
+    const StepRun ptx_many = run_steps(KernelSource::Ptx, B, I, H, O, S, false, seed);
+    const StepRun ref_one = run_steps(KernelSource::Reference, B, I, H, O, S, true, seed);
+    const StepRun ref_many = run_steps(KernelSource::Reference, B, I, H, O, S, false, seed);
+    const char* names[] = {"W1", "b1", "W2", "b2", "A", "Y"};
+    for (size_t i = 0; i < 6; ++i) {
+        INFO(names[i]);
+        CHECK(same_bits(ptx_one.out[i], ptx_many.out[i]));
+        CHECK(same_bits(ref_one.out[i], ref_many.out[i]));
+        CHECK(same_bits(ptx_one.out[i], ref_one.out[i]));
+    }
+}
+}  // namespace
+
+TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launches of one step, both sets") {
+    check_steps_in_one_launch(64, 784, 128, 10, 5);   // the MNIST step: one chunk, one tile a cluster
+    check_steps_in_one_launch(65, 13, 5, 3, 4);       // two chunks (X restaged), single-float copies
+    check_steps_in_one_launch(9, 257, 33, 17, 3);     // partial chunk and tile, O > 16
+    check_steps_in_one_launch(64, 100, 2000, 10, 3);  // 125 tiles: clusters loop over tiles
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {

@@ -22,10 +22,12 @@ const Dataset& mnist() {
     return d;
 }
 TrainResult run(KernelChoice k, unsigned steps, uint64_t seed, const std::vector<unsigned>& layers = {784, 128, 10},
-                bool graphs = true, const std::string& ptx_dir = {}, bool overlap = true, bool one_launch = true) {
+                bool graphs = true, const std::string& ptx_dir = {}, bool overlap = true, bool one_launch = true,
+                unsigned steps_per_launch = 0) {
     TrainConfig cfg;
     cfg.kernels = k;
     cfg.one_launch = one_launch;
+    cfg.steps_per_launch = steps_per_launch;
     cfg.graphs = graphs;
     cfg.overlap = overlap;
     if (!ptx_dir.empty()) cfg.dirs = KernelDirs::from_ptx_dir(ptx_dir);
@@ -87,11 +89,19 @@ TEST_CASE("train: a checkpoint whose shapes do not fit the data is refused") {
 TEST_CASE("train: the fused set gives the same losses as its twins, with and without graphs and overlap") {
     TrainResult a = run(kFusedPtx, 300, 3), b = run(kFusedRef, 300, 3), c = run(kFusedPtx, 300, 3, {784, 128, 10}, false);
     TrainResult d = run(kFusedPtx, 300, 3, {784, 128, 10}, true, {}, false);
+    // One launch a step, and 7 steps a launch, instead of every step of a chunk (128, 128, 44).
+    TrainResult e = run(kFusedPtx, 300, 3, {784, 128, 10}, true, {}, true, true, 1);
+    TrainResult f = run(kFusedPtx, 300, 3, {784, 128, 10}, true, {}, true, true, 7);
     REQUIRE(a.step_losses.size() == 300);
     CHECK(a.step_losses == b.step_losses);
     CHECK(a.step_losses == c.step_losses);  // graph replay == plain launches
     CHECK(a.step_losses == d.step_losses);  // programmatic dependent launches == serialised ones
+    CHECK(a.step_losses == e.step_losses);  // steps back to back in one launch == a launch a step
+    CHECK(a.step_losses == f.step_losses);
     CHECK(a.model.W == d.model.W);
+    CHECK(a.model.W == e.model.W);
+    CHECK(a.model.b == e.model.b);
+    CHECK(a.model.W == f.model.W);
     CHECK(a.accuracy == b.accuracy);
 }
 
