@@ -178,9 +178,9 @@ void setup_train(CLI::App& app, Command& chosen) {
                   "fused set: run the step as fused_forward, fused_output and fused_sgd (ptx/fused.ptx) instead of "
                   "the one-launch fused_step (ptx/step.ptx); the same step, summed in another order");
     sub->add_option("--steps-per-launch", o->steps_per_launch,
-                    "fused set, one-launch step: steps that one launch of fused_step runs back to back, with a "
-                    "cluster barrier between them instead of a launch (0: every step of a chunk of 128; 1: a launch "
-                    "a step); the same results bit for bit")
+                    "fused set, one-launch step: steps that one launch of fused_step runs back to back, with no "
+                    "launch between them (0: every step of a chunk of 128; 1: a launch a step); the same results "
+                    "bit for bit")
         ->capture_default_str();
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
