@@ -47,13 +47,6 @@ std::vector<unsigned> parse_layers(const std::string& text) {
     return v;
 }
 
-Loss parse_loss(const std::string& name) {
-    if (name == "mse") return Loss::Mse;
-    if (name == "half-sse") return Loss::HalfSse;
-    PTXLAB_THROW(InputError, "unknown loss '{}' (choose mse or half-sse)", name);
-}
-
-std::string to_string(Loss l) { return l == Loss::Mse ? "mse" : "half-sse"; }
 
 std::string layers_text(const std::vector<unsigned>& sizes) {
     std::string s;
@@ -86,26 +79,6 @@ void TrainConfig::validate(const Split& train) const {
     if (layers.back() != kClasses)
         PTXLAB_THROW(InputError, "the network has {} outputs but the labels have {} classes (--layers {})",
                      layers.back(), kClasses, layers_text(layers));
-}
-
-NetParams init_params(const std::vector<unsigned>& sizes, Init init, float init_std, uint64_t seed) {
-    Rng rng(seed);
-    NetParams net;
-    net.sizes = sizes;
-    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
-        const size_t rows = sizes[l + 1], cols = sizes[l];
-        std::vector<float> W(rows * cols), b(rows, 0.0f);
-        if (init == Init::HeUniform) {
-            const float bound = std::sqrt(6.0f / float(cols));
-            for (auto& w : W) w = rng.uniform(-bound, bound);
-        } else {
-            for (auto& w : W) w = static_cast<float>(init_std * rng.normal());
-            for (auto& x : b) x = static_cast<float>(init_std * rng.normal());
-        }
-        net.W.push_back(std::move(W));
-        net.b.push_back(std::move(b));
-    }
-    return net;
 }
 
 namespace {
@@ -411,7 +384,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
     T.upload(one_hot(data.train.labels));
     Evaluator evaluator(data.test, sizes, design);
 
-    NetParams init = init_params(sizes, cfg.init, cfg.init_std, cfg.seed);
+    NetParams init = init_params(sizes, cfg.init, cfg.seed);
     DeviceNet net(init, B, design);
     // The parameters as they were at the start of the current chunk (for the NaN hunt).
     std::vector<DeviceBuffer> saved;

@@ -14,6 +14,7 @@
 #include "cuda.hpp"
 #include "idx.hpp"
 #include "kernels.hpp"
+#include "recipe.hpp"
 #include "reference.hpp"
 
 #include <atomic>
@@ -32,17 +33,6 @@ std::vector<unsigned> parse_sizes(const std::string& text, const std::string& fl
 std::vector<unsigned> parse_layers(const std::string& text);
 std::string layers_text(const std::vector<unsigned>& sizes);
 
-enum class Init { HeUniform, Normal };
-
-// The loss, which fixes the gradient scale. The kernels compute the per-sample
-// delta d = y - t; the host scales the step passed to the update kernel.
-//   Mse      PyTorch's nn.MSELoss: mean over samples and outputs of (y - t)^2;
-//            gradient 2 (y - t) / O per sample, so the update gets lr * 2 / O.
-//   HalfSse  the notebook's 0.5 |y - t|^2 per sample, averaged over the batch;
-//            gradient y - t, so the update gets lr.
-enum class Loss { Mse, HalfSse };
-Loss parse_loss(const std::string& name);  // "mse" | "half-sse"
-std::string to_string(Loss l);
 
 struct TrainConfig {
     std::vector<unsigned> layers = {784, 128, 10};
@@ -52,8 +42,7 @@ struct TrainConfig {
     double target = 0.97;       // stop once test accuracy >= target
     unsigned eval_every = 0;    // evaluate every N batches; 0 = once per epoch
     uint64_t seed = 1;
-    Init init = Init::HeUniform;  // He-uniform weights, zero biases; Normal: weights and biases N(0, init_std^2)
-    float init_std = 0.01f;
+    Init init = Init::HeUniform;
     Loss loss = Loss::Mse;
     KernelChoice kernels;       // default: fused PTX
     bool graphs = true;         // replay chunks of steps as CUDA graphs (false: plain launches)
@@ -108,9 +97,6 @@ struct TrainResult {
 
 // Set from a SIGINT handler: training stops after the current step.
 extern std::atomic<bool> g_stop_requested;
-
-// Initial parameters from the seeded PRNG.
-NetParams init_params(const std::vector<unsigned>& sizes, Init init, float init_std, uint64_t seed);
 
 // The kernel entries a design needs for a network of `sizes`.
 std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes);

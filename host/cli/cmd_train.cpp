@@ -74,8 +74,7 @@ int run_train(const TrainOptions& o) {
         if (!o.given("--eval-every")) cfg.eval_every = 100;
         if (!o.given("--target")) cfg.target = 0.60;
         if (!o.given("--loss")) cfg.loss = Loss::HalfSse;
-        cfg.init = Init::Normal;
-        cfg.init_std = 0.01f;
+        cfg.init = Init::Notebook;
     } else if (!o.preset.empty()) {
         PTXLAB_THROW(InputError, "unknown preset '{}' (known: notebook)", o.preset);
     }
@@ -94,8 +93,7 @@ int run_train(const TrainOptions& o) {
     fmt::print("  data {} ({} train / {} test), loss {}, batch {}, lr {}, init {}, seed {}, target {:.2f} %, at most {} "
                "epochs, evaluation every {}\n",
                dir, data.train.count, data.test.count, to_string(cfg.loss), cfg.batch, cfg.lr,
-               cfg.init == Init::HeUniform ? "He-uniform weights, zero biases"
-                                           : fmt::format("N(0, {}^2) weights and biases", cfg.init_std),
+               describe(cfg.init),
                cfg.seed, 100.0 * cfg.target, cfg.max_epochs,
                cfg.eval_every ? fmt::format("{} batches", cfg.eval_every) : std::string("epoch"));
     std::cout.flush();

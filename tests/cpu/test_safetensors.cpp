@@ -28,7 +28,7 @@ std::string load_error(const std::vector<uint8_t>& bytes) {
 TEST_CASE("safetensors: a 2- and a 3-layer model round-trip bit for bit") {
     for (auto sizes : {std::vector<unsigned>{784, 128, 10}, std::vector<unsigned>{20, 7, 5, 3}}) {
         TempDir t;
-        NetParams net = init_params(sizes, Init::Normal, 0.5f, 77);
+        NetParams net = init_params(sizes, Init::Notebook, 77);
         save_safetensors(t.file("m.safetensors"), net, {{"note", "a \"quoted\" value"}});
         NetParams back = load_safetensors(t.file("m.safetensors"));
         CHECK(back.sizes == sizes);
@@ -54,7 +54,7 @@ TEST_CASE("safetensors: a 2- and a 3-layer model round-trip bit for bit") {
 
 TEST_CASE("safetensors: bad checkpoints are refused") {
     TempDir t;
-    NetParams net = init_params({6, 4, 3}, Init::HeUniform, 0.f, 5);
+    NetParams net = init_params({6, 4, 3}, Init::HeUniform, 5);
     save_safetensors(t.file("m.safetensors"), net);
     const auto good = read_all(t.file("m.safetensors"));
 

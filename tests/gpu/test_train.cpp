@@ -80,7 +80,7 @@ TEST_CASE("train: eval of a saved checkpoint gives the accuracy train reported")
 }
 
 TEST_CASE("train: a checkpoint whose shapes do not fit the data is refused") {
-    NetParams net = init_params({100, 8, 10}, Init::HeUniform, 0.f, 1);
+    NetParams net = init_params({100, 8, 10}, Init::HeUniform, 1);
     KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), {"forward2"});
     CHECK_THROWS_WITH_AS(evaluate(ks, net, mnist().test), doctest::Contains("takes 100 inputs but the images have 28x28"),
                          InputError);

@@ -1,0 +1,143 @@
+// The training recipe: initialisation, loss, optimizer, learning-rate schedule and
+// activation. Each is a named choice with one table row (its flag name, what it is, and
+// the PyTorch equivalent), a float64 CPU reference, and the codes the kernels take.
+//
+// The kernels split the recipe in two places:
+//   - the loss: the output-delta code (kLossDiff, kLossSoftmax) given to grad2/grad3 and
+//     fused_output, and the scale that turns a batch sum of per-sample gradients into the
+//     mean gradient (grad_scale), given to batch_mean and fused_grad;
+//   - the optimizer: one entry of ptx/optim.ptx, which reads this step's StepHyper record
+//     (learning rate and the bias corrections, from a per-epoch device table) and the
+//     optimizer's constants (OptimConfig).
+#pragma once
+
+#include "reference.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+// ---- Initialisation -----------------------------------------------------------------
+//   Torch      nn.Linear's default: weights AND biases ~ U(-1/sqrt(fan_in), +1/sqrt(fan_in))
+//   HeUniform  weights ~ U(+-sqrt(6/fan_in)), zero biases
+//   HeNormal   weights ~ N(0, 2/fan_in), zero biases
+//   Xavier     weights ~ U(+-sqrt(6/(fan_in + fan_out))), zero biases
+//   Notebook   weights and biases ~ N(0, 0.01^2)
+enum class Init { Torch, HeUniform, HeNormal, Xavier, Notebook };
+Init parse_init(const std::string& name);  // "torch" | "he-uniform" | "he-normal" | "xavier" | "notebook"
+std::string to_string(Init i);
+std::string describe(Init i);  // one line for the run's header, e.g. "U(+-1/sqrt(fan_in)) weights and biases (nn.Linear)"
+
+// Initial parameters from the seeded PRNG (rng.hpp), layer by layer: weights row by row, then biases.
+NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t seed);
+
+// ---- Loss ----------------------------------------------------------------------------
+//   Ce       softmax cross-entropy on the logits, mean over the batch (F.cross_entropy);
+//            per-sample gradient softmax(y) - t
+//   Mse      nn.MSELoss: mean over samples and outputs of (y - t)^2; gradient 2 (y - t) / O
+//   HalfSse  the notebook's 0.5 |y - t|^2 per sample, averaged over the batch; gradient y - t
+enum class Loss { Ce, Mse, HalfSse };
+Loss parse_loss(const std::string& name);  // "ce" | "mse" | "half-sse"
+std::string to_string(Loss l);
+
+// The output-delta code a kernel takes (its `loss` parameter):
+inline constexpr unsigned kLossDiff = 0;     // d = y - t
+inline constexpr unsigned kLossSoftmax = 1;  // d = softmax(y) - t (max-subtracted, ex2.approx)
+unsigned loss_code(Loss l);                  // Ce -> kLossSoftmax, else kLossDiff
+// The factor from the batch sum of per-sample deltas (code's d) to the mean gradient:
+// 1/B for Ce and HalfSse, 2/(O B) for Mse (computed in double, rounded to float once).
+float grad_scale(Loss l, unsigned B, unsigned O);
+
+// Float64 reference, one sample of O outputs y against one-hot (or any) targets t:
+double loss_value(Loss l, const double* y, const double* t, unsigned O);
+// dL/dy for one sample, without the batch mean: Ce softmax(y) - t, Mse 2 (y - t) / O, HalfSse y - t.
+void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy);
+
+// ---- Optimizer -----------------------------------------------------------------------
+// PyTorch's update rules (torch.optim), dampening 0, not centered, no amsgrad:
+//   Sgd       p -= lr (g + wd p)
+//   Momentum  g' = g + wd p; m = mu m + g'; p -= lr m                      (SGD, momentum)
+//   Nesterov  g' = g + wd p; m = mu m + g'; p -= lr (g' + mu m)            (SGD, nesterov=True)
+//   Adam      g' = g + wd p; m = lerp(m, g', 1-b1); v = b2 v + (1-b2) g'^2;
+//             p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+//   AdamW     as Adam with g' = g and p *= 1 - lr wd first (decoupled decay)
+//   RmsProp   g' = g + wd p; v = alpha v + (1-alpha) g'^2; p -= lr g' / (sqrt(v) + eps)
+// State buffers start at zero, as in PyTorch.
+enum class OptimKind { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp };
+OptimKind parse_optimizer(const std::string& name);  // "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop"
+std::string to_string(OptimKind k);
+
+struct OptimConfig {
+    OptimKind kind = OptimKind::Nesterov;
+    float momentum = 0.9f;       // Momentum, Nesterov
+    float weight_decay = 0.0f;   // all (AdamW: decoupled)
+    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // Adam, AdamW (eps also RmsProp)
+    float alpha = 0.99f;         // RmsProp
+    // State buffers of the size of the parameters: 0 (Sgd), 1 (m or v), 2 (m and v).
+    unsigned state_buffers() const;
+    std::string describe() const;  // "nesterov (momentum 0.9)", "adam (betas 0.9, 0.999, eps 1e-08)", ...
+    void validate() const;         // throws InputError naming the flag
+};
+
+// The per-step values an optimizer kernel reads from the device table (four floats; see
+// ptx/optim.ptx): lr; Adam's step size lr / (1 - b1^t) and sqrt(1 - b2^t); AdamW's decay
+// factor 1 - lr wd. Computed in double from lr and the 1-based step t, each rounded once.
+struct StepHyper {
+    float lr, step_size, bc2_sqrt, decay;
+};
+StepHyper step_hyper(const OptimConfig& o, double lr, uint64_t t);
+
+// One float64 optimizer step on n parameters, PyTorch's rules as above; m and v are the
+// state buffers (unused ones may be null). t is the 1-based step.
+void optim_step(const OptimConfig& o, double lr, uint64_t t, double* p, const double* g, double* m, double* v, size_t n);
+
+// ---- Schedule ------------------------------------------------------------------------
+//   Const     lr
+//   Cosine    lr * (1 + cos(pi s' / S')) / 2 over the steps after warm-up
+//   OneCycle  linear warm-up from 0 to lr over the first `warmup` of the steps, then linear
+//             decay to 0 at the end (the PyTorch recipe in ptx-notes.md)
+//   Step      lr * gamma^floor(s / step_every)
+// With warmup > 0 every schedule starts with that linear warm-up from 0: W = round(warmup * S)
+// steps, lr(s) = peak * s / W for s < W.
+enum class ScheduleKind { Const, Cosine, OneCycle, Step };
+ScheduleKind parse_schedule(const std::string& name);  // "const" | "cosine" | "onecycle" | "step"
+std::string to_string(ScheduleKind k);
+
+struct ScheduleConfig {
+    ScheduleKind kind = ScheduleKind::OneCycle;
+    double warmup = 0.2;        // fraction of the steps
+    uint64_t step_every = 0;    // Step: steps between decays
+    double gamma = 0.1;         // Step: the decay factor
+    std::string describe() const;
+    void validate() const;
+};
+
+// The learning rate of step s (0-based) of S steps, in double.
+double schedule_lr(const ScheduleConfig& c, double peak, uint64_t s, uint64_t S);
+
+// ---- Activation (hidden layers) ------------------------------------------------------
+enum class Activation { Relu, LeakyRelu, Tanh, Sigmoid, Gelu };
+Activation parse_activation(const std::string& name);  // "relu" | "leaky-relu" | "tanh" | "sigmoid" | "gelu"
+std::string to_string(Activation a);
+double activate(Activation a, double x);        // LeakyRelu slope 0.01; Gelu the exact erf form
+double activate_grad(Activation a, double x);   // d activate / dx at the pre-activation x
+
+// ---- A float64 training step with any recipe (the ground truth for the trainer) ----
+struct Recipe {
+    Loss loss = Loss::Ce;
+    OptimConfig optim;
+    Activation activation = Activation::Relu;
+};
+struct OptimState64 {
+    std::vector<std::vector<double>> mW, mb, vW, vb;  // per layer, sized on first use
+    uint64_t t = 0;                                   // steps taken
+};
+// Forward, loss (mean over the batch), backward, one optimizer step with learning rate lr.
+// Returns the batch loss before the step.
+double cpu_recipe_step(Net64& net, OptimState64& st, const Recipe& r, const std::vector<double>& X,
+                       const std::vector<uint8_t>& labels, unsigned B, double lr);
+
+}  // namespace ptxlab
