@@ -55,6 +55,13 @@ struct FusedArgs {
     // Launch each kernel as a programmatic dependent launch, so that it is scheduled while
     // the previous one drains (the kernels wait for it with griddepcontrol.wait).
     bool overlap = false;
+    // The recipe (recipe.hpp): the output-delta code fused_output takes (kLossDiff,
+    // kLossSoftmax), and the factor from a batch sum of deltas to the mean gradient
+    // (grad_scale) that fused_grad and batch_mean apply.
+    unsigned loss = 0;
+    float scale = 0.0f;
+    // The mean gradients fused_grad (or the fast set's batch_mean) writes: [H][I], [H], [O][H], [O].
+    CUdeviceptr GW1 = 0, Gb1 = 0, GW2 = 0, Gb2 = 0;
 };
 
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
