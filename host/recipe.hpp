@@ -100,7 +100,8 @@ void optim_step(const OptimConfig& o, double lr, uint64_t t, double* p, const do
 
 // ---- Schedule ------------------------------------------------------------------------
 // Step s (0-based) of S steps with peak learning rate `peak`. Every schedule first takes
-// W = round(warmup * S) steps of linear warm-up from 0 (W = 0: none):
+// W = round(warmup * S) steps (halves away from zero, std::llround) of linear warm-up from 0
+// (W = 0: none):
 //   s < W     lr(s) = peak * s / W
 // and then, for W <= s < S:
 //   Const     peak
