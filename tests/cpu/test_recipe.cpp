@@ -268,6 +268,11 @@ TEST_CASE("recipe: step_hyper for Adam at t = 1 and t = 2") {
     CHECK(hd.step_size == static_cast<float>(0.0099999976158148));
     CHECK(hd.bc2_sqrt == static_cast<float>(0.031622573035677));
     CHECK(hd.decay == 1.0f);  // no weight decay
+    // t = 2: 1 - 0.9f^2 = 0.19000004291534424, step_size = 1e-3 / that = 0.005263156705946427, whose
+    // nearest float is 0.005263156723231077; dividing the rounded float(lr) by the rounded
+    // float(1 - b1^2) would give 0.0052631571888923645 (one ulp off): each field is rounded once.
+    CHECK(step_hyper(d, 1e-3, 2).step_size == 0.005263156723231077f);
+    CHECK(step_hyper(d, 1e-3, 2).step_size != 0.0052631571888923645f);
     CHECK_THROWS(step_hyper(d, 1e-3, 0));  // t is 1-based
 }
 
@@ -438,6 +443,7 @@ TEST_CASE("recipe: activations and their gradients at a few points, and against 
     CHECK(activate(A::LeakyRelu, -1.0) == doctest::Approx(-0.01).epsilon(1e-15));
     CHECK(activate(A::LeakyRelu, 2.0) == 2.0);
     CHECK(activate_grad(A::LeakyRelu, -1.0) == doctest::Approx(0.01).epsilon(1e-15));
+    CHECK(activate_grad(A::LeakyRelu, 0.0) == doctest::Approx(0.01).epsilon(1e-15));  // PyTorch: x > 0 ? 1 : slope
     CHECK(activate_grad(A::LeakyRelu, 2.0) == 1.0);
     // tanh(0.5) = 0.46211715726000974; gradient 1 - tanh^2 = 0.7864477329659274; tanh(0) = 0, gradient 1.
     CHECK(activate(A::Tanh, 0.5) == doctest::Approx(0.46211715726000974).epsilon(1e-14));
