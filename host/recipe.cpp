@@ -3,7 +3,9 @@
 #include "error.hpp"
 #include "rng.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 namespace ptxlab {
 
@@ -102,6 +104,386 @@ unsigned loss_code(Loss l) { return l == Loss::Ce ? kLossSoftmax : kLossDiff; }
 
 float grad_scale(Loss l, unsigned B, unsigned O) {
     return static_cast<float>(l == Loss::Mse ? 2.0 / (double(O) * double(B)) : 1.0 / double(B));
+}
+
+double loss_value(Loss l, const double* y, const double* t, unsigned O) {
+    switch (l) {
+        case Loss::Ce: {
+            // -sum_i t_i log softmax(y)_i = sum_i t_i (lse(y) - y_i), lse with the max subtracted.
+            double mx = y[0];
+            for (unsigned i = 1; i < O; ++i) mx = std::max(mx, y[i]);
+            double sum = 0.0;
+            for (unsigned i = 0; i < O; ++i) sum += std::exp(y[i] - mx);
+            const double lse = mx + std::log(sum);
+            double loss = 0.0;
+            for (unsigned i = 0; i < O; ++i) loss += t[i] * (lse - y[i]);
+            return loss;
+        }
+        case Loss::Mse: {
+            double sum = 0.0;
+            for (unsigned i = 0; i < O; ++i) sum += (y[i] - t[i]) * (y[i] - t[i]);
+            return sum / O;
+        }
+        case Loss::HalfSse: {
+            double sum = 0.0;
+            for (unsigned i = 0; i < O; ++i) sum += (y[i] - t[i]) * (y[i] - t[i]);
+            return 0.5 * sum;
+        }
+    }
+    PTXLAB_THROW(Error, "loss_value: unknown loss {}", int(l));
+}
+
+void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy) {
+    switch (l) {
+        case Loss::Ce: {
+            // softmax(y) - t: the exact gradient when sum t = 1 (one-hot or probability targets);
+            // in general it is softmax(y) sum(t) - t, and the kernels compute softmax(y) - t.
+            double mx = y[0];
+            for (unsigned i = 1; i < O; ++i) mx = std::max(mx, y[i]);
+            double sum = 0.0;
+            for (unsigned i = 0; i < O; ++i) sum += std::exp(y[i] - mx);
+            for (unsigned i = 0; i < O; ++i) dy[i] = std::exp(y[i] - mx) / sum - t[i];
+            return;
+        }
+        case Loss::Mse:
+            for (unsigned i = 0; i < O; ++i) dy[i] = 2.0 * (y[i] - t[i]) / O;
+            return;
+        case Loss::HalfSse:
+            for (unsigned i = 0; i < O; ++i) dy[i] = y[i] - t[i];
+            return;
+    }
+    PTXLAB_THROW(Error, "loss_grad: unknown loss {}", int(l));
+}
+
+// ---- Optimizer -----------------------------------------------------------------------
+
+OptimKind parse_optimizer(const std::string& name) {
+    if (name == "sgd") return OptimKind::Sgd;
+    if (name == "momentum") return OptimKind::Momentum;
+    if (name == "nesterov") return OptimKind::Nesterov;
+    if (name == "adam") return OptimKind::Adam;
+    if (name == "adamw") return OptimKind::AdamW;
+    if (name == "rmsprop") return OptimKind::RmsProp;
+    PTXLAB_THROW(InputError, "unknown optimizer '{}' (choose sgd, momentum, nesterov, adam, adamw or rmsprop)", name);
+}
+
+std::string to_string(OptimKind k) {
+    switch (k) {
+        case OptimKind::Sgd: return "sgd";
+        case OptimKind::Momentum: return "momentum";
+        case OptimKind::Nesterov: return "nesterov";
+        case OptimKind::Adam: return "adam";
+        case OptimKind::AdamW: return "adamw";
+        case OptimKind::RmsProp: return "rmsprop";
+    }
+    return "?";
+}
+
+namespace {
+bool uses_m(OptimKind k) {
+    return k == OptimKind::Momentum || k == OptimKind::Nesterov || k == OptimKind::Adam || k == OptimKind::AdamW;
+}
+bool uses_v(OptimKind k) { return k == OptimKind::Adam || k == OptimKind::AdamW || k == OptimKind::RmsProp; }
+}  // namespace
+
+unsigned OptimConfig::state_buffers() const { return unsigned(uses_m(kind)) + unsigned(uses_v(kind)); }
+
+std::string OptimConfig::describe() const {
+    std::string s;
+    switch (kind) {
+        case OptimKind::Sgd: s = "sgd"; break;
+        case OptimKind::Momentum: s = fmt::format("momentum (momentum {})", momentum); break;
+        case OptimKind::Nesterov: s = fmt::format("nesterov (momentum {})", momentum); break;
+        case OptimKind::Adam: s = fmt::format("adam (betas {}, {}, eps {})", beta1, beta2, eps); break;
+        case OptimKind::AdamW: s = fmt::format("adamw (betas {}, {}, eps {})", beta1, beta2, eps); break;
+        case OptimKind::RmsProp: s = fmt::format("rmsprop (alpha {}, eps {})", alpha, eps); break;
+    }
+    if (weight_decay != 0.0f)
+        s += fmt::format(", {}weight decay {}", kind == OptimKind::AdamW ? "decoupled " : "", weight_decay);
+    return s;
+}
+
+void OptimConfig::validate() const {
+    // Written as !(in range) so that NaN fails too.
+    if (!(momentum >= 0.0f && momentum < 1.0f))
+        PTXLAB_THROW(InputError, "--momentum {} is out of range (it must be in [0, 1))", momentum);
+    if ((kind == OptimKind::Momentum || kind == OptimKind::Nesterov) && !(momentum > 0.0f))
+        PTXLAB_THROW(InputError, "--momentum {} with --optimizer {}: momentum must be > 0 (use --optimizer sgd for none)",
+                     momentum, to_string(kind));
+    if (!(weight_decay >= 0.0f && std::isfinite(weight_decay)))
+        PTXLAB_THROW(InputError, "--weight-decay {} is out of range (it must be >= 0)", weight_decay);
+    if (!(beta1 >= 0.0f && beta1 < 1.0f))
+        PTXLAB_THROW(InputError, "--beta1 {} is out of range (it must be in [0, 1))", beta1);
+    if (!(beta2 >= 0.0f && beta2 < 1.0f))
+        PTXLAB_THROW(InputError, "--beta2 {} is out of range (it must be in [0, 1))", beta2);
+    if (!(eps > 0.0f && std::isfinite(eps))) PTXLAB_THROW(InputError, "--eps {} is out of range (it must be > 0)", eps);
+    if (!(alpha >= 0.0f && alpha < 1.0f))
+        PTXLAB_THROW(InputError, "--alpha {} is out of range (it must be in [0, 1))", alpha);
+}
+
+StepHyper step_hyper(const OptimConfig& o, double lr, uint64_t t) {
+    if (t == 0) PTXLAB_THROW(Error, "step_hyper: the step t is 1-based (got 0)");
+    const double b1t = std::pow(double(o.beta1), double(t)), b2t = std::pow(double(o.beta2), double(t));
+    StepHyper h;
+    h.lr = static_cast<float>(lr);
+    h.step_size = static_cast<float>(lr / (1.0 - b1t));
+    h.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - b2t));
+    h.decay = static_cast<float>(1.0 - lr * double(o.weight_decay));
+    return h;
+}
+
+// The update rules follow PyTorch's documented algorithms (the pseudo-code on each page):
+//   SGD:     https://pytorch.org/docs/1.13/generated/torch.optim.SGD.html
+//            g += wd p; b_t = mu b_{t-1} + (1 - tau) g (b_1 = g; tau = 0 here, and b_0 = 0 gives
+//            the same b_1); nesterov: g = g + mu b_t, else g = b_t; p -= lr g.
+//   Adam:    https://pytorch.org/docs/1.13/generated/torch.optim.Adam.html
+//            g += wd p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; the implementation
+//            (torch/optim/adam.py, _single_tensor_adam) writes the first as m.lerp_(g, 1 - b1)
+//            and the step as p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps), bc_i = 1 - b_i^t.
+//   AdamW:   https://pytorch.org/docs/1.13/generated/torch.optim.AdamW.html
+//            p = p - lr wd p first, then Adam's moments on the raw g (no wd p in g).
+//   RMSprop: https://pytorch.org/docs/1.13/generated/torch.optim.RMSprop.html
+//            g += wd p; v = alpha v + (1 - alpha) g^2; p -= lr g / (sqrt(v) + eps)
+//            (momentum 0, centered False).
+void optim_step(const OptimConfig& o, double lr, uint64_t t, double* p, const double* g, double* m, double* v,
+                size_t n) {
+    if (t == 0) PTXLAB_THROW(Error, "optim_step: the step t is 1-based (got 0)");
+    if ((uses_m(o.kind) && m == nullptr) || (uses_v(o.kind) && v == nullptr))
+        PTXLAB_THROW(Error, "optim_step: {} needs its state buffers", to_string(o.kind));
+    const double mu = o.momentum, wd = o.weight_decay, b1 = o.beta1, b2 = o.beta2, eps = o.eps, alpha = o.alpha;
+    const double bc1 = 1.0 - std::pow(b1, double(t)), bc2_sqrt = std::sqrt(1.0 - std::pow(b2, double(t)));
+    for (size_t i = 0; i < n; ++i) {
+        switch (o.kind) {
+            case OptimKind::Sgd: p[i] -= lr * (g[i] + wd * p[i]); break;
+            case OptimKind::Momentum: {
+                const double gi = g[i] + wd * p[i];
+                m[i] = mu * m[i] + gi;
+                p[i] -= lr * m[i];
+                break;
+            }
+            case OptimKind::Nesterov: {
+                const double gi = g[i] + wd * p[i];
+                m[i] = mu * m[i] + gi;
+                p[i] -= lr * (gi + mu * m[i]);
+                break;
+            }
+            case OptimKind::Adam:
+            case OptimKind::AdamW: {
+                double gi = g[i];
+                if (o.kind == OptimKind::AdamW)
+                    p[i] *= 1.0 - lr * wd;
+                else
+                    gi += wd * p[i];
+                m[i] += (1.0 - b1) * (gi - m[i]);
+                v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
+                p[i] -= (lr / bc1) * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+                break;
+            }
+            case OptimKind::RmsProp: {
+                const double gi = g[i] + wd * p[i];
+                v[i] = alpha * v[i] + (1.0 - alpha) * gi * gi;
+                p[i] -= lr * gi / (std::sqrt(v[i]) + eps);
+                break;
+            }
+        }
+    }
+}
+
+// ---- Schedule ------------------------------------------------------------------------
+
+ScheduleKind parse_schedule(const std::string& name) {
+    if (name == "const") return ScheduleKind::Const;
+    if (name == "cosine") return ScheduleKind::Cosine;
+    if (name == "onecycle") return ScheduleKind::OneCycle;
+    if (name == "step") return ScheduleKind::Step;
+    PTXLAB_THROW(InputError, "unknown schedule '{}' (choose const, cosine, onecycle or step)", name);
+}
+
+std::string to_string(ScheduleKind k) {
+    switch (k) {
+        case ScheduleKind::Const: return "const";
+        case ScheduleKind::Cosine: return "cosine";
+        case ScheduleKind::OneCycle: return "onecycle";
+        case ScheduleKind::Step: return "step";
+    }
+    return "?";
+}
+
+std::string ScheduleConfig::describe() const {
+    std::string s;
+    switch (kind) {
+        case ScheduleKind::Const: s = "const"; break;
+        case ScheduleKind::Cosine: s = "cosine decay to 0"; break;
+        case ScheduleKind::OneCycle: s = "onecycle (linear decay to 0)"; break;
+        case ScheduleKind::Step: s = fmt::format("step (x{} every {} steps)", gamma, step_every); break;
+    }
+    if (warmup > 0.0) s += fmt::format(", linear warm-up from 0 over {:g}% of the steps", warmup * 100.0);
+    return s;
+}
+
+void ScheduleConfig::validate() const {
+    if (!(warmup >= 0.0 && warmup < 1.0))
+        PTXLAB_THROW(InputError, "--warmup {} is out of range (it must be in [0, 1))", warmup);
+    if (kind == ScheduleKind::Step) {
+        if (step_every < 1) PTXLAB_THROW(InputError, "--step-every {} with --schedule step: it must be >= 1", step_every);
+        if (!(gamma > 0.0 && gamma <= 1.0))
+            PTXLAB_THROW(InputError, "--gamma {} is out of range (it must be in (0, 1])", gamma);
+    }
+}
+
+double schedule_lr(const ScheduleConfig& c, double peak, uint64_t s, uint64_t S) {
+    if (s >= S) PTXLAB_THROW(Error, "schedule_lr: step {} of {} steps", s, S);
+    const uint64_t W = static_cast<uint64_t>(std::llround(c.warmup * double(S)));
+    if (s < W) return peak * double(s) / double(W);
+    switch (c.kind) {
+        case ScheduleKind::Const: return peak;
+        case ScheduleKind::OneCycle: return peak * double(S - s) / double(S - W);
+        case ScheduleKind::Cosine:
+            return peak * (1.0 + std::cos(std::numbers::pi * double(s - W) / double(S - W))) / 2.0;
+        case ScheduleKind::Step:
+            if (c.step_every == 0) PTXLAB_THROW(Error, "schedule_lr: step schedule with step_every 0");
+            return peak * std::pow(c.gamma, double(s / c.step_every));
+    }
+    PTXLAB_THROW(Error, "schedule_lr: unknown schedule {}", int(c.kind));
+}
+
+// ---- Activation ----------------------------------------------------------------------
+
+Activation parse_activation(const std::string& name) {
+    if (name == "relu") return Activation::Relu;
+    if (name == "leaky-relu") return Activation::LeakyRelu;
+    if (name == "tanh") return Activation::Tanh;
+    if (name == "sigmoid") return Activation::Sigmoid;
+    if (name == "gelu") return Activation::Gelu;
+    PTXLAB_THROW(InputError, "unknown activation '{}' (choose relu, leaky-relu, tanh, sigmoid or gelu)", name);
+}
+
+std::string to_string(Activation a) {
+    switch (a) {
+        case Activation::Relu: return "relu";
+        case Activation::LeakyRelu: return "leaky-relu";
+        case Activation::Tanh: return "tanh";
+        case Activation::Sigmoid: return "sigmoid";
+        case Activation::Gelu: return "gelu";
+    }
+    return "?";
+}
+
+namespace {
+constexpr double kLeakySlope = 0.01;
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+}  // namespace
+
+double activate(Activation a, double x) {
+    switch (a) {
+        case Activation::Relu: return x > 0.0 ? x : 0.0;
+        case Activation::LeakyRelu: return x > 0.0 ? x : kLeakySlope * x;
+        case Activation::Tanh: return std::tanh(x);
+        case Activation::Sigmoid: return sigmoid(x);
+        case Activation::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2));
+    }
+    PTXLAB_THROW(Error, "activate: unknown activation {}", int(a));
+}
+
+double activate_grad(Activation a, double x) {
+    switch (a) {
+        case Activation::Relu: return x > 0.0 ? 1.0 : 0.0;
+        case Activation::LeakyRelu: return x > 0.0 ? 1.0 : kLeakySlope;
+        case Activation::Tanh: {
+            const double th = std::tanh(x);
+            return 1.0 - th * th;
+        }
+        case Activation::Sigmoid: {
+            const double sg = sigmoid(x);
+            return sg * (1.0 - sg);
+        }
+        case Activation::Gelu: {
+            // d/dx x Phi(x) = Phi(x) + x phi(x).
+            const double Phi = 0.5 * (1.0 + std::erf(x / std::numbers::sqrt2));
+            const double phi = std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
+            return Phi + x * phi;
+        }
+    }
+    PTXLAB_THROW(Error, "activate_grad: unknown activation {}", int(a));
+}
+
+// ---- A float64 training step with any recipe ------------------------------------------
+
+double cpu_recipe_step(Net64& net, OptimState64& st, const Recipe& r, const std::vector<double>& X,
+                       const std::vector<uint8_t>& labels, unsigned B, double lr) {
+    if (net.sizes.size() < 2) PTXLAB_THROW(Error, "cpu_recipe_step: the network has no layer");
+    const size_t L = net.sizes.size() - 1;
+    const unsigned I = net.sizes[0], O = net.sizes[L];
+    if (B == 0 || X.size() < size_t(B) * I || labels.size() < B)
+        PTXLAB_THROW(Error, "cpu_recipe_step: {} samples of {} inputs need {} values and {} labels (got {} and {})", B, I,
+                     size_t(B) * I, B, X.size(), labels.size());
+    std::vector<std::vector<double>> gW(L), gb(L);
+    for (size_t l = 0; l < L; ++l) {
+        gW[l].assign(net.W[l].size(), 0.0);
+        gb[l].assign(net.b[l].size(), 0.0);
+    }
+    double loss = 0.0;
+    std::vector<double> t(O), d(O);
+    for (unsigned s = 0; s < B; ++s) {
+        if (labels[s] >= O) PTXLAB_THROW(Error, "cpu_recipe_step: label {} of sample {} is not below {}", labels[s], s, O);
+        // Forward, keeping every layer's pre-activation z[l] and output a[l] (a[0] = x).
+        std::vector<std::vector<double>> a(L + 1), z(L + 1);
+        a[0].assign(X.begin() + long(s) * I, X.begin() + long(s + 1) * I);
+        for (size_t l = 0; l < L; ++l) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            z[l + 1].assign(rows, 0.0);
+            a[l + 1].assign(rows, 0.0);
+            for (unsigned row = 0; row < rows; ++row) {
+                double acc = net.b[l][row];
+                for (unsigned c = 0; c < cols; ++c) acc += net.W[l][size_t(row) * cols + c] * a[l][c];
+                z[l + 1][row] = acc;
+                a[l + 1][row] = (l + 1 < L) ? activate(r.activation, acc) : acc;
+            }
+        }
+        // Loss and output delta (the mean over the batch: 1/B on each sample's gradient).
+        for (unsigned o = 0; o < O; ++o) t[o] = labels[s] == o ? 1.0 : 0.0;
+        loss += loss_value(r.loss, a[L].data(), t.data(), O);
+        d.resize(O);
+        loss_grad(r.loss, a[L].data(), t.data(), O, d.data());
+        for (auto& x : d) x /= double(B);
+        // Backward, accumulating the batch sum of the (already scaled) gradients.
+        for (size_t l = L; l-- > 0;) {
+            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+            for (unsigned row = 0; row < rows; ++row) {
+                gb[l][row] += d[row];
+                for (unsigned c = 0; c < cols; ++c) gW[l][size_t(row) * cols + c] += d[row] * a[l][c];
+            }
+            if (l == 0) break;
+            std::vector<double> below(cols, 0.0);
+            for (unsigned c = 0; c < cols; ++c) {
+                double sum = 0.0;
+                for (unsigned row = 0; row < rows; ++row) sum += net.W[l][size_t(row) * cols + c] * d[row];
+                below[c] = sum * activate_grad(r.activation, z[l][c]);
+            }
+            d.swap(below);
+        }
+    }
+    // The optimizer step, with the state sized on first use.
+    const bool need_m = uses_m(r.optim.kind), need_v = uses_v(r.optim.kind);
+    auto size_state = [&](std::vector<std::vector<double>>& sw, std::vector<std::vector<double>>& sb) {
+        if (sw.size() == L) return;
+        sw.assign(L, {});
+        sb.assign(L, {});
+        for (size_t l = 0; l < L; ++l) {
+            sw[l].assign(net.W[l].size(), 0.0);
+            sb[l].assign(net.b[l].size(), 0.0);
+        }
+    };
+    if (need_m) size_state(st.mW, st.mb);
+    if (need_v) size_state(st.vW, st.vb);
+    ++st.t;
+    for (size_t l = 0; l < L; ++l) {
+        optim_step(r.optim, lr, st.t, net.W[l].data(), gW[l].data(), need_m ? st.mW[l].data() : nullptr,
+                   need_v ? st.vW[l].data() : nullptr, net.W[l].size());
+        optim_step(r.optim, lr, st.t, net.b[l].data(), gb[l].data(), need_m ? st.mb[l].data() : nullptr,
+                   need_v ? st.vb[l].data() : nullptr, net.b[l].size());
+    }
+    return loss / B;
 }
 
 }  // namespace ptxlab

@@ -53,7 +53,9 @@ float grad_scale(Loss l, unsigned B, unsigned O);
 
 // Float64 reference, one sample of O outputs y against one-hot (or any) targets t:
 double loss_value(Loss l, const double* y, const double* t, unsigned O);
-// dL/dy for one sample, without the batch mean: Ce softmax(y) - t, Mse 2 (y - t) / O, HalfSse y - t.
+// Ce: -sum t_i log softmax(y)_i, computed as sum t_i (lse(y) - y_i) with the max subtracted.
+// dL/dy for one sample, without the batch mean: Ce softmax(y) - t (exact when sum t = 1, as
+// for one-hot targets), Mse 2 (y - t) / O, HalfSse y - t.
 void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy);
 
 // ---- Optimizer -----------------------------------------------------------------------
@@ -79,7 +81,9 @@ struct OptimConfig {
     // State buffers of the size of the parameters: 0 (Sgd), 1 (m or v), 2 (m and v).
     unsigned state_buffers() const;
     std::string describe() const;  // "nesterov (momentum 0.9)", "adam (betas 0.9, 0.999, eps 1e-08)", ...
-    void validate() const;         // throws InputError naming the flag
+    // Ranges: --momentum [0, 1) and > 0 for momentum and nesterov; --weight-decay >= 0;
+    // --beta1, --beta2, --alpha [0, 1); --eps > 0.
+    void validate() const;         // throws InputError naming the flag and the value
 };
 
 // The per-step values an optimizer kernel reads from the device table (four floats; see
@@ -95,27 +99,30 @@ StepHyper step_hyper(const OptimConfig& o, double lr, uint64_t t);
 void optim_step(const OptimConfig& o, double lr, uint64_t t, double* p, const double* g, double* m, double* v, size_t n);
 
 // ---- Schedule ------------------------------------------------------------------------
-//   Const     lr
-//   Cosine    lr * (1 + cos(pi s' / S')) / 2 over the steps after warm-up
-//   OneCycle  linear warm-up from 0 to lr over the first `warmup` of the steps, then linear
-//             decay to 0 at the end (the PyTorch recipe in ptx-notes.md)
-//   Step      lr * gamma^floor(s / step_every)
-// With warmup > 0 every schedule starts with that linear warm-up from 0: W = round(warmup * S)
-// steps, lr(s) = peak * s / W for s < W.
+// Step s (0-based) of S steps with peak learning rate `peak`. Every schedule first takes
+// W = round(warmup * S) steps (halves away from zero, std::llround) of linear warm-up from 0
+// (W = 0: none):
+//   s < W     lr(s) = peak * s / W
+// and then, for W <= s < S:
+//   Const     peak
+//   Cosine    peak * (1 + cos(pi (s - W) / (S - W))) / 2      (peak at s = W, towards 0 at S)
+//   OneCycle  peak * (S - s) / (S - W)                         (linear decay; 0 would be at s = S;
+//             the PyTorch recipe in ptx-notes.md: 20 % linear warm-up from 0, linear decay to 0)
+//   Step      peak * gamma^floor(s / step_every)               (s counted from 0, warm-up included)
 enum class ScheduleKind { Const, Cosine, OneCycle, Step };
 ScheduleKind parse_schedule(const std::string& name);  // "const" | "cosine" | "onecycle" | "step"
 std::string to_string(ScheduleKind k);
 
 struct ScheduleConfig {
     ScheduleKind kind = ScheduleKind::OneCycle;
-    double warmup = 0.2;        // fraction of the steps
-    uint64_t step_every = 0;    // Step: steps between decays
-    double gamma = 0.1;         // Step: the decay factor
-    std::string describe() const;
-    void validate() const;
+    double warmup = 0.2;        // fraction of the steps, in [0, 1) (--warmup)
+    uint64_t step_every = 0;    // Step: steps between decays, >= 1 (--step-every)
+    double gamma = 0.1;         // Step: the decay factor, in (0, 1] (--gamma)
+    std::string describe() const;  // "onecycle (linear decay to 0), linear warm-up from 0 over 20% of the steps", ...
+    void validate() const;         // throws InputError naming the flag and the value
 };
 
-// The learning rate of step s (0-based) of S steps, in double.
+// The learning rate of step s (0-based, s < S) of S steps, in double, as above.
 double schedule_lr(const ScheduleConfig& c, double peak, uint64_t s, uint64_t S);
 
 // ---- Activation (hidden layers) ------------------------------------------------------
@@ -135,8 +142,11 @@ struct OptimState64 {
     std::vector<std::vector<double>> mW, mb, vW, vb;  // per layer, sized on first use
     uint64_t t = 0;                                   // steps taken
 };
-// Forward, loss (mean over the batch), backward, one optimizer step with learning rate lr.
-// Returns the batch loss before the step.
+// Forward (the activation on every hidden layer, none on the output), loss (mean over the
+// batch of loss_value against one-hot targets), backward (per-sample loss_grad / B, through
+// activate_grad at the pre-activations, summed over the batch), then optim_step on every W
+// and b with learning rate lr. The state is sized on first use and st.t is incremented
+// before the step (the first step has t = 1). Returns the batch loss before the step.
 double cpu_recipe_step(Net64& net, OptimState64& st, const Recipe& r, const std::vector<double>& X,
                        const std::vector<uint8_t>& labels, unsigned B, double lr);
 
