@@ -63,6 +63,21 @@ std::string optim_variant_list(const std::string& entry) {
     return out;
 }
 
+void validate_case(const VerifyCase& c) {
+    const std::string names = shape_names(c.entry);
+    const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
+    if (c.shape.size() != want)
+        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
+                     c.shape.size());
+    const unsigned variants = optim_variants(c.entry);
+    for (size_t k = 0; k < c.shape.size(); ++k)
+        if (c.shape[k] == 0 && !(variants && k == 1))
+            PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
+    if (variants && c.shape[1] >= variants)
+        PTXLAB_THROW(InputError, "kernel '{}' has variants 0..{} ({}), got {}", c.entry, variants - 1,
+                     optim_variant_list(c.entry), c.shape[1]);
+}
+
 std::string shape_text(const VerifyCase& c) {
     std::string names = shape_names(c.entry), out;
     size_t k = 0, start = 0;
@@ -457,18 +472,8 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
 }
 
 Harness make_harness(const VerifyCase& c, Rng& rng) {
-    const std::string names = shape_names(c.entry);
-    const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
-    if (c.shape.size() != want)
-        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
-                     c.shape.size());
+    validate_case(c);
     const unsigned variants = optim_variants(c.entry);
-    for (size_t k = 0; k < c.shape.size(); ++k)
-        if (c.shape[k] == 0 && !(variants && k == 1))
-            PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
-    if (variants && c.shape[1] >= variants)
-        PTXLAB_THROW(InputError, "kernel '{}' has variants 0..{} ({}), got {}", c.entry, variants - 1,
-                     optim_variant_list(c.entry), c.shape[1]);
     if (c.entry == "batch_mean") return make_mean_harness(c, rng);
     if (variants) return make_optim_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);

@@ -42,6 +42,8 @@ std::string shape_names(const std::string& entry);
 unsigned optim_variants(const std::string& entry);
 std::string optim_variant_text(const std::string& entry, unsigned variant);  // "nesterov+wd"
 std::string optim_variant_list(const std::string& entry);  // "0 plain, 1 momentum, ..."
+// Throws InputError unless the case's shape fits its kernel (count, sizes >= 1, the variant).
+void validate_case(const VerifyCase& c);
 std::string shape_text(const VerifyCase& c);  // "B=64 I=784 H=128 O=10"
 // The default set of cases: batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes.
 std::vector<VerifyCase> default_cases();

@@ -63,10 +63,19 @@ int run_verify_cmd(const VerifyCliOptions& o) {
                               : o.kernels;
         for (const auto& k : names) {
             std::string sn = shape_names(k);
-            if (static_cast<size_t>(std::count(sn.begin(), sn.end(), ',')) + 1 == shape.size())
-                cases.push_back({k, shape});
-            else if (!o.kernels.empty())
-                PTXLAB_THROW(InputError, "--shape {} does not fit kernel '{}', which takes {}", o.shape, k, sn);
+            if (static_cast<size_t>(std::count(sn.begin(), sn.end(), ',')) + 1 != shape.size()) {
+                if (!o.kernels.empty())
+                    PTXLAB_THROW(InputError, "--shape {} does not fit kernel '{}', which takes {}", o.shape, k, sn);
+                continue;
+            }
+            // A size of 0 or a variant the kernel lacks: an error for a named kernel, else skipped.
+            try {
+                validate_case({k, shape});
+            } catch (const InputError&) {
+                if (!o.kernels.empty()) throw;
+                continue;
+            }
+            cases.push_back({k, shape});
         }
         if (cases.empty()) PTXLAB_THROW(InputError, "--shape {} fits no kernel", o.shape);
     }
