@@ -45,7 +45,10 @@ double median(std::vector<double> v) {
 
 // The shape each entry is timed at, for a batch of B on the MNIST network.
 VerifyCase bench_case(const std::string& entry, unsigned B) {
-    if (entry == "update") return {entry, {kH * kI, B}};           // the W1 update of one step
+    if (entry == "batch_mean") return {entry, {kH * kI, B}};       // the W1 mean gradient of one step
+    // The optimizers on every parameter at once (independent of the batch): Nesterov, Adam.
+    if (entry == "optim_sgd") return {entry, {kH * kI + kH + kO * kH + kO, 2}};
+    if (entry == "optim_adam") return {entry, {kH * kI + kH + kO * kH + kO, 0}};
     if (entry == "gather") return {entry, {B, kI, 60000}};         // one batch of images
     if (entry == "fused_forward") return {entry, {B, kI, kH}};
     if (entry == "fused_output") return {entry, {B, kH, kO}};
@@ -59,7 +62,11 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
     if (e == "forward2") return {4 * (B * I + params + B * H + B * O), 2 * B * (I * H + H * O)};
     if (e == "grad2")  // forward, deltas, and the per-sample gradients written out
         return {4 * (B * I + B * O + params + B * (H + O) + B * params), 2 * B * (I * H + 2 * H * O) + B * params};
-    if (e == "update") return {4 * (B * H * I + 2 * H * I), B * H * I + 2 * H * I};
+    if (e == "batch_mean") return {4 * (B * H * I + H * I), B * H * I + H * I};  // B adds and the scale
+    // Nesterov: reads P, G, M, writes P, M; mul, add and two fmas an element.
+    if (e == "optim_sgd") return {4 * 5 * params, 6 * params};
+    // Adam: reads P, G, M, V, writes P, M, V; 3 fmas, 3 subs, 2 muls, add, sqrt, 2 divs (each 1 here).
+    if (e == "optim_adam") return {4 * 7 * params, 15 * params};
     if (e == "gather") return {4 * (2 * B * I + B), 0};
     if (e == "fused_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
     if (e == "fused_output") return {4 * (2 * B * H + O * H + O + 3 * B * O), 4 * B * H * O};
@@ -75,7 +82,7 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
 std::vector<std::string> set_entries(const KernelChoice& k) {
     if (k.design == Design::Fused) return {"fused_step", "fused_forward", "fused_output", "fused_sgd"};
     if (k.design == Design::Fast) return {"outer"};  // its other kernels are timed with the fused and seed sets
-    return {"forward2", "grad2", "update", "gather"};
+    return {"forward2", "grad2", "batch_mean", "gather", "optim_sgd", "optim_adam"};
 }
 
 // `ptxlab train`'s defaults with the bench set's kernels and launch mode, quiet.

@@ -59,13 +59,13 @@ void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1,
     k.launch(outer_grid(a.B, a.O, a.H), kFusedBlock, s, gW2, a.D2, a.A1, a.B, a.O, a.H);
 }
 
-void launch_fast_update(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {
-    const Kernel& k = ks.get("update");
+void launch_fast_mean(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {
+    const Kernel& k = ks.get("batch_mean");
     const unsigned n1 = a.H * a.I, n2 = a.O * a.H;
-    k.launch(grid_for(n1), 256, s, a.W1, gW1, n1, a.B, a.lr);
-    k.launch(grid_for(a.H), 256, s, a.b1, a.D1, a.H, a.B, a.lr);
-    k.launch(grid_for(n2), 256, s, a.W2, gW2, n2, a.B, a.lr);
-    k.launch(grid_for(a.O), 256, s, a.b2, a.D2, a.O, a.B, a.lr);
+    k.launch(grid_for(n1), 256, s, a.GW1, gW1, n1, a.B, a.scale);
+    k.launch(grid_for(a.H), 256, s, a.Gb1, a.D1, a.H, a.B, a.scale);
+    k.launch(grid_for(n2), 256, s, a.GW2, gW2, n2, a.B, a.scale);
+    k.launch(grid_for(a.O), 256, s, a.Gb2, a.D2, a.O, a.B, a.scale);
 }
 
 }  // namespace ptxlab

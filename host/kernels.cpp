@@ -39,8 +39,14 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"grad2", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U}},
         // X T W1 b1 W2 b2 W3 b3 A1 A2 Y gW1 gb1 gW2 gb2 gW3 gb3 | B I H1 H2 O
         {"grad3", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U}},
-        // P G | N B | lr
-        {"update", "update", {P, P, U, U, F}},
+        // G Gs | N B | scale
+        {"batch_mean", "mean", {P, P, U, U, F}},
+        // P G M hyp | N | momentum weight_decay | nesterov
+        {"optim_sgd", "optim", {P, P, P, P, U, F, F, U}},
+        // P G M V hyp | N | beta1 beta2 eps weight_decay | decoupled
+        {"optim_adam", "optim", {P, P, P, P, P, U, F, F, F, F, U}},
+        // P G V hyp | N | alpha eps weight_decay
+        {"optim_rmsprop", "optim", {P, P, P, P, U, F, F, F}},
         // dst src idx | rows cols
         {"gather", "gather", {P, P, P, U, U}},
         // G D V | B R C

@@ -53,7 +53,7 @@ std::string to_string(KernelSource s);
 
 // How a training step is built: Seed is the notebook's design (per-sample gradients,
 // forward/grad/update, one thread per sample); Fast the same per-sample-gradient design
-// with many threads per sample (fused_forward, fused_output, outer, update); Fused
+// with many threads per sample (fused_forward, fused_output, outer, batch_mean); Fused
 // computes the batch gradient directly (fused.ptx: three launches a step).
 enum class Design { Seed, Fast, Fused };
 // Fast and Fused run the forward pass with fused_forward + fused_output (2 layers only).

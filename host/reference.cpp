@@ -184,21 +184,6 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
     return g;
 }
 
-Bounded ref_update(const std::vector<float>& P, const std::vector<float>& G, unsigned N, unsigned B, float lr) {
-    Bounded out;
-    out.resize(N);
-    const double lrd = lr;
-    for (unsigned i = 0; i < N; ++i) {
-        double sum = 0.0, mag = 0.0;
-        for (unsigned b = 0; b < B; ++b) {
-            sum += G[size_t(b) * N + i];
-            mag += std::fabs(double(G[size_t(b) * N + i]));
-        }
-        sgd_bounded(P[i], sum, gamma(B) * mag, B, lrd, out.v[i], out.e[i]);
-    }
-    return out;
-}
-
 Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
                           unsigned B, unsigned I, unsigned H) {
     Bounded A;

@@ -47,8 +47,7 @@ struct RefGrad {
 };
 RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B);
 
-// P[i] - lr * (sum_b G[b][i]) / B.
-Bounded ref_update(const std::vector<float>& P, const std::vector<float>& G, unsigned N, unsigned B, float lr);
+// The mean gradient (batch_mean) and the optimizer kernels: ref_optim.hpp.
 
 // ---- The fused set (fused.ptx). Its sums run in another order than index order,
 // so each bound takes the sum's length plus the extra roundings of that order. ----

@@ -457,7 +457,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
                 const CUdeviceptr gW1 = net.gW[0].ptr(), gW2 = net.gW[1].ptr();
                 v.push_back({"outer", [&ks, a, gW1, gW2](CUstream st) { launch_fast_outer(ks, a, gW1, gW2, st); },
                              {{"gW1", &net.gW[0], sizes[0]}, {"gW2", &net.gW[1], sizes[1]}}, 0});
-                v.push_back({"update", [&ks, a, gW1, gW2](CUstream st) { launch_fast_update(ks, a, gW1, gW2, st); },
+                v.push_back({"update", [&ks, a, gW1, gW2](CUstream st) { launch_fast_mean(ks, a, gW1, gW2, st); },
                              params, 0});
             }
         } else {

@@ -1,6 +1,7 @@
 #include "verify.hpp"
 
 #include "fused.hpp"
+#include "ref_optim.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
 
@@ -27,7 +28,8 @@ uint64_t ulp_distance(float a, float b) {
 std::string shape_names(const std::string& entry) {
     if (entry == "forward2" || entry == "grad2") return "B,I,H,O";
     if (entry == "forward3" || entry == "grad3") return "B,I,H1,H2,O";
-    if (entry == "update") return "N,B";
+    if (entry == "batch_mean") return "N,B";
+    if (entry == "optim_sgd" || entry == "optim_adam" || entry == "optim_rmsprop") return "N,variant";
     if (entry == "gather") return "rows,cols,src_rows";
     if (entry == "fused_forward") return "B,I,H";
     if (entry == "fused_output") return "B,H,O";
@@ -37,13 +39,54 @@ std::string shape_names(const std::string& entry) {
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
+unsigned optim_variants(const std::string& entry) {
+    if (entry == "optim_sgd") return 5;
+    if (entry == "optim_adam") return 3;
+    if (entry == "optim_rmsprop") return 2;
+    return 0;
+}
+
+std::string optim_variant_text(const std::string& entry, unsigned variant) {
+    static const std::map<std::string, std::vector<std::string>> names = {
+        {"optim_sgd", {"plain", "momentum", "nesterov", "nesterov+wd", "plain+wd"}},
+        {"optim_adam", {"adam", "adam+wd", "adamw"}},
+        {"optim_rmsprop", {"plain", "+wd"}}};
+    auto it = names.find(entry);
+    if (it == names.end() || variant >= it->second.size()) return "?";
+    return it->second[variant];
+}
+
+std::string optim_variant_list(const std::string& entry) {
+    std::string out;
+    for (unsigned v = 0; v < optim_variants(entry); ++v)
+        out += fmt::format("{}{} {}", v ? ", " : "", v, optim_variant_text(entry, v));
+    return out;
+}
+
+void validate_case(const VerifyCase& c) {
+    const std::string names = shape_names(c.entry);
+    const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
+    if (c.shape.size() != want)
+        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
+                     c.shape.size());
+    const unsigned variants = optim_variants(c.entry);
+    for (size_t k = 0; k < c.shape.size(); ++k)
+        if (c.shape[k] == 0 && !(variants && k == 1))
+            PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
+    if (variants && c.shape[1] >= variants)
+        PTXLAB_THROW(InputError, "kernel '{}' has variants 0..{} ({}), got {}", c.entry, variants - 1,
+                     optim_variant_list(c.entry), c.shape[1]);
+}
+
 std::string shape_text(const VerifyCase& c) {
     std::string names = shape_names(c.entry), out;
     size_t k = 0, start = 0;
     while (k < c.shape.size()) {
         size_t comma = names.find(',', start);
         std::string n = names.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        out += fmt::format("{}{}={}", out.empty() ? "" : " ", n, c.shape[k++]);
+        out += fmt::format("{}{}={}", out.empty() ? "" : " ", n, c.shape[k]);
+        if (n == "variant") out += fmt::format(" ({})", optim_variant_text(c.entry, c.shape[k]));
+        ++k;
         if (comma == std::string::npos) break;
         start = comma + 1;
     }
@@ -64,8 +107,15 @@ std::vector<VerifyCase> default_cases() {
         for (const auto& s : two) v.push_back({e, s});
     for (const char* e : {"forward3", "grad3"})
         for (const auto& s : three) v.push_back({e, s});
+    // The fast set's mean gradients: one element, odd batches (the eight-row groups and the
+    // rest), W1 of the MNIST net (100352 = 128 x 784) at batch 64, a batch of 1000.
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1}, {10, 63}, {100, 64}, {100352, 64}, {1280, 1000}})
-        v.push_back({"update", s});
+        v.push_back({"batch_mean", s});
+    // The optimizers, every variant (optim_variants), at one element, 1000, and the 784-128-10
+    // network's parameter count (101770: W1, b1, W2, b2 in one flat array).
+    for (const char* e : {"optim_sgd", "optim_adam", "optim_rmsprop"})
+        for (unsigned variant = 0; variant < optim_variants(e); ++variant)
+            for (unsigned n : {1u, 1000u, 101770u}) v.push_back({e, {n, variant}});
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1, 1}, {63, 784, 100}, {1000, 784, 2000}, {64, 10, 60000}})
         v.push_back({"gather", s});
     // The fused set: the MNIST sizes, batches that leave partial tiles (63, 1000), column
@@ -105,11 +155,12 @@ std::vector<VerifyCase> quick_cases() {
     return {{"forward2", {1, 784, 128, 10}},      {"forward2", {63, 100, 37, 10}},    {"grad2", {1, 784, 128, 10}},
             {"grad2", {63, 100, 37, 10}},         {"grad2", {64, 13, 5, 3}},          {"forward3", {63, 300, 129, 33, 7}},
             {"forward3", {2, 1, 1, 1, 1}},        {"grad3", {63, 300, 129, 33, 7}},   {"grad3", {2, 1, 1, 1, 1}},
-            {"update", {10, 63}},                 {"update", {1000, 64}},             {"gather", {63, 784, 100}},
+            {"batch_mean", {10, 63}},             {"batch_mean", {1000, 64}},         {"gather", {63, 784, 100}},
             {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
             {"fused_output", {64, 33, 17}},       {"fused_sgd", {65, 13, 5, 3}},      {"fused_sgd", {64, 784, 128, 10}},
             {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10}},
-            {"fused_step", {65, 13, 5, 3}}};
+            {"fused_step", {65, 13, 5, 3}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
+            {"optim_adam", {1000, 2}},            {"optim_rmsprop", {1000, 1}}};
 }
 
 namespace {
@@ -220,17 +271,71 @@ Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
-Harness make_update_harness(const VerifyCase& c, Rng& rng) {
+Harness make_mean_harness(const VerifyCase& c, Rng& rng) {
     const unsigned N = c.shape[0], B = c.shape[1];
-    const float lr = rng.uniform(0.01f, 1.0f);
+    const float scale = rng.uniform(0.5f, 2.0f) / float(B);  // about 1/B, as the losses' grad_scale
     Harness h;
-    std::vector<float> P = random_vector(rng, N, -1.0f, 1.0f);
-    std::vector<float> G = random_vector(rng, size_t(B) * N, -1.0f, 1.0f);
-    h.expected["P"] = ref_update(P, G, N, B, lr);
+    std::vector<float> Gs = random_vector(rng, size_t(B) * N, -1.0f, 1.0f);
+    h.expected["G"] = ref_batch_mean(Gs, N, B, scale);
+    h.tensors.push_back({"G", {N}, Role::Out, {}});
+    h.tensors.push_back({"Gs", {B, N}, Role::In, std::move(Gs)});
+    h.launch = [N, B, scale](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        k.launch(grid_for(N), 256, s, ptr(m, "G"), ptr(m, "Gs"), N, B, scale);
+    };
+    return h;
+}
+
+// The optimizer kernels. Fresh parameters, gradients and state (M in [-0.5, 0.5], V in
+// [0, 0.5]), random constants, and this step's record {lr, step_size, bc2_sqrt, decay} as
+// recipe.hpp's step_hyper makes it: lr in [0.01, 0.5] at a random step t in 1..1000.
+// The variant picks the flags (optim_variant_text).
+Harness make_optim_harness(const VerifyCase& c, Rng& rng) {
+    const unsigned N = c.shape[0], variant = c.shape[1];
+    const std::string& e = c.entry;
+    const bool sgd = e == "optim_sgd", adam = e == "optim_adam";
+    const bool momentum = sgd && variant >= 1 && variant <= 3, nesterov = sgd && (variant == 2 || variant == 3);
+    const bool decoupled = adam && variant == 2;
+    const bool wd_on = sgd ? (variant == 3 || variant == 4) : variant >= 1;
+    const float mu = momentum ? rng.uniform(0.5f, 0.99f) : 0.0f;
+    const float wd = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
+    const float beta1 = rng.uniform(0.8f, 0.95f), beta2 = rng.uniform(0.9f, 0.9999f);
+    const float eps = rng.uniform(1e-8f, 1e-6f), alpha = rng.uniform(0.9f, 0.999f);
+    const float lr = rng.uniform(0.01f, 0.5f);
+    const uint64_t t = 1 + rng.below(1000);
+    StepHyper hy;
+    hy.lr = lr;
+    hy.step_size = static_cast<float>(double(lr) / (1.0 - std::pow(double(beta1), double(t))));
+    hy.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+    hy.decay = static_cast<float>(1.0 - double(lr) * double(wd));
+
+    std::vector<float> P = random_vector(rng, N, -1.0f, 1.0f), G = random_vector(rng, N, -1.0f, 1.0f);
+    std::vector<float> M = random_vector(rng, N, -0.5f, 0.5f), V = random_vector(rng, N, 0.0f, 0.5f);
+    RefOptim r = sgd    ? ref_optim_sgd(P, G, momentum ? M : std::vector<float>{}, hy, mu, wd, nesterov)
+                 : adam ? ref_optim_adam(P, G, M, V, hy, beta1, beta2, eps, wd, decoupled)
+                        : ref_optim_rmsprop(P, G, V, hy, alpha, eps, wd);
+    const bool use_m = momentum || adam, use_v = !sgd;
+    Harness h;
+    h.expected["P"] = std::move(r.P);
     h.tensors.push_back({"P", {N}, Role::InOut, std::move(P)});
-    h.tensors.push_back({"G", {B, N}, Role::In, std::move(G)});
-    h.launch = [N, B, lr](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
-        k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), N, B, lr);
+    h.tensors.push_back({"G", {N}, Role::In, std::move(G)});
+    if (use_m) {
+        h.expected["M"] = std::move(r.M);
+        h.tensors.push_back({"M", {N}, Role::InOut, std::move(M)});
+    }
+    if (use_v) {
+        h.expected["V"] = std::move(r.V);
+        h.tensors.push_back({"V", {N}, Role::InOut, std::move(V)});
+    }
+    h.tensors.push_back({"hyp", {4}, Role::In, {hy.lr, hy.step_size, hy.bc2_sqrt, hy.decay}});
+    h.launch = [=](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        const CUdeviceptr dM = use_m ? ptr(m, "M") : 0, dV = use_v ? ptr(m, "V") : 0;
+        if (sgd)
+            k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), dM, ptr(m, "hyp"), N, mu, wd, nesterov ? 1u : 0u);
+        else if (adam)
+            k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), dM, dV, ptr(m, "hyp"), N, beta1, beta2, eps, wd,
+                     decoupled ? 1u : 0u);
+        else
+            k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), dV, ptr(m, "hyp"), N, alpha, eps, wd);
     };
     return h;
 }
@@ -367,14 +472,10 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
 }
 
 Harness make_harness(const VerifyCase& c, Rng& rng) {
-    const std::string names = shape_names(c.entry);
-    const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
-    if (c.shape.size() != want)
-        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
-                     c.shape.size());
-    for (unsigned v : c.shape)
-        if (v == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
-    if (c.entry == "update") return make_update_harness(c, rng);
+    validate_case(c);
+    const unsigned variants = optim_variants(c.entry);
+    if (c.entry == "batch_mean") return make_mean_harness(c, rng);
+    if (variants) return make_optim_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);
     if (c.entry == "outer") return make_outer_harness(c, rng);
     if (c.entry == "fused_step") return make_step_harness(c, rng);

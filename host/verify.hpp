@@ -29,11 +29,21 @@ uint64_t ulp_distance(float a, float b);
 
 struct VerifyCase {
     std::string entry;
-    std::vector<unsigned> shape;  // forward2/grad2: B,I,H,O; forward3/grad3: B,I,H1,H2,O; update: N,B; gather: rows,cols,src_rows
+    std::vector<unsigned> shape;  // forward2/grad2: B,I,H,O; forward3/grad3: B,I,H1,H2,O; batch_mean: N,B;
+                                  // optim_*: N,variant; gather: rows,cols,src_rows (see shape_names)
 };
 
 // The shape arguments each kernel takes, e.g. "B,I,H,O".
 std::string shape_names(const std::string& entry);
+// The optimizer kernels take "N,variant": the variant picks the flags. optim_sgd: 0 plain
+// (no momentum, M null), 1 momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain +
+// weight decay; optim_adam: 0 adam, 1 adam + weight decay, 2 adamw; optim_rmsprop: 0 plain,
+// 1 + weight decay. optim_variants is their count (0 for other kernels).
+unsigned optim_variants(const std::string& entry);
+std::string optim_variant_text(const std::string& entry, unsigned variant);  // "nesterov+wd"
+std::string optim_variant_list(const std::string& entry);  // "0 plain, 1 momentum, ..."
+// Throws InputError unless the case's shape fits its kernel (count, sizes >= 1, the variant).
+void validate_case(const VerifyCase& c);
 std::string shape_text(const VerifyCase& c);  // "B=64 I=784 H=128 O=10"
 // The default set of cases: batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes.
 std::vector<VerifyCase> default_cases();

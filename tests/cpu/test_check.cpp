@@ -54,22 +54,24 @@ TEST_CASE("check: every kernel under ptx/ assembles and matches its twin and the
 TEST_CASE("check: a parameter list that differs from the twin fails") {
     TempDir t;
     std::filesystem::create_directories(t.path / "reference");
-    std::string ptx = read_source_file(KernelDirs::from_environment().ptx_dir + "/update.ptx").text;
-    // Make lr a .f64 parameter: the twin and the host pass a float.
-    auto pos = ptx.find(".param .f32 update_lr");
-    REQUIRE(pos != std::string::npos);
-    ptx.replace(pos, 21, ".param .f64 update_lr");
-    auto ld = ptx.find("ld.param.f32    lr, [update_lr];");
-    REQUIRE(ld != std::string::npos);
-    ptx.replace(ld, 32, "ld.param.f64    lrd, [update_lr];\n    cvt.rn.f32.f64  lr, lrd;");
-    ptx.replace(ptx.find(".reg .f32   lr,"), 15, ".reg .f64   lrd;\n    .reg .f32   lr,");
-    write_text(t.file("update.ptx"), ptx);
-    std::filesystem::copy_file(KernelDirs::from_environment().reference_dir + "/update.cu", t.path / "reference/update.cu");
-    RunResult run = run_command(ptxlab_cmd("check " + t.file("update.ptx")));
+    std::string ptx = read_source_file(KernelDirs::from_environment().ptx_dir + "/mean.ptx").text;
+    // Make scale a .f64 parameter: the twin and the host pass a float.
+    auto swap = [&](const std::string& from, const std::string& to) {
+        auto pos = ptx.find(from);
+        REQUIRE(pos != std::string::npos);
+        ptx.replace(pos, from.size(), to);
+    };
+    swap(".param .f32 mean_scale", ".param .f64 mean_scale");
+    swap("ld.param.f32    scale, [mean_scale];", "ld.param.f64    scaled, [mean_scale];\n    cvt.rn.f32.f64  scale, scaled;");
+    swap(".reg .f32   scale,", ".reg .f64   scaled;\n    .reg .f32   scale,");
+    write_text(t.file("mean.ptx"), ptx);
+    std::filesystem::copy_file(KernelDirs::from_environment().reference_dir + "/mean.cu", t.path / "reference/mean.cu");
+    RunResult run = run_command(ptxlab_cmd("check " + t.file("mean.ptx")));
     CAPTURE(run.output);
     CHECK(run.code == 1);
-    CHECK(run.output.find("entry 'update' takes 5 parameters (.u64, .u64, .u32, .u32, .f64)") != std::string::npos);
-    CHECK(run.output.find("the twin's 'update' takes 5 parameters (.u64, .u64, .u32, .u32, .f32)") != std::string::npos);
+    CHECK(run.output.find("entry 'batch_mean' takes 5 parameters (.u64, .u64, .u32, .u32, .f64)") != std::string::npos);
+    CHECK(run.output.find("the twin's 'batch_mean' takes 5 parameters (.u64, .u64, .u32, .u32, .f32)") !=
+          std::string::npos);
     CHECK(run.output.find("but the host launches it with 5 (.u64, .u64, .u32, .u32, .f32)") != std::string::npos);
 }
 

@@ -86,3 +86,25 @@ TEST_CASE("cli: a dataset that does not fit --layers, or is smaller than a batch
     CHECK_THROWS_WITH_AS(cfg.validate(split), doctest::Contains("--batch 13 is larger than the training set (12 samples)"),
                          ptxlab::InputError);
 }
+
+TEST_CASE("cli: verify --list names the optimizer variants and refuses shapes a kernel cannot take") {
+    RunResult all = run_command(ptxlab_cmd("verify --list"));
+    CAPTURE(all.output);
+    CHECK(all.code == 0);
+    for (const char* line : {"batch_mean    N=100352 B=64", "optim_sgd     N=101770 variant=2 (nesterov)",
+                             "optim_sgd     N=1 variant=0 (plain)", "optim_adam    N=101770 variant=2 (adamw)",
+                             "optim_rmsprop N=1000 variant=1 (+wd)"})
+        CHECK(all.output.find(line) != std::string::npos);
+    CHECK(all.output.find("update") == std::string::npos);
+    // Variant 0 is a valid shape number; an unknown variant, or a batch of 0, is an input error (exit 2).
+    RunResult zero = run_command(ptxlab_cmd("verify --kernel optim_sgd --shape 1000,0 --list"));
+    CHECK(zero.code == 0);
+    CHECK(zero.output.find("optim_sgd     N=1000 variant=0 (plain)") != std::string::npos);
+    RunResult bad = run_command(ptxlab_cmd("verify --kernel optim_adam --shape 1000,3 --list"));
+    CHECK(bad.code == 2);
+    CHECK(bad.output.find("kernel 'optim_adam' has variants 0..2 (0 adam, 1 adam+wd, 2 adamw), got 3") !=
+          std::string::npos);
+    RunResult empty = run_command(ptxlab_cmd("verify --kernel batch_mean --shape 1000,0 --list"));
+    CHECK(empty.code == 2);
+    CHECK(empty.output.find("shape sizes must be >= 1") != std::string::npos);
+}

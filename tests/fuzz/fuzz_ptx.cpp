@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             for (const auto& p : e.params) require(p.line >= 1 && p.line <= lines);
             (void)e.signature();
         }
-        for (const char* stem : {"forward", "grad", "update", "gather", "fused"})
+        for (const char* stem : {"forward", "grad", "mean", "optim", "gather", "fused"})
             (void)ptxlab::check_against_specs(info, "fuzz.ptx", stem);
     } catch (const ptxlab::InputError&) {
     }

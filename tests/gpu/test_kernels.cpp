@@ -47,7 +47,29 @@ TEST_CASE("kernels: forward2, both sets") { check_both_sets("forward2", {63, 784
 TEST_CASE("kernels: forward3, both sets") { check_both_sets("forward3", {64, 300, 129, 33, 7}); }
 TEST_CASE("kernels: grad2, both sets") { check_both_sets("grad2", {65, 784, 128, 10}); }
 TEST_CASE("kernels: grad3, both sets") { check_both_sets("grad3", {33, 784, 128, 64, 10}); }
-TEST_CASE("kernels: update, both sets") { check_both_sets("update", {100352, 64}); }
+TEST_CASE("kernels: batch_mean, both sets") {
+    check_both_sets("batch_mean", {100352, 64});  // W1 of the MNIST net at batch 64
+    check_both_sets("batch_mean", {1000, 13});    // one group of eight rows and five single rows
+}
+// Every optimizer variant (verify.hpp: optim_variants) at the 784-128-10 network's parameter count.
+TEST_CASE("kernels: optim_sgd, both sets, every variant") {
+    for (unsigned v = 0; v < optim_variants("optim_sgd"); ++v) {
+        INFO("variant ", v, " (", optim_variant_text("optim_sgd", v), ")");
+        check_both_sets("optim_sgd", {101770, v});
+    }
+}
+TEST_CASE("kernels: optim_adam, both sets, every variant") {
+    for (unsigned v = 0; v < optim_variants("optim_adam"); ++v) {
+        INFO("variant ", v, " (", optim_variant_text("optim_adam", v), ")");
+        check_both_sets("optim_adam", {101770, v});
+    }
+}
+TEST_CASE("kernels: optim_rmsprop, both sets, every variant") {
+    for (unsigned v = 0; v < optim_variants("optim_rmsprop"); ++v) {
+        INFO("variant ", v, " (", optim_variant_text("optim_rmsprop", v), ")");
+        check_both_sets("optim_rmsprop", {101770, v});
+    }
+}
 TEST_CASE("kernels: gather, both sets") { check_both_sets("gather", {1000, 784, 60000}); }
 TEST_CASE("kernels: fused_forward, both sets") { check_both_sets("fused_forward", {63, 784, 128}); }
 TEST_CASE("kernels: fused_output, both sets") { check_both_sets("fused_output", {65, 300, 17}); }
@@ -149,16 +171,17 @@ TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launc
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));
-    CaseResult r = verify_one("update", {1000, 64}, wrong);
+    // tests/fixtures/wrong/mean.ptx is batch_mean that skips the last row of the batch.
+    CaseResult r = verify_one("batch_mean", {1000, 64}, wrong);
     INFO(format_result(r));
     CHECK_FALSE(r.pass());
     CHECK(r.differing > 0);
     CHECK(r.f64_fail_ptx > 0);   // the broken PTX misses the float64 reference ...
     CHECK(r.f64_fail_ref == 0);  // ... while its twin does not
     REQUIRE_FALSE(r.mismatches.empty());
-    CHECK(r.mismatches[0].find("P[") == 0);
+    CHECK(r.mismatches[0].find("G[") == 0);
     // The command line says FAIL and exits 1.
-    RunResult run = run_command(ptxlab_cmd("verify --kernel update --shape 1000,64 --ptx-dir " + fixture("wrong")));
+    RunResult run = run_command(ptxlab_cmd("verify --kernel batch_mean --shape 1000,64 --ptx-dir " + fixture("wrong")));
     CHECK(run.code == 1);
     CHECK(run.output.find("FAIL") != std::string::npos);
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
