@@ -87,11 +87,12 @@ void setup_verify(CLI::App& app, Command& chosen) {
         "float64 check, PASS/FAIL; the first mismatches with their coordinates. Needs a GPU.");
     sub->add_option("--kernel", o->kernels,
                     "only these kernels: forward2 forward3 grad2 grad3 update gather fused_forward fused_output "
-                    "fused_sgd outer fused_step");
+                    "fused_grad outer fused_step");
     sub->add_option("--shape", o->shape,
-                    "one shape instead of the default set: B,I,H,O (forward2, grad2), B,I,H1,H2,O (forward3, grad3), "
-                    "N,B (update), rows,cols,src_rows (gather), B,I,H (fused_forward), B,H,O (fused_output), "
-                    "B,I,H,O (fused_sgd, fused_step), B,R,C (outer)");
+                    "one shape instead of the default set: B,I,H,O (forward2), B,I,H,O,loss (grad2), B,I,H1,H2,O "
+                    "(forward3), B,I,H1,H2,O,loss (grad3), N,B (update), rows,cols,src_rows (gather), B,I,H "
+                    "(fused_forward), B,H,O,loss (fused_output), B,I,H,O (fused_grad, fused_step), B,R,C (outer); "
+                    "loss is the output-delta code: 0 = y - t, 1 = softmax(y) - t (the default set runs both)");
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when one runs longer than this many seconds; 0: no "
                     "limit")
