@@ -17,12 +17,12 @@ void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s) {
 
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s) {
     launch(ks.get("fused_output"), a.overlap, fused_output_grid(a.B), s, a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B, a.H,
-           a.O);
+           a.O, a.loss);
 }
 
-void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    launch(ks.get("fused_sgd"), a.overlap, fused_sgd_grid(a.I, a.H, a.O), s, a.W1, a.b1, a.W2, a.b2, a.X, a.A1, a.D1,
-           a.D2, a.B, a.I, a.H, a.O, a.lr);
+void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s) {
+    launch(ks.get("fused_grad"), a.overlap, fused_grad_grid(a.I, a.H, a.O), s, a.GW1, a.Gb1, a.GW2, a.Gb2, a.X, a.A1,
+           a.D1, a.D2, a.B, a.I, a.H, a.O, a.scale);
 }
 
 unsigned fused_step_grid(const Kernel& k, unsigned H) {

@@ -17,8 +17,8 @@ inline unsigned fused_forward_grid(unsigned B, unsigned H) {
 }
 // fused_output: one block per sample.
 inline unsigned fused_output_grid(unsigned B) { return B; }
-// fused_sgd: 8-row x 32-column tiles of [W1 | b1], then of [W2 | b2].
-inline unsigned fused_sgd_grid(unsigned I, unsigned H, unsigned O) {
+// fused_grad: 8-row x 32-column tiles of [GW1 | Gb1], then of [GW2 | Gb2].
+inline unsigned fused_grad_grid(unsigned I, unsigned H, unsigned O) {
     return ceil_div(H, 8) * ceil_div(I + 1, 32) + ceil_div(O, 8) * ceil_div(H + 1, 32);
 }
 
@@ -65,8 +65,10 @@ struct FusedArgs {
 };
 
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
+// fused_output with the loss code a.loss.
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
-void launch_fused_sgd(const KernelSet& ks, const FusedArgs& a, CUstream s);
+// fused_grad: the batch gradients a.GW1, a.Gb1, a.GW2, a.Gb2 = a.scale * (batch sums).
+void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s);
 // fused_step: a.steps steps in one launch.
 void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s);
 

@@ -1,5 +1,7 @@
 #include "reference.hpp"
 
+#include "recipe.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,6 +12,19 @@ namespace {
 
 constexpr double kU = 0x1p-24;  // unit roundoff of float32 round-to-nearest
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// ex2.approx.f32 (PTX ISA 9.1, 9.7.3.21 "Floating Point Instructions: ex2",
+// https://docs.nvidia.com/cuda/parallel-thread-execution/#floating-point-instructions-ex2):
+// "The maximum ulp error is 2 ulp from correctly rounded result across the full range of
+// inputs." The correctly rounded result is itself within 0.5 ulp of 2^z, so the result is
+// within 2.5 ulp of 2^z. For a normal result 1 ulp <= 2^-23 (1 + 2^-23) |2^z| = 2u (1 + 2u) |2^z|,
+// so the relative error is below 5u (1 + 2u) < 6u; a subnormal result (ulp 2^-149) adds at
+// most 2.5 * 2^-149 absolute.
+constexpr double kEx2Rel = 6 * kU;
+constexpr double kEx2Abs = 2.5 * 0x1p-149;
+// Absolute slack of a softmax probability: ex2's subnormal error over a sum >= 1, and a
+// subnormal quotient's rounding (2^-150).
+constexpr double kSoftmaxAbs = 2 * kEx2Abs + 0x1p-149;
+static_assert(kRefLossDiff == kLossDiff && kRefLossSoftmax == kLossSoftmax, "loss codes of reference.hpp and recipe.hpp");
 
 double gamma(size_t n) { return n == 0 ? 0.0 : (double(n) * kU) / (1.0 - double(n) * kU); }
 
@@ -53,17 +68,14 @@ void sgd_bounded(float p0, double sum, double esum, unsigned B, double lr, doubl
     e = lr * emean + kU * (std::fabs(v) + lr * emean);
 }
 
-// Sample s's deltas from its bounded outputs y: D2 = y - t (one rounding) and
-// D1 = (D2 W) * [a > 0], an fma chain over the O outputs (gamma_O); a unit at the ReLU
-// kink (kink[h], when given) gets an infinite bound.
-void output_deltas(const float* W, const double* y, const double* ey, const float* t, const double* a,
+// Sample s's deltas from its bounded outputs y: D2 = the output delta of the loss code
+// (ref_output_delta) and D1 = (D2 W) * [a > 0], an fma chain over the O outputs (gamma_O);
+// a unit at the ReLU kink (kink[h], when given) gets an infinite bound.
+void output_deltas(unsigned loss, const float* W, const double* y, const double* ey, const float* t, const double* a,
                    const std::vector<char>* kink, unsigned H, unsigned O, Bounded& D2, Bounded& D1, unsigned s) {
     double* d = D2.v.data() + size_t(s) * O;
     double* ed = D2.e.data() + size_t(s) * O;
-    for (unsigned o = 0; o < O; ++o) {
-        d[o] = y[o] - double(t[o]);
-        ed[o] = ey[o] + kU * (std::fabs(d[o]) + ey[o]);
-    }
+    ref_output_delta(loss, y, ey, t, O, d, ed);
     for (unsigned h = 0; h < H; ++h) {
         double sum = 0.0, mag = 0.0, prop = 0.0;
         for (unsigned o = 0; o < O; ++o) {
@@ -85,6 +97,47 @@ bool within_bound(float got, double ref, double bound) {
     if (std::isnan(got)) return false;
     // A small absolute slack covers float32 subnormal rounding, which the relative bound does not.
     return std::fabs(double(got) - ref) <= bound * (1.0 + 1e-9) + 1e-38;
+}
+
+void ref_output_delta(unsigned loss, const double* y, const double* ey, const float* t, unsigned O, double* d,
+                      double* ed) {
+    if (O == 0) return;
+    if (loss != kRefLossSoftmax) {
+        // d = y - t: one rounding after the propagated error of y.
+        for (unsigned o = 0; o < O; ++o) {
+            d[o] = y[o] - double(t[o]);
+            ed[o] = ey[o] + kU * (std::fabs(d[o]) + ey[o]);
+        }
+        return;
+    }
+    // d = softmax(y) - t; the derivation of the bound is in reference.hpp.
+    double M = y[0], Emax = 0.0;
+    for (unsigned o = 0; o < O; ++o) {
+        M = std::max(M, y[o]);
+        Emax = std::max(Emax, ey[o]);
+    }
+    std::vector<double> p(O), rho(O), phi(O);
+    double S = 0.0;
+    for (unsigned o = 0; o < O; ++o) S += (p[o] = std::exp(y[o] - M));
+    // z = mul.rn(sub.rn(y, m), L) with L = 0f3FB8AA3B: relative error theta against (y - m) log2 e.
+    const double L = double(0x1.715476p0f), log2e = 1.4426950408889634074;
+    const double theta = (1.0 + kU) * (1.0 + kU) * (1.0 + std::fabs(L - log2e) / log2e) - 1.0;
+    double rbar = double(O) * kEx2Abs;  // ex2's absolute error on each term, over a sum >= 1
+    for (unsigned o = 0; o < O; ++o) {
+        p[o] /= S;
+        phi[o] = std::expm1(ey[o] + Emax);                 // softmax(y-hat) / softmax(y) - 1, at most
+        const double a = (M - y[o]) + Emax + ey[o];        // m-hat - y-hat[o], at most
+        rho[o] = (1.0 + kEx2Rel) * std::exp(a * theta) - 1.0;  // e-hat[o] / exp(y-hat[o] - m-hat) - 1, at most
+        rbar += prod(p[o] * (1.0 + phi[o]), rho[o]);
+    }
+    const double g = gamma(O);
+    for (unsigned o = 0; o < O; ++o) {
+        // The quotient e / sum, one rounding, against softmax(y-hat); then against softmax(y).
+        const double rel = (1.0 + rho[o]) * (1.0 + kU) / ((1.0 - rbar) * (1.0 - g)) - 1.0;
+        const double ep = prod(p[o], (1.0 + phi[o]) * (1.0 + rel) - 1.0) + kSoftmaxAbs;
+        d[o] = p[o] - double(t[o]);
+        ed[o] = ep + kU * (std::fabs(d[o]) + ep);  // the subtraction of t
+    }
 }
 
 RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B) {
@@ -110,7 +163,8 @@ RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsign
     return f;
 }
 
-RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B) {
+RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
+                 unsigned loss) {
     RefGrad g;
     const size_t L = net.layers();
     g.fwd.acts.resize(L);
@@ -141,13 +195,10 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
             ea[l + 1] = eout;
         }
 
-        // Output delta d = y - t (one rounding).
+        // Output delta of the loss code: y - t (one rounding) or softmax(y) - t.
         double* d = g.gb[L - 1].v.data() + size_t(s) * O;
         double* ed = g.gb[L - 1].e.data() + size_t(s) * O;
-        for (unsigned o = 0; o < O; ++o) {
-            d[o] = a[L][o] - double(T[size_t(s) * O + o]);
-            ed[o] = ea[L][o] + kU * (std::fabs(d[o]) + ea[L][o]);
-        }
+        ref_output_delta(loss, a[L], ea[L], T.data() + size_t(s) * O, O, d, ed);
 
         // Layers from the top: weight gradient d (x) a, then the delta one layer down.
         for (size_t l = L; l-- > 0;) {
@@ -201,7 +252,7 @@ Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>&
 }
 
 RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<float>& W, const std::vector<float>& b,
-                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O) {
+                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O, unsigned loss) {
     RefFusedOutput r;
     r.Y.resize(size_t(B) * O);
     r.D2.resize(size_t(B) * O);
@@ -214,16 +265,16 @@ RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<f
         // Lane sums, 5 butterfly levels, the bias: at most 6 roundings more.
         dense_bounded(W.data(), b.data(), a.data(), ea.data(), O, H, false, y, ey, nullptr, 6);
         // A is an input here: the mask is exact (no kink).
-        output_deltas(W.data(), y, ey, T.data() + size_t(s) * O, a.data(), nullptr, H, O, r.D2, r.D1, s);
+        output_deltas(loss, W.data(), y, ey, T.data() + size_t(s) * O, a.data(), nullptr, H, O, r.D2, r.D1, s);
     }
     return r;
 }
 
-void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const std::vector<float>& Pb0,
-                   const std::vector<float>& L, const std::vector<float>& R, unsigned B, unsigned rows, unsigned cols,
-                   float lr) {
-    P.resize(size_t(rows) * cols);
-    Pb.resize(rows);
+void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const std::vector<float>& R, unsigned B,
+                    unsigned rows, unsigned cols, float scale) {
+    G.resize(size_t(rows) * cols);
+    Gb.resize(rows);
+    const double sc = scale;
     for (unsigned r = 0; r < rows; ++r) {
         for (unsigned c = 0; c <= cols; ++c) {
             double sum = 0.0, mag = 0.0;
@@ -232,10 +283,13 @@ void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const 
                 sum += t;
                 mag += std::fabs(t);
             }
-            // Four fma chains of at most ceil(B/4) roundings, two adds to join them: gamma(B + 2).
-            if (c == cols) sgd_bounded(Pb0[r], sum, gamma(B + 2) * mag, B, lr, Pb.v[r], Pb.e[r]);
-            else sgd_bounded(P0[size_t(r) * cols + c], sum, gamma(B + 2) * mag, B, lr, P.v[size_t(r) * cols + c],
-                             P.e[size_t(r) * cols + c]);
+            // Four fma chains of at most ceil(B/4) roundings, two adds to join them: gamma(B + 2);
+            // then one rounding for the product with the scale.
+            const double esum = gamma(B + 2) * mag, v = sc * sum, ev = std::fabs(sc) * esum;
+            double& out_v = c == cols ? Gb.v[r] : G.v[size_t(r) * cols + c];
+            double& out_e = c == cols ? Gb.e[r] : G.e[size_t(r) * cols + c];
+            out_v = v;
+            out_e = ev + kU * (std::fabs(v) + ev);
         }
     }
 }
@@ -261,7 +315,7 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
         double* ey = r.Y.e.data() + size_t(s) * O;
         // A 16-term chain per tile, the tiles added in order, then the bias.
         dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr, (H + 15) / 16 + 1);
-        output_deltas(net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s);
+        output_deltas(kRefLossDiff, net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s);
     }
     // p - lr * (sum_s L[s][row] R[s][col]) / B, R = nullptr for a bias (R = 1); both factors bounded.
     auto update = [&](Bounded& out, const std::vector<float>& P0, const Bounded& L, const Bounded* R, unsigned rows,

@@ -8,6 +8,34 @@
 // subtraction, product or division. A unit whose pre-activation lies within
 // its bound of the ReLU kink may legitimately go either way; everything that
 // depends on that unit's mask gets an infinite bound and is not compared.
+//
+// The softmax cross-entropy delta (loss code 1): d_o = softmax(y)_o - t_o, computed by the
+// kernels as (recipe's sequence, see grad.ptx / fused.ptx)
+//     m = max_o y_o;  z_o = fl(fl(y_o - m) * L);  e_o = ex2.approx(z_o);
+//     S = sum_o e_o (add.rn from +0, o in order);  d_o = fl(fl(e_o / S) - t_o),
+// with L = 0f3FB8AA3B, log2(e) rounded to float. The float64 reference is p_o = softmax(y*)_o
+// of the float64 logits y*; the kernel's logits y-hat carry the bound ey_o of the layer
+// before (|y-hat_o - y*_o| <= ey_o), E = max_o ey_o. The bound, term by term:
+//   1. Input error. softmax(y-hat)_o / softmax(y*)_o = exp(D_o) / sum_k p_k exp(D_k) with
+//      D = y-hat - y*, so it lies within exp(+-(ey_o + E)) (log-softmax is 2-Lipschitz in the
+//      max norm): |softmax(y-hat)_o - p_o| <= p_o phi_o, phi_o = expm1(ey_o + E).
+//   2. The exponent. z_o = (y-hat_o - m)(log2 e)(1 + th), |th| <= (1 + u)^2 (1 + |L - log2 e| /
+//      log2 e) - 1 (two roundings and L's own error, 0.22 u), so 2^z_o = exp(y-hat_o - m)
+//      exp(-a_o th'), |th'| <= th, with a_o = m - y-hat_o <= (M* - y*_o) + E + ey_o.
+//   3. ex2.approx. The PTX ISA states at most 2 ulp from the correctly rounded result, so
+//      within 2.5 ulp of 2^z: relative 6u for a normal result (see reference.cpp), plus
+//      2.5 * 2^-149 absolute for a subnormal one. Together with 2: e_o = exp(y-hat_o - m)
+//      (1 + r_o), |r_o| <= rho_o = (1 + 6u) exp(a_o th) - 1.
+//   4. The sum. All terms are >= 0 and the largest is exactly 1 (ex2(+0) = 1), so the exact
+//      sum s of the e_o is >= 1; recursive summation gives S = s (1 + g), |g| <= gamma_O;
+//      and s = s0 (1 + rbar), s0 = sum_o exp(y-hat_o - m), with rbar <= sum_o q_o rho_o +
+//      O 2.5 * 2^-149, q_o = softmax(y-hat)_o <= p_o (1 + phi_o).
+//   5. The quotient, one rounding: e_o / S = softmax(y-hat)_o (1 + rel_o),
+//      |rel_o| <= (1 + rho_o)(1 + u) / ((1 - rbar)(1 - gamma_O)) - 1.
+//   So |fl(e_o / S) - p_o| <= p_o ((1 + phi_o)(1 + rel_o) - 1) + 2 * 2.5 * 2^-149 + 2^-149
+//   (subnormal ex2 results and a subnormal quotient), and the subtraction of t_o adds one
+//   rounding: u (|d_o| + that bound). For MNIST-sized logits (|y| < 30, O = 10) the bound is
+//   about 20u relative to p_o plus the propagated 2 (ey_o + E) p_o.
 #pragma once
 
 #include <cstddef>
@@ -40,12 +68,26 @@ struct RefForward {
 };
 RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B);
 
-// Per-sample gradients: gW[l] is [B][sizes[l+1]][sizes[l]], gb[l] is [B][sizes[l+1]].
+// The output-delta codes of the kernels' `loss` parameter (the same values as recipe.hpp's
+// kLossDiff and kLossSoftmax, which include this header): 0 d = y - t, 1 d = softmax(y) - t.
+inline constexpr unsigned kRefLossDiff = 0;
+inline constexpr unsigned kRefLossSoftmax = 1;
+
+// The output delta of one sample with O outputs from its bounded float64 logits y (error
+// bounds ey): d = y - t (one rounding) for code 0; softmax(y) - t for code 1, bounded as in
+// the header comment above. Any other code is taken as 0, as the kernels do.
+void ref_output_delta(unsigned loss, const double* y, const double* ey, const float* t, unsigned O, double* d,
+                      double* ed);
+
+// Per-sample gradients: gW[l] is [B][sizes[l+1]][sizes[l]], gb[l] is [B][sizes[l+1]]; the
+// output delta (gb of the last layer) by the loss code; the gradients below follow from
+// its bound through the same product and back-propagation bounds as for code 0.
 struct RefGrad {
     RefForward fwd;
     std::vector<Bounded> gW, gb;
 };
-RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B);
+RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
+                 unsigned loss);
 
 // The mean gradient (batch_mean) and the optimizer kernels: ref_optim.hpp.
 
@@ -56,17 +98,19 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
 Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
                           unsigned B, unsigned I, unsigned H);
 
-// Y = A W^T + b (bound gamma_{H+6}), D2 = Y - T, D1 = (D2 W) * [A > 0] (bound gamma_O).
+// Y = A W^T + b (bound gamma_{H+6}), D2 = the output delta of the loss code (Y - T or
+// softmax(Y) - T), D1 = (D2 W) * [A > 0] (bound gamma_O over D2's bounds).
 struct RefFusedOutput {
     Bounded Y, D2, D1;
 };
 RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<float>& W, const std::vector<float>& b,
-                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O);
+                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O, unsigned loss);
 
-// P[r][c] - lr (sum_s L[s][r] R[s][c]) / B and Pb[r] - lr (sum_s L[s][r]) / B; bound gamma_{B+2}.
-void ref_fused_sgd(Bounded& P, Bounded& Pb, const std::vector<float>& P0, const std::vector<float>& Pb0,
-                   const std::vector<float>& L, const std::vector<float>& R, unsigned B, unsigned rows, unsigned cols,
-                   float lr);
+// fused_grad: G[r][c] = scale * sum_s L[s][r] R[s][c] ([rows][cols]) and the bias gradient
+// Gb[r] = scale * sum_s L[s][r]; bound gamma_{B+2} of the sum (four chains and two adds),
+// scaled, plus one rounding for the product with the scale.
+void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const std::vector<float>& R, unsigned B,
+                    unsigned rows, unsigned cols, float scale);
 
 // One whole step of fused_step (step.ptx) on a 2-layer net: A, Y, and the parameters after
 // p -= lr * (batch gradient) / B (the kernel rounds lr/B once and applies fma(-(lr/B), sum, p):

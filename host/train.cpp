@@ -151,12 +151,12 @@ void launch_grad(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, CUdevic
     if (z.size() == 3)
         ks.get("grad2").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
                                n.acts[0].ptr(), Y, n.gW[0].ptr(), n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), B, z[0],
-                               z[1], z[2]);
+                               z[1], z[2], 0u);
     else
         ks.get("grad3").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
                                n.W[2].ptr(), n.b[2].ptr(), n.acts[0].ptr(), n.acts[1].ptr(), Y, n.gW[0].ptr(),
                                n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), n.gW[2].ptr(), n.gb[2].ptr(), B, z[0], z[1],
-                               z[2], z[3]);
+                               z[2], z[3], 0u);
 }
 
 void launch_updates(const KernelSet& ks, DeviceNet& n, unsigned B, float lr, CUstream s) {
@@ -332,7 +332,7 @@ std::string first_non_finite(const std::string& name, const DeviceBuffer& buf, s
 std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes) {
     const bool three = sizes.size() == 4;
     if (d == Design::Fused) {
-        std::vector<std::string> v = {"fused_forward", "fused_output", "fused_sgd", "gather"};
+        std::vector<std::string> v = {"fused_forward", "fused_output", "fused_grad", "gather"};
         if (sizes.size() == 3 && fused_step_fits(sizes[0], sizes[2])) v.push_back("fused_step");
         return v;
     }
@@ -450,7 +450,7 @@ TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cf
             const std::vector<StepKernel::Write> params = {
                 {"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}};
             if (design == Design::Fused) {
-                v.push_back({"fused_sgd", [&ks, a](CUstream st) { launch_fused_sgd(ks, a, st); }, params, 0});
+                v.push_back({"fused_grad", [&ks, a](CUstream st) { launch_fused_grad(ks, a, st); }, params, 0});
             } else {
                 // Fast: per-sample weight gradients by `outer`, then `update` averages them over the
                 // batch (the bias gradients are the deltas D1, D2).

@@ -1,6 +1,7 @@
 #include "verify.hpp"
 
 #include "fused.hpp"
+#include "recipe.hpp"
 #include "ref_optim.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -26,14 +27,18 @@ uint64_t ulp_distance(float a, float b) {
 }
 
 std::string shape_names(const std::string& entry) {
-    if (entry == "forward2" || entry == "grad2") return "B,I,H,O";
-    if (entry == "forward3" || entry == "grad3") return "B,I,H1,H2,O";
+    // The kernels with a loss-code parameter take it as the last number of the shape:
+    // 0 (kLossDiff, d = y - t) or 1 (kLossSoftmax, d = softmax(y) - t).
+    if (entry == "grad2") return "B,I,H,O,loss";
+    if (entry == "grad3") return "B,I,H1,H2,O,loss";
+    if (entry == "fused_output") return "B,H,O,loss";
+    if (entry == "forward2") return "B,I,H,O";
+    if (entry == "forward3") return "B,I,H1,H2,O";
     if (entry == "batch_mean") return "N,B";
     if (entry == "optim_sgd" || entry == "optim_adam" || entry == "optim_rmsprop") return "N,variant";
     if (entry == "gather") return "rows,cols,src_rows";
     if (entry == "fused_forward") return "B,I,H";
-    if (entry == "fused_output") return "B,H,O";
-    if (entry == "fused_sgd") return "B,I,H,O";
+    if (entry == "fused_grad") return "B,I,H,O";
     if (entry == "outer") return "B,R,C";
     if (entry == "fused_step") return "B,I,H,O";
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
@@ -70,9 +75,17 @@ void validate_case(const VerifyCase& c) {
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
                      c.shape.size());
     const unsigned variants = optim_variants(c.entry);
-    for (size_t k = 0; k < c.shape.size(); ++k)
-        if (c.shape[k] == 0 && !(variants && k == 1))
+    // A trailing "loss" is a loss code, not a size.
+    const bool loss_last = names.size() >= 5 && names.compare(names.size() - 5, 5, ",loss") == 0;
+    for (size_t k = 0; k < c.shape.size(); ++k) {
+        if (loss_last && k + 1 == c.shape.size()) {
+            if (c.shape[k] != kLossDiff && c.shape[k] != kLossSoftmax)
+                PTXLAB_THROW(InputError, "kernel '{}': the loss code must be {} (y - t) or {} (softmax(y) - t), got {}",
+                             c.entry, kLossDiff, kLossSoftmax, c.shape[k]);
+        } else if (c.shape[k] == 0 && !(variants && k == 1)) {
             PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
+        }
+    }
     if (variants && c.shape[1] >= variants)
         PTXLAB_THROW(InputError, "kernel '{}' has variants 0..{} ({}), got {}", c.entry, variants - 1,
                      optim_variant_list(c.entry), c.shape[1]);
@@ -103,10 +116,18 @@ std::vector<VerifyCase> default_cases() {
                                                       {64, 784, 128, 64, 10},  {1000, 784, 128, 64, 10},
                                                       {63, 300, 129, 33, 7},   {64, 100, 1, 300, 10},
                                                       {2, 1, 1, 1, 1}};
-    for (const char* e : {"forward2", "grad2"})
-        for (const auto& s : two) v.push_back({e, s});
-    for (const char* e : {"forward3", "grad3"})
-        for (const auto& s : three) v.push_back({e, s});
+    // The kernels that form output deltas run every shape with every loss code.
+    auto with_losses = [&v](const char* e, std::vector<unsigned> s) {
+        s.push_back(0);
+        for (unsigned loss : {kLossDiff, kLossSoftmax}) {
+            s.back() = loss;
+            v.push_back({e, s});
+        }
+    };
+    for (const auto& s : two) v.push_back({"forward2", s});
+    for (const auto& s : two) with_losses("grad2", s);
+    for (const auto& s : three) v.push_back({"forward3", s});
+    for (const auto& s : three) with_losses("grad3", s);
     // The fast set's mean gradients: one element, odd batches (the eight-row groups and the
     // rest), W1 of the MNIST net (100352 = 128 x 784) at batch 64, a batch of 1000.
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1}, {10, 63}, {100, 64}, {100352, 64}, {1280, 1000}})
@@ -129,11 +150,11 @@ std::vector<VerifyCase> default_cases() {
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 128, 10}, {64, 128, 10}, {1000, 128, 10},
                                                             {63, 300, 10}, {64, 33, 17}, {2, 600, 9}, {7, 5, 3},
                                                             {1, 1, 1}})
-        v.push_back({"fused_output", s});
+        with_losses("fused_output", s);
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128, 10}, {63, 784, 128, 10},
                                                             {64, 784, 128, 10}, {1000, 784, 128, 10},
                                                             {65, 13, 5, 3}, {64, 100, 300, 17}, {1, 1, 1, 1}})
-        v.push_back({"fused_sgd", s});
+        v.push_back({"fused_grad", s});
     // The one-launch step: the MNIST sizes; batches of 1 and 63 (partial chunk) and 1000
     // (16 chunks: X restaged in phase 2); 300 hidden units (19 tiles, partial last tile) and
     // 2000 (125 tiles: more tiles than resident clusters, so clusters loop); I = 13 and 257
@@ -152,15 +173,21 @@ std::vector<VerifyCase> default_cases() {
 }
 
 std::vector<VerifyCase> quick_cases() {
-    return {{"forward2", {1, 784, 128, 10}},      {"forward2", {63, 100, 37, 10}},    {"grad2", {1, 784, 128, 10}},
-            {"grad2", {63, 100, 37, 10}},         {"grad2", {64, 13, 5, 3}},          {"forward3", {63, 300, 129, 33, 7}},
-            {"forward3", {2, 1, 1, 1, 1}},        {"grad3", {63, 300, 129, 33, 7}},   {"grad3", {2, 1, 1, 1, 1}},
-            {"batch_mean", {10, 63}},             {"batch_mean", {1000, 64}},         {"gather", {63, 784, 100}},
-            {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
-            {"fused_output", {64, 33, 17}},       {"fused_sgd", {65, 13, 5, 3}},      {"fused_sgd", {64, 784, 128, 10}},
-            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10}},
-            {"fused_step", {65, 13, 5, 3}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
-            {"optim_adam", {1000, 2}},            {"optim_rmsprop", {1000, 1}}};
+    return {{"forward2", {1, 784, 128, 10}},        {"forward2", {63, 100, 37, 10}},
+            {"grad2", {1, 784, 128, 10, kLossDiff}}, {"grad2", {63, 100, 37, 10, kLossSoftmax}},
+            {"grad2", {64, 13, 5, 3, kLossDiff}},    {"grad2", {64, 13, 5, 3, kLossSoftmax}},
+            {"forward3", {63, 300, 129, 33, 7}},     {"forward3", {2, 1, 1, 1, 1}},
+            {"grad3", {63, 300, 129, 33, 7, kLossDiff}}, {"grad3", {63, 300, 129, 33, 7, kLossSoftmax}},
+            {"grad3", {2, 1, 1, 1, 1, kLossSoftmax}}, {"batch_mean", {10, 63}},
+            {"batch_mean", {1000, 64}},              {"gather", {63, 784, 100}},
+            {"fused_forward", {63, 784, 128}},       {"fused_forward", {9, 257, 33}},
+            {"fused_output", {63, 300, 10, kLossDiff}}, {"fused_output", {63, 300, 10, kLossSoftmax}},
+            {"fused_output", {64, 33, 17, kLossSoftmax}}, {"fused_grad", {65, 13, 5, 3}},
+            {"fused_grad", {64, 784, 128, 10}},      {"outer", {63, 128, 784}},
+            {"outer", {9, 7, 13}},                   {"fused_step", {63, 784, 128, 10}},
+            {"fused_step", {65, 13, 5, 3}},          {"optim_sgd", {1000, 3}},
+            {"optim_adam", {1000, 1}},               {"optim_adam", {1000, 2}},
+            {"optim_rmsprop", {1000, 1}}};
 }
 
 namespace {
@@ -217,7 +244,9 @@ Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
     const bool three = c.entry.back() == '3';
     const bool grad = c.entry.rfind("grad", 0) == 0;
     const unsigned B = c.shape[0];
-    std::vector<unsigned> sizes(c.shape.begin() + 1, c.shape.end());
+    // grad2/grad3: the last number is the loss code, not a layer size.
+    const unsigned loss = grad ? c.shape.back() : kLossDiff;
+    std::vector<unsigned> sizes(c.shape.begin() + 1, c.shape.end() - (grad ? 1 : 0));
     const size_t L = sizes.size() - 1;
     NetParams net = random_net(rng, sizes);
     Harness h;
@@ -237,7 +266,7 @@ Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
             h.tensors.push_back({fmt::format("gW{}", l + 1), {B, sizes[l + 1], sizes[l]}, Role::Out, {}});
             h.tensors.push_back({fmt::format("gb{}", l + 1), {B, sizes[l + 1]}, Role::Out, {}});
         }
-        RefGrad r = ref_grad(net, X, T, B);
+        RefGrad r = ref_grad(net, X, T, B, loss);
         for (size_t l = 0; l < L; ++l) {
             h.expected[l + 1 < L ? fmt::format("A{}", l + 1) : "Y"] = std::move(r.fwd.acts[l]);
             h.expected[fmt::format("gW{}", l + 1)] = std::move(r.gW[l]);
@@ -248,7 +277,7 @@ Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
         for (size_t l = 0; l < L; ++l) h.expected[l + 1 < L ? fmt::format("A{}", l + 1) : "Y"] = std::move(r.acts[l]);
     }
     const std::vector<unsigned> sz = sizes;
-    h.launch = [three, grad, B, sz](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+    h.launch = [three, grad, B, sz, loss](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
         const unsigned block = 32;  // small blocks, so that batches of 63 and 1000 span several
         const unsigned grid = grid_for(B, block);
         if (!three && !grad)
@@ -261,12 +290,12 @@ Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
         else if (!three)
             k.launch(grid, block, s, ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"),
                      ptr(m, "b2"), ptr(m, "A1"), ptr(m, "Y"), ptr(m, "gW1"), ptr(m, "gb1"), ptr(m, "gW2"),
-                     ptr(m, "gb2"), B, sz[0], sz[1], sz[2]);
+                     ptr(m, "gb2"), B, sz[0], sz[1], sz[2], loss);
         else
             k.launch(grid, block, s, ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"),
                      ptr(m, "b2"), ptr(m, "W3"), ptr(m, "b3"), ptr(m, "A1"), ptr(m, "A2"), ptr(m, "Y"),
                      ptr(m, "gW1"), ptr(m, "gb1"), ptr(m, "gW2"), ptr(m, "gb2"), ptr(m, "gW3"), ptr(m, "gb3"), B,
-                     sz[0], sz[1], sz[2], sz[3]);
+                     sz[0], sz[1], sz[2], sz[3], loss);
     };
     return h;
 }
@@ -398,38 +427,46 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
                      I, H);
         };
     } else if (c.entry == "fused_output") {
-        const unsigned B = z[0], H = z[1], O = z[2];
+        const unsigned B = z[0], H = z[1], O = z[2], loss = z[3];
         const float w = std::sqrt(6.0f / float(H));
         std::vector<float> A = random_activations(rng, size_t(B) * H);
         std::vector<float> W = random_vector(rng, size_t(O) * H, -w, w);
         std::vector<float> b = random_vector(rng, O, -0.1f, 0.1f);
         std::vector<float> T = random_targets(rng, B, O);
-        RefFusedOutput r = ref_fused_output(A, W, b, T, B, H, O);
+        if (loss == kLossSoftmax) {
+            // Large logits for the odd samples: column 0 of W is 64 for every output, and A[s][0]
+            // is 0 for even samples (small logits, as in training) and in [1, 2) for odd ones,
+            // which lifts all their logits by 64 to 128. Softmax does not change, but 2^(y log2 e)
+            // overflows float from y = 88.7 on: a kernel that forgets to subtract the max gives
+            // inf / inf = NaN there, and misses the float64 reference.
+            for (unsigned o = 0; o < O; ++o) W[size_t(o) * H] = 64.0f;
+            for (unsigned s = 0; s < B; ++s) A[size_t(s) * H] = s % 2 ? rng.uniform(1.0f, 2.0f) : 0.0f;
+        }
+        RefFusedOutput r = ref_fused_output(A, W, b, T, B, H, O, loss);
         h.expected = {{"Y", std::move(r.Y)}, {"D2", std::move(r.D2)}, {"D1", std::move(r.D1)}};
         h.tensors = {{"A", {B, H}, Role::In, A},      {"W", {O, H}, Role::In, W},   {"b", {O}, Role::In, b},
                      {"T", {B, O}, Role::In, T},      {"Y", {B, O}, Role::Out, {}}, {"D2", {B, O}, Role::Out, {}},
                      {"D1", {B, H}, Role::Out, {}}};
-        h.launch = [B, H, O](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        h.launch = [B, H, O, loss](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
             k.launch(fused_output_grid(B), kFusedBlock, s, ptr(m, "A"), ptr(m, "W"), ptr(m, "b"), ptr(m, "T"),
-                     ptr(m, "Y"), ptr(m, "D2"), ptr(m, "D1"), B, H, O);
+                     ptr(m, "Y"), ptr(m, "D2"), ptr(m, "D1"), B, H, O, loss);
         };
     } else {
+        // fused_grad: random deltas and activations, a random scale around 1/B (the mean).
         const unsigned B = z[0], I = z[1], H = z[2], O = z[3];
-        const float lr = rng.uniform(0.01f, 1.0f);
-        std::vector<float> W1 = random_vector(rng, size_t(H) * I, -0.1f, 0.1f), b1 = random_vector(rng, H, -0.1f, 0.1f);
-        std::vector<float> W2 = random_vector(rng, size_t(O) * H, -0.1f, 0.1f), b2 = random_vector(rng, O, -0.1f, 0.1f);
+        const float scale = rng.uniform(0.5f, 2.0f) / float(B);
         std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
         std::vector<float> A = random_activations(rng, size_t(B) * H);
         std::vector<float> D1 = random_vector(rng, size_t(B) * H, -1.0f, 1.0f);
         std::vector<float> D2 = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
-        ref_fused_sgd(h.expected["W1"], h.expected["b1"], W1, b1, D1, X, B, H, I, lr);
-        ref_fused_sgd(h.expected["W2"], h.expected["b2"], W2, b2, D2, A, B, O, H, lr);
-        h.tensors = {{"W1", {H, I}, Role::InOut, W1}, {"b1", {H}, Role::InOut, b1}, {"W2", {O, H}, Role::InOut, W2},
-                     {"b2", {O}, Role::InOut, b2},    {"X", {B, I}, Role::In, X},   {"A", {B, H}, Role::In, A},
-                     {"D1", {B, H}, Role::In, D1},    {"D2", {B, O}, Role::In, D2}};
-        h.launch = [B, I, H, O, lr](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
-            k.launch(fused_sgd_grid(I, H, O), kFusedBlock, s, ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"),
-                     ptr(m, "X"), ptr(m, "A"), ptr(m, "D1"), ptr(m, "D2"), B, I, H, O, lr);
+        ref_fused_grad(h.expected["GW1"], h.expected["Gb1"], D1, X, B, H, I, scale);
+        ref_fused_grad(h.expected["GW2"], h.expected["Gb2"], D2, A, B, O, H, scale);
+        h.tensors = {{"GW1", {H, I}, Role::Out, {}}, {"Gb1", {H}, Role::Out, {}},   {"GW2", {O, H}, Role::Out, {}},
+                     {"Gb2", {O}, Role::Out, {}},    {"X", {B, I}, Role::In, X},   {"A", {B, H}, Role::In, A},
+                     {"D1", {B, H}, Role::In, D1},   {"D2", {B, O}, Role::In, D2}};
+        h.launch = [B, I, H, O, scale](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+            k.launch(fused_grad_grid(I, H, O), kFusedBlock, s, ptr(m, "GW1"), ptr(m, "Gb1"), ptr(m, "GW2"),
+                     ptr(m, "Gb2"), ptr(m, "X"), ptr(m, "A"), ptr(m, "D1"), ptr(m, "D2"), B, I, H, O, scale);
         };
     }
     return h;

@@ -1,8 +1,8 @@
 // CUDA C twin of ptx/fused.ptx, compiled at run time by NVRTC.
 //
-// One training step of the 2-layer MLP in three kernels, batch gradients computed
-// directly (see the header of fused.ptx for the maths, launch shapes and the
-// summation order). The sums follow the PTX's order exactly and are written with
+// The forward pass, deltas and batch gradients of the 2-layer MLP in three kernels,
+// batch gradients computed directly (see the header of fused.ptx for the maths, launch
+// shapes and the summation order). The sums follow the PTX's order exactly and are written with
 // fmaf / __fadd_rn so that NVRTC cannot contract or reorder them: the two agree
 // bit for bit. Plain loads stage the tiles here; the PTX uses cp.async.
 
@@ -62,9 +62,11 @@ fused_forward(const float* X, const float* W, const float* b, float* A, unsigned
     __cluster_barrier_wait();
 }
 
-// Y = A W^T + b, D2 = Y - T, D1 = (D2 W) * [A > 0]. One block per sample.
+// Y = A W^T + b, D2 = Y - T (loss 0) or softmax(Y) - T (loss 1), D1 = (D2 W) * [A > 0].
+// One block per sample.
 extern "C" __global__ void fused_output(const float* A, const float* W, const float* b, const float* T,
-                                        float* Y, float* D2, float* D1, unsigned B, unsigned H, unsigned O)
+                                        float* Y, float* D2, float* D1, unsigned B, unsigned H, unsigned O,
+                                        unsigned loss)
 {
     const unsigned s = blockIdx.x;
     if (s >= B) return;
@@ -82,11 +84,33 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
         const float d = __fsub_rn(y, T[(size_t)s * O + o]);
         if (lane == 0) {
             Y[(size_t)s * O + o] = y;
-            D2[(size_t)s * O + o] = d;
+            if (loss != 1u) D2[(size_t)s * O + o] = d;  // loss 1: the softmax below writes D2
         }
     }
     __syncthreads();
     asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
+
+    if (loss == 1u) {
+        // Thread 0 alone: the recipe's softmax sequence, o in order, as in the PTX (max; e =
+        // 2^((y - m) * log2(e) as a float), kept in D2[s] and summed from +0; d = e / sum - t).
+        // exp2f is what NVRTC turns into exactly `ex2.approx.f32` (not .ftz, no range
+        // fix-ups) with ptxlab's NVRTC options (no -ftz, no -use_fast_math).
+        if (tid == 0 && O > 0) {
+            const float* y = Y + (size_t)s * O;
+            const float* t = T + (size_t)s * O;
+            float* d = D2 + (size_t)s * O;
+            float m = y[0];
+            for (unsigned o = 1; o < O; ++o) m = fmaxf(m, y[o]);
+            float sum = 0.0f;
+            for (unsigned o = 0; o < O; ++o) {
+                const float e = exp2f(__fmul_rn(__fsub_rn(y[o], m), 1.44269502162933349609375f));  // 0x3FB8AA3B
+                d[o] = e;
+                sum = __fadd_rn(sum, e);
+            }
+            for (unsigned o = 0; o < O; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
+        }
+        __syncthreads();
+    }
 
     const float* d2 = D2 + (size_t)s * O;
     for (unsigned h = tid; h < H; h += 256) {
@@ -97,10 +121,10 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
     }
 }
 
-// P -= lr * (L^T R) / B for (W1|b1, D1, X) and (W2|b2, D2, A); column `cols` is the bias.
-extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2, const float* X, const float* A,
-                                     const float* D1, const float* D2, unsigned B, unsigned I, unsigned H,
-                                     unsigned O, float lr)
+// G = scale * (L^T R) for (GW1|Gb1, D1, X) and (GW2|Gb2, D2, A); column `cols` is the bias.
+extern "C" __global__ void fused_grad(float* GW1, float* Gb1, float* GW2, float* Gb2, const float* X,
+                                      const float* A, const float* D1, const float* D2, unsigned B, unsigned I,
+                                      unsigned H, unsigned O, float scale)
 {
     __shared__ float ls[64][8];
     __shared__ float rs[64][32];
@@ -109,14 +133,14 @@ extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2,
     unsigned tile = blockIdx.x;
     unsigned ctiles = (I + 32) / 32;
     const unsigned tiles1 = ctiles * ((H + 7) / 8);
-    float *P = W1, *Pb = b1;
+    float *G = GW1, *Gb = Gb1;
     const float *L = D1, *R = X;
     unsigned rows = H, cols = I;
     if (tile >= tiles1) {
         tile -= tiles1;
         ctiles = (H + 32) / 32;
         if (tile >= ctiles * ((O + 7) / 8)) return;
-        P = W2, Pb = b2, L = D2, R = A, rows = O, cols = H;
+        G = GW2, Gb = Gb2, L = D2, R = A, rows = O, cols = H;
     }
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const unsigned c0 = (tile % ctiles) * 32, r0 = (tile / ctiles) * 8;
@@ -147,7 +171,6 @@ extern "C" __global__ void fused_sgd(float* W1, float* b1, float* W2, float* b2,
     asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
     if (r >= rows || c > cols) return;
     const float acc = __fadd_rn(__fadd_rn(acc0, acc1), __fadd_rn(acc2, acc3));
-    const float mean = __fdiv_rn(acc, (float)B);
-    float* p = c == cols ? &Pb[r] : &P[(size_t)r * cols + c];
-    *p = fmaf(-lr, mean, *p);
+    float* g = c == cols ? &Gb[r] : &G[(size_t)r * cols + c];
+    *g = __fmul_rn(acc, scale);
 }

@@ -1,8 +1,9 @@
 // CUDA C twin of ptx/grad.ptx, compiled at run time by NVRTC.
 //
-// Per-sample gradient of the MSE loss 0.5 * |Y - T|^2 on one-hot targets T:
-// a forward pass for one sample, then back-propagation, written to per-sample
-// buffers (the update kernel sums them over the batch). One thread per sample.
+// Per-sample gradient with the output delta of the loss code `loss` (recipe.hpp):
+// 0 (kLossDiff) d = Y - T, 1 (kLossSoftmax) d = softmax(Y) - T; any other value is
+// taken as 0. A forward pass for one sample, then back-propagation, written to
+// per-sample buffers (the batch reduction sums them). One thread per sample.
 // The per-sample bias gradients are the layer deltas, so they double as the
 // scratch that the next layer down reads: no per-thread array is needed.
 
@@ -26,6 +27,31 @@ __device__ static void outer(float* g, const float* d, const float* a, unsigned 
             g[(size_t)r * cols + c] = d[r] * a[c];
 }
 
+// d[o] = y[o] - t[o]   (loss code 0)
+__device__ static void residual(float* d, const float* y, const float* t, unsigned n)
+{
+    for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(y[o], t[o]);
+}
+
+// d[o] = softmax(y)[o] - t[o]   (loss code 1), the recipe's sequence as in grad.ptx: the max
+// in o order, z = (y - m) * log2(e) rounded to float, e = 2^z, the sum from +0 in o order,
+// d = e / sum - t. The exponentials wait in d[] between the passes, as in the PTX.
+// exp2f is what NVRTC turns into exactly `ex2.approx.f32` (not .ftz; no range fix-ups) with
+// ptxlab's NVRTC options (no -ftz, no -use_fast_math); checked by reading its PTX.
+__device__ static void softmax_delta(float* d, const float* y, const float* t, unsigned n)
+{
+    if (n == 0) return;
+    float m = y[0];
+    for (unsigned o = 1; o < n; ++o) m = fmaxf(m, y[o]);
+    float sum = 0.0f;
+    for (unsigned o = 0; o < n; ++o) {
+        const float e = exp2f(__fmul_rn(__fsub_rn(y[o], m), 1.44269502162933349609375f));  // 0x3FB8AA3B
+        d[o] = e;
+        sum = __fadd_rn(sum, e);
+    }
+    for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
+}
+
 // d_in[c] = (sum_r W[r][c] * d_out[r]) * [a[c] > 0]   (delta through a ReLU layer)
 __device__ static void back(float* d_in, const float* W, const float* d_out, const float* a,
                             unsigned rows, unsigned cols)
@@ -38,13 +64,13 @@ __device__ static void back(float* d_in, const float* W, const float* d_out, con
     }
 }
 
-// d2 = Y - T; gb2 = d2; gW2 = d2 (x) A1; d1 = (W2^T d2) * [A1 > 0]; gb1 = d1; gW1 = d1 (x) x
+// d2 = Y - T or softmax(Y) - T; gb2 = d2; gW2 = d2 (x) A1; d1 = (W2^T d2) * [A1 > 0]; gb1 = d1; gW1 = d1 (x) x
 extern "C" __global__ void grad2(const float* X, const float* T,
                                  const float* W1, const float* b1,
                                  const float* W2, const float* b2,
                                  float* A1, float* Y,
                                  float* gW1, float* gb1, float* gW2, float* gb2,
-                                 unsigned B, unsigned I, unsigned H, unsigned O)
+                                 unsigned B, unsigned I, unsigned H, unsigned O, unsigned loss)
 {
     unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= B) return;
@@ -57,14 +83,14 @@ extern "C" __global__ void grad2(const float* X, const float* T,
 
     dense(a1, x, W1, b1, H, I, true);
     dense(y, a1, W2, b2, O, H, false);
-    for (unsigned o = 0; o < O; ++o)
-        d2[o] = y[o] - t[o];
+    if (loss == 1u) softmax_delta(d2, y, t, O);
+    else residual(d2, y, t, O);
     outer(gW2 + (size_t)s * O * H, d2, a1, O, H);
     back(d1, W2, d2, a1, O, H);
     outer(gW1 + (size_t)s * H * I, d1, x, H, I);
 }
 
-// The same for I-H1-H2-O: d3 = Y - T, d2 = (W3^T d3) * [A2 > 0], d1 = (W2^T d2) * [A1 > 0].
+// The same for I-H1-H2-O: d3 = Y - T or softmax(Y) - T, d2 = (W3^T d3) * [A2 > 0], d1 = (W2^T d2) * [A1 > 0].
 extern "C" __global__ void grad3(const float* X, const float* T,
                                  const float* W1, const float* b1,
                                  const float* W2, const float* b2,
@@ -72,7 +98,7 @@ extern "C" __global__ void grad3(const float* X, const float* T,
                                  float* A1, float* A2, float* Y,
                                  float* gW1, float* gb1, float* gW2, float* gb2,
                                  float* gW3, float* gb3,
-                                 unsigned B, unsigned I, unsigned H1, unsigned H2, unsigned O)
+                                 unsigned B, unsigned I, unsigned H1, unsigned H2, unsigned O, unsigned loss)
 {
     unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= B) return;
@@ -88,8 +114,8 @@ extern "C" __global__ void grad3(const float* X, const float* T,
     dense(a1, x, W1, b1, H1, I, true);
     dense(a2, a1, W2, b2, H2, H1, true);
     dense(y, a2, W3, b3, O, H2, false);
-    for (unsigned o = 0; o < O; ++o)
-        d3[o] = y[o] - t[o];
+    if (loss == 1u) softmax_delta(d3, y, t, O);
+    else residual(d3, y, t, O);
     outer(gW3 + (size_t)s * O * H2, d3, a2, O, H2);
     back(d2, W3, d3, a2, O, H2);
     outer(gW2 + (size_t)s * H2 * H1, d2, a1, H2, H1);

@@ -45,8 +45,15 @@ void check_both_sets(const std::string& entry, const std::vector<unsigned>& shap
 
 TEST_CASE("kernels: forward2, both sets") { check_both_sets("forward2", {63, 784, 100, 10}); }
 TEST_CASE("kernels: forward3, both sets") { check_both_sets("forward3", {64, 300, 129, 33, 7}); }
-TEST_CASE("kernels: grad2, both sets") { check_both_sets("grad2", {65, 784, 128, 10}); }
-TEST_CASE("kernels: grad3, both sets") { check_both_sets("grad3", {33, 784, 128, 64, 10}); }
+// The last number of grad2, grad3 and fused_output's shapes is the loss code: 0 y - t, 1 softmax(y) - t.
+TEST_CASE("kernels: grad2, both sets, both loss codes") {
+    check_both_sets("grad2", {65, 784, 128, 10, 0});
+    check_both_sets("grad2", {65, 784, 128, 10, 1});
+}
+TEST_CASE("kernels: grad3, both sets, both loss codes") {
+    check_both_sets("grad3", {33, 784, 128, 64, 10, 0});
+    check_both_sets("grad3", {33, 784, 128, 64, 10, 1});
+}
 TEST_CASE("kernels: batch_mean, both sets") {
     check_both_sets("batch_mean", {100352, 64});  // W1 of the MNIST net at batch 64
     check_both_sets("batch_mean", {1000, 13});    // one group of eight rows and five single rows
@@ -72,8 +79,11 @@ TEST_CASE("kernels: optim_rmsprop, both sets, every variant") {
 }
 TEST_CASE("kernels: gather, both sets") { check_both_sets("gather", {1000, 784, 60000}); }
 TEST_CASE("kernels: fused_forward, both sets") { check_both_sets("fused_forward", {63, 784, 128}); }
-TEST_CASE("kernels: fused_output, both sets") { check_both_sets("fused_output", {65, 300, 17}); }
-TEST_CASE("kernels: fused_sgd, both sets") { check_both_sets("fused_sgd", {65, 784, 128, 10}); }
+TEST_CASE("kernels: fused_output, both sets, both loss codes") {
+    check_both_sets("fused_output", {65, 300, 17, 0});
+    check_both_sets("fused_output", {65, 300, 17, 1});
+}
+TEST_CASE("kernels: fused_grad, both sets") { check_both_sets("fused_grad", {65, 784, 128, 10}); }
 TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}); }
 TEST_CASE("kernels: fused_step, both sets") {
     check_both_sets("fused_step", {64, 784, 128, 10});  // one chunk, one tile a cluster
