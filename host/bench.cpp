@@ -21,18 +21,30 @@ constexpr unsigned kI = 784, kH = 128, kO = 10;
 
 }  // namespace
 
-BenchSet parse_bench_set(const std::string& name) {
+BenchSet parse_bench_set(const std::string& full) {
+    std::string name = full, recipe;
+    if (const size_t colon = full.find(':'); colon != std::string::npos) {
+        name = full.substr(0, colon);
+        recipe = full.substr(colon + 1);
+        if (recipe != "adam" && recipe != "classic")
+            PTXLAB_THROW(InputError, "'{}': unknown recipe '{}' (adam or classic)", full, recipe);
+    }
     for (const std::string suffix : {"/serial", "/split", "/single"}) {
         if (name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
-        BenchSet s{parse_kernel_choice(name.substr(0, name.size() - suffix.size()))};
+        BenchSet s;
+        s.kernels = parse_kernel_choice(name.substr(0, name.size() - suffix.size()));
         if (s.kernels.design != Design::Fused)
-            PTXLAB_THROW(InputError, "'{}': only the fused sets have a {} variant", name, suffix);
+            PTXLAB_THROW(InputError, "'{}': only the fused sets have a {} variant", full, suffix);
         if (suffix == "/serial") s.overlap = false;
         else if (suffix == "/split") s.one_launch = false;
         else s.steps_per_launch = 1;
+        s.recipe = recipe;
         return s;
     }
-    return {parse_kernel_choice(name)};
+    BenchSet s;
+    s.kernels = parse_kernel_choice(name);
+    s.recipe = recipe;
+    return s;
 }
 
 namespace {
@@ -98,6 +110,16 @@ TrainConfig train_config(const std::string& set, const BenchOptions& opt) {
     cfg.seed = opt.seed;
     cfg.progress = false;
     cfg.dirs = opt.dirs;
+    if (bs.recipe == "adam") {
+        cfg.optim.kind = OptimKind::Adam;
+        cfg.lr = 1e-3f;
+    } else if (bs.recipe == "classic") {  // as train --preset classic
+        cfg.loss = Loss::Mse;
+        cfg.optim.kind = OptimKind::Sgd;
+        cfg.schedule.kind = ScheduleKind::Const;
+        cfg.schedule.warmup = 0;
+        cfg.lr = 0.2f;
+    }
     return cfg;
 }
 
@@ -219,7 +241,8 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
                 TrainConfig cfg = train_config(set, opt);
                 cfg.batch = B;
                 cfg.target = 1.0;
-                cfg.max_epochs = 1;
+                cfg.epochs = 1;
+                cfg.evals_per_epoch = 1;
                 if (cfg.kernels.design == Design::Seed) cfg.max_steps = opt.seed_steps;
                 TrainResult tr = train(ctx, data, cfg, quiet);
                 StepTiming st{set, B, tr.steps};
@@ -241,15 +264,16 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
     }
 
     if (opt.to_target) {
-        fmt::print(out, "time to {:.2f} % test accuracy (batch 64, lr 0.2, MSE; evaluation once per epoch, not "
-                        "counted; data loading and JIT apart)\n",
-                   100.0 * opt.target);
+        fmt::print(out, "time to {:.2f} % test accuracy (`ptxlab train`'s default recipe over {} epochs; training "
+                        "time until the first evaluation at the target, evaluation not counted; data loading and "
+                        "JIT apart)\n",
+                   100.0 * opt.target, opt.epochs);
         fmt::print(out, "{:<16} {:>9} {:>14} {:>7} {:>10} {:>12} {:>9} {:>9}\n", "set", "reached", "train ms", "epochs",
                    "accuracy", "ms/epoch", "JIT ms", "data ms");
         for (const auto& set : opt.target_sets) {
             TrainConfig cfg = train_config(set, opt);
             cfg.target = opt.target;
-            cfg.max_epochs = opt.epochs;
+            cfg.epochs = opt.epochs;
             TrainResult tr = train(ctx, data, cfg, quiet);
             TargetTiming t{set, tr.reached, tr.reached ? tr.train_ms_to_target : tr.train_ms, tr.accuracy, tr.epochs,
                            tr.steps, median(tr.epoch_ms), tr.jit_ms, data_ms};

@@ -22,24 +22,29 @@ namespace ptxlab {
 
 // A set to time: a --kernels name, optionally with "/serial" (the fused set launched without
 // programmatic dependent launches, as `train --no-overlap`), "/split" (the fused set's
-// three-launch step, as `train --three-launches`) or "/single" (one launch of fused_step a
-// step, as `train --steps-per-launch 1`).
+// separate launches, as `train --three-launches`) or "/single" (one launch of fused_step a
+// step, as `train --steps-per-launch 1`), then optionally a recipe: ":adam" (Adam, lr 1e-3)
+// or ":classic" (`train --preset classic`: MSE, plain SGD, the one-launch fused_step);
+// without one, `train`'s default recipe (cross-entropy, Nesterov, one-cycle).
 struct BenchSet {
     KernelChoice kernels;
     bool overlap = true;
     bool one_launch = true;
     unsigned steps_per_launch = 0;
+    std::string recipe;  // "", "adam" or "classic"
 };
 BenchSet parse_bench_set(const std::string& name);  // InputError for an unknown name
 
 struct BenchOptions {
     std::vector<unsigned> kernel_batches = {64, 1024};
     std::vector<unsigned> step_batches = {64, 256};
-    std::vector<std::string> sets = {"ptx",          "reference",   "fast",        "fast-reference", "fused",
-                                     "fused-reference", "fused/single", "fused/serial", "fused/split"};
+    std::vector<std::string> sets = {"ptx",           "reference",     "fast",
+                                     "fast-reference", "fused",        "fused-reference",
+                                     "fused:adam",     "fused:classic", "fused/single:classic",
+                                     "fused/serial:classic", "fused/split:classic"};
     std::vector<std::string> target_sets = {"fused", "fused-reference", "fast"};
-    double target = 0.97;
-    unsigned epochs = 30;
+    double target = 0.98;
+    unsigned epochs = 5;
     unsigned seed_steps = 160;  // steps timed for the (slow) seed design
     uint64_t seed = 1;
     KernelDirs dirs = KernelDirs::from_environment();

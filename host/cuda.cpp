@@ -148,15 +148,26 @@ DeviceBuffer::DeviceBuffer(size_t bytes, std::string name) : bytes_(bytes), name
     cu_check(r, "cuMemAlloc", __FILE__, __LINE__);
 }
 
-DeviceBuffer::~DeviceBuffer() {
-    if (ptr_ && !device_hung()) driver().cuMemFree(ptr_);
-}
-
 static void check_range(const std::string& name, size_t have, size_t bytes, size_t offset) {
     if (offset > have || bytes > have - offset)
         PTXLAB_THROW(Error, "copy of {} bytes at offset {} overruns buffer '{}' ({} bytes)", bytes, offset, name,
                      have);
 }
+
+DeviceBuffer::~DeviceBuffer() {
+    if (ptr_ && owned_ && !device_hung()) driver().cuMemFree(ptr_);
+}
+
+DeviceBuffer DeviceBuffer::view(const DeviceBuffer& parent, size_t offset, size_t bytes, std::string name) {
+    check_range(parent.name_, parent.bytes_, bytes, offset);
+    DeviceBuffer v;
+    v.ptr_ = parent.ptr_ + offset;
+    v.bytes_ = bytes;
+    v.name_ = std::move(name);
+    v.owned_ = false;
+    return v;
+}
+
 
 // upload() and fill_u32() run on the legacy stream, and ptxlab's kernels on non-blocking
 // streams that do not wait for it. A copy from pageable memory may return before its DMA has

@@ -124,6 +124,10 @@ public:
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
+    // A non-owning view of bytes [offset, offset + bytes) of `parent` (which must outlive it),
+    // under its own name: one allocation can hold many tensors (a network's parameters).
+    static DeviceBuffer view(const DeviceBuffer& parent, size_t offset, size_t bytes, std::string name);
+
     CUdeviceptr ptr() const { return ptr_; }
     size_t bytes() const { return bytes_; }
     const std::string& name() const { return name_; }
@@ -144,10 +148,12 @@ private:
         std::swap(ptr_, o.ptr_);
         std::swap(bytes_, o.bytes_);
         std::swap(name_, o.name_);
+        std::swap(owned_, o.owned_);
     }
     CUdeviceptr ptr_ = 0;
     size_t bytes_ = 0;
     std::string name_;
+    bool owned_ = true;
 };
 
 class Stream {

@@ -17,6 +17,7 @@ public:
     double normal();                         // N(0, 1), Box-Muller
     uint64_t below(uint64_t n);              // uniform in [0, n), unbiased
     void shuffle(std::vector<uint32_t>& v);  // Fisher-Yates
+    uint64_t state() const { return state_; }  // Rng(state()) continues this stream exactly
 
 private:
     uint64_t state_;

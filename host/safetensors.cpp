@@ -161,7 +161,8 @@ private:
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const NetParams& net, const std::map<std::string, std::string>& metadata) {
+void save_safetensors(const std::string& path, const NetParams& net, const std::map<std::string, std::string>& metadata,
+                      const ExtraTensors& extra) {
     // Header: metadata, then the tensors in order fc1.weight, fc1.bias, fc2.weight, ...
     std::string header = "{\"__metadata__\":{";
     std::map<std::string, std::string> meta = metadata;
@@ -185,6 +186,13 @@ void save_safetensors(const std::string& path, const NetParams& net, const std::
                               net.sizes[l + 1], offset, offset + bb);
         offset += bb;
     }
+    for (const auto& [name, v] : extra) {
+        if (!name.starts_with("optimizer."))
+            PTXLAB_THROW(Error, "internal error: extra checkpoint tensor '{}' is not named optimizer.*", name);
+        header += fmt::format(",\"{}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                              json_escape(name), v.size(), offset, offset + v.size() * 4);
+        offset += v.size() * 4;
+    }
     header += "}";
     while (header.size() % 8) header += ' ';  // the data starts 8-byte aligned
 
@@ -201,6 +209,8 @@ void save_safetensors(const std::string& path, const NetParams& net, const std::
             f.write(reinterpret_cast<const char*>(net.W[l].data()), static_cast<std::streamsize>(net.W[l].size() * 4));
             f.write(reinterpret_cast<const char*>(net.b[l].data()), static_cast<std::streamsize>(net.b[l].size() * 4));
         }
+        for (const auto& [name, v] : extra)
+            f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
         f.flush();
         if (!f) {
             std::remove(tmp.c_str());
@@ -215,7 +225,7 @@ void save_safetensors(const std::string& path, const NetParams& net, const std::
     }
 }
 
-NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>& bytes) {
+Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes) {
     if (bytes.size() < 8)
         PTXLAB_THROW(InputError, "{}: {} bytes is too short for a safetensors file (8-byte header length)", path,
                      bytes.size());
@@ -235,10 +245,16 @@ NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>&
         uint64_t begin, end;
     };
     std::map<std::string, Found> tensors;
+    Checkpoint ck;
     for (size_t m = 0; m < root.keys.size(); ++m) {
         const std::string& name = root.keys[m];
         const Json& t = root.items[m];
-        if (name == "__metadata__") continue;
+        if (name == "__metadata__") {
+            if (t.kind != Json::Object) PTXLAB_THROW(InputError, "{}: __metadata__ is not an object", path);
+            for (size_t i = 0; i < t.keys.size(); ++i)
+                if (t.items[i].kind == Json::String) ck.metadata[t.keys[i]] = t.items[i].str;
+            continue;
+        }
         auto bad = [&](const std::string& what) {
             PTXLAB_THROW(InputError, "{}: tensor '{}': {}", path, name, what);
         };
@@ -269,7 +285,7 @@ NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>&
         tensors[name] = f;
     }
 
-    NetParams net;
+    NetParams& net = ck.net;
     for (size_t l = 1;; ++l) {
         auto w = tensors.find(fmt::format("fc{}.weight", l));
         auto b = tensors.find(fmt::format("fc{}.bias", l));
@@ -296,16 +312,31 @@ NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>&
     if (net.layers() < 2 || net.layers() > 3)
         PTXLAB_THROW(InputError, "{}: found {} layers (fc1.weight, fc1.bias, ...); ptxlab models have 2 or 3", path,
                      net.layers());
-    if (tensors.size() != 2 * net.layers())
-        PTXLAB_THROW(InputError, "{}: holds tensors other than fc1..fc{} weights and biases", path, net.layers());
-    return net;
+    size_t others = 0;
+    for (const auto& [name, f] : tensors) {
+        if (!name.starts_with("optimizer.")) continue;
+        std::vector<float> v((f.end - f.begin) / 4);
+        std::memcpy(v.data(), data + f.begin, f.end - f.begin);
+        ck.extra[name] = std::move(v);
+        ++others;
+    }
+    if (tensors.size() != 2 * net.layers() + others)
+        PTXLAB_THROW(InputError, "{}: holds tensors other than fc1..fc{} weights and biases (and optimizer.*)", path,
+                     net.layers());
+    return ck;
 }
 
-NetParams load_safetensors(const std::string& path) {
+NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>& bytes) {
+    return parse_checkpoint(path, bytes).net;
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     if (!f) PTXLAB_THROW(InputError, "{}: cannot open checkpoint (does it exist?)", path);
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return parse_safetensors(path, bytes);
+    return parse_checkpoint(path, bytes);
 }
+
+NetParams load_safetensors(const std::string& path) { return load_checkpoint(path).net; }
 
 }  // namespace ptxlab

@@ -1,13 +1,16 @@
 #include "train.hpp"
 
 #include "fused.hpp"
+#include "optim.hpp"
 #include "rng.hpp"
+#include "safetensors.hpp"
 
 #include <fmt/ostream.h>
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -58,8 +61,13 @@ void TrainConfig::validate_flags() const {
     if (batch == 0) PTXLAB_THROW(InputError, "--batch must be at least 1");
     if (!(lr > 0.0f) || !std::isfinite(lr)) PTXLAB_THROW(InputError, "--lr must be a positive finite number, got {}", lr);
     if (!(target > 0.0 && target <= 1.0))
-        PTXLAB_THROW(InputError, "--target must be in (0, 1] (a fraction: 0.97 is 97 %), got {}", target);
-    if (max_epochs == 0) PTXLAB_THROW(InputError, "--epochs must be at least 1");
+        PTXLAB_THROW(InputError, "--target must be in (0, 1] (a fraction: 0.98 is 98 %), got {}", target);
+    if (epochs == 0) PTXLAB_THROW(InputError, "--epochs must be at least 1");
+    if (evals_per_epoch == 0) PTXLAB_THROW(InputError, "--evals-per-epoch must be at least 1");
+    if (!(step_every_epochs >= 0) || !std::isfinite(step_every_epochs))
+        PTXLAB_THROW(InputError, "--step-every must be a number of epochs >= 0, got {}", step_every_epochs);
+    optim.validate();
+    schedule_for(1).validate();
     if (layers.size() != 3 && layers.size() != 4)
         PTXLAB_THROW(InputError, "the network needs 3 or 4 layer sizes, got {}", layers.size());
     for (auto w : layers)
@@ -81,27 +89,74 @@ void TrainConfig::validate(const Split& train) const {
                      layers.back(), kClasses, layers_text(layers));
 }
 
+ScheduleConfig TrainConfig::schedule_for(unsigned steps_per_epoch) const {
+    ScheduleConfig c = schedule;
+    if (c.kind == ScheduleKind::Step && c.step_every == 0) {
+        const double e = step_every_epochs > 0 ? step_every_epochs : std::max(1.0, epochs / 3.0);
+        c.step_every = std::max<uint64_t>(1, uint64_t(std::llround(e * steps_per_epoch)));
+    }
+    return c;
+}
+
+bool TrainConfig::classic_recipe() const {
+    return loss != Loss::Ce && optim.kind == OptimKind::Sgd && optim.weight_decay == 0.0f &&
+           schedule.kind == ScheduleKind::Const && schedule.warmup == 0.0;
+}
+
+std::string format_ms(double ms) {
+    if (!(ms >= 0) || !std::isfinite(ms)) return fmt::format("{} ms", ms);
+    const char* f = ms >= 100 ? "{:.0f} ms" : ms >= 10 ? "{:.1f} ms" : ms >= 1 ? "{:.2f} ms" : "{:.3f} ms";
+    return fmt::format(fmt::runtime(f), ms);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// Whether training with `cfg` runs the one-launch fused_step.
+bool uses_fused_step(const TrainConfig& cfg) {
+    return cfg.kernels.design == Design::Fused && cfg.one_launch && cfg.classic_recipe() &&
+           fused_step_preferred(cfg.batch, cfg.layers.front(), cfg.layers.back());
+}
+
 // Parameters and the per-step buffers of one network on the GPU.
-//   acts  A1 (A2) and Y for one batch
-//   seed design:  gW, gb  per-sample gradients [B][...]
-//   fused design: D1 [B][H], D2 [B][O]  the deltas
+//   params        every W and b back to back (W1, b1, W2, b2, ...); W[l], b[l] are views of it
+//   grads         the mean gradient, same layout (GW[l], Gb[l] views); state1/state2 the
+//                 optimizer's buffers (momentum or Adam's m; Adam's v), same layout
+//   acts          A1 (A2) and Y for one batch
+//   seed design:  gW, gb  per-sample gradients [B][...]; fast: gW only
+//   fused/fast:   D1 [B][H], D2 [B][O]  the deltas
 struct DeviceNet {
     std::vector<unsigned> sizes;
-    std::vector<DeviceBuffer> W, b, gW, gb, acts;
+    size_t count = 0;  // floats in params
+    DeviceBuffer params, grads, state1, state2;
+    std::vector<DeviceBuffer> W, b, GW, Gb, gW, gb, acts;
     DeviceBuffer D1, D2;
     DeviceBuffer Yp, sync;  // fused_step's scratch: partial outputs, grid barrier words
 
-    DeviceNet(const NetParams& net, unsigned batch, std::optional<Design> design) : sizes(net.sizes) {
+    DeviceNet(const NetParams& net, unsigned batch, std::optional<Design> design, unsigned state_buffers = 0,
+              bool fused_step = false)
+        : sizes(net.sizes) {
+        for (size_t l = 0; l < net.layers(); ++l) count += net.W[l].size() + net.b[l].size();
+        params = DeviceBuffer(count * 4, "parameters");
+        if (design) grads = DeviceBuffer(count * 4, "gradients");
+        if (state_buffers > 0) state1 = DeviceBuffer(count * 4, "optimizer state 1 (m; RMSprop's v)");
+        if (state_buffers > 1) state2 = DeviceBuffer(count * 4, "optimizer state 2 (Adam's v)");
+        for (auto* st : {&state1, &state2})
+            if (st->bytes()) st->fill_u32(0);  // PyTorch starts the state at zero
+        size_t off = 0;
         for (size_t l = 0; l < net.layers(); ++l) {
-            W.emplace_back(net.W[l].size() * 4, fmt::format("W{}", l + 1));
-            b.emplace_back(net.b[l].size() * 4, fmt::format("b{}", l + 1));
+            const size_t wb = net.W[l].size() * 4, bb = net.b[l].size() * 4;
+            W.push_back(DeviceBuffer::view(params, off, wb, fmt::format("W{}", l + 1)));
+            b.push_back(DeviceBuffer::view(params, off + wb, bb, fmt::format("b{}", l + 1)));
+            if (design) {
+                GW.push_back(DeviceBuffer::view(grads, off, wb, fmt::format("grad W{}", l + 1)));
+                Gb.push_back(DeviceBuffer::view(grads, off + wb, bb, fmt::format("grad b{}", l + 1)));
+            }
             W.back().upload(net.W[l]);
             b.back().upload(net.b[l]);
+            off += wb + bb;
             const bool last = l + 1 == net.layers();
             acts.emplace_back(size_t(batch) * sizes[l + 1] * 4, last ? "Y" : fmt::format("A{}", l + 1));
             if (design == Design::Seed || design == Design::Fast)
@@ -113,7 +168,7 @@ struct DeviceNet {
             D1 = DeviceBuffer(size_t(batch) * sizes[1] * 4, "D1 (hidden deltas)");
             D2 = DeviceBuffer(size_t(batch) * sizes.back() * 4, "D2 (output deltas)");
         }
-        if (design == Design::Fused && fused_step_preferred(batch, sizes[0], sizes.back())) {
+        if (fused_step) {
             Yp = DeviceBuffer(fused_step_partials(batch, sizes[1], sizes.back()) * 4, "Yp (fused_step partial outputs)");
             Yp.fill_u32(0);  // the padding past the last tile is loaded (and ignored): keep it defined
             sync = DeviceBuffer(8, "fused_step grid barrier");
@@ -130,6 +185,13 @@ struct DeviceNet {
         }
         return n;
     }
+    // The buffers a step changes and the NaN hunt restores: parameters and optimizer state.
+    std::vector<const DeviceBuffer*> state() const {
+        std::vector<const DeviceBuffer*> v = {&params};
+        for (auto* st : {&state1, &state2})
+            if (st->bytes()) v.push_back(st);
+        return v;
+    }
 };
 
 void launch_forward(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, unsigned B, CUstream s) {
@@ -145,26 +207,27 @@ void launch_forward(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, unsi
 }
 
 void launch_grad(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, unsigned B,
-                 CUstream s) {
+                 unsigned loss, CUstream s) {
     const auto& z = n.sizes;
     const unsigned grid = grid_for(B, 64);
     if (z.size() == 3)
         ks.get("grad2").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
                                n.acts[0].ptr(), Y, n.gW[0].ptr(), n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), B, z[0],
-                               z[1], z[2], 0u);
+                               z[1], z[2], loss);
     else
         ks.get("grad3").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
                                n.W[2].ptr(), n.b[2].ptr(), n.acts[0].ptr(), n.acts[1].ptr(), Y, n.gW[0].ptr(),
                                n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), n.gW[2].ptr(), n.gb[2].ptr(), B, z[0], z[1],
-                               z[2], z[3], 0u);
+                               z[2], z[3], loss);
 }
 
-void launch_updates(const KernelSet& ks, DeviceNet& n, unsigned B, float lr, CUstream s) {
-    const Kernel& upd = ks.get("update");
+// The seed design's mean gradient: batch_mean over the per-sample gradients of every tensor.
+void launch_seed_means(const KernelSet& ks, const DeviceNet& n, unsigned B, float scale, CUstream s) {
+    const Kernel& k = ks.get("batch_mean");
     for (size_t l = 0; l < n.W.size(); ++l) {
         const unsigned nw = static_cast<unsigned>(n.W[l].bytes() / 4), nb = static_cast<unsigned>(n.b[l].bytes() / 4);
-        upd.launch(grid_for(nw), 256, s, n.W[l].ptr(), n.gW[l].ptr(), nw, B, lr);
-        upd.launch(grid_for(nb), 256, s, n.b[l].ptr(), n.gb[l].ptr(), nb, B, lr);
+        k.launch(grid_for(nw), 256, s, n.GW[l].ptr(), n.gW[l].ptr(), nw, B, scale);
+        k.launch(grid_for(nb), 256, s, n.Gb[l].ptr(), n.gb[l].ptr(), nb, B, scale);
     }
 }
 
@@ -173,6 +236,12 @@ FusedArgs fused_args(const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdevicep
                 B, n.sizes[0], n.sizes[1], n.sizes[2], lr};
     a.Yp = n.Yp.ptr();
     a.sync = n.sync.ptr();
+    if (!n.GW.empty()) {
+        a.GW1 = n.GW[0].ptr();
+        a.Gb1 = n.Gb[0].ptr();
+        a.GW2 = n.GW[1].ptr();
+        a.Gb2 = n.Gb[1].ptr();
+    }
     return a;
 }
 
@@ -196,21 +265,21 @@ std::vector<float> one_hot(const std::vector<uint8_t>& labels) {
     return t;
 }
 
-// The loss over the rows of Y (see Loss), and the argmax predictions.
+// The mean loss over the rows of Y (loss_value of recipe.hpp), and the argmax predictions.
 double batch_loss(Loss kind, const float* Y, const std::vector<uint8_t>& labels, size_t first, size_t B,
                   std::vector<uint8_t>* predictions = nullptr) {
-    double loss = 0;
+    double loss = 0, y[kClasses], t[kClasses];
     for (size_t s = 0; s < B; ++s) {
-        const float* y = &Y[s * kClasses];
         size_t best = 0;
         for (size_t o = 0; o < kClasses; ++o) {
-            double d = double(y[o]) - (labels[first + s] == o ? 1.0 : 0.0);
-            loss += d * d;
-            if (y[o] > y[best]) best = o;
+            y[o] = Y[s * kClasses + o];
+            t[o] = labels[first + s] == o ? 1.0 : 0.0;
+            if (Y[s * kClasses + o] > Y[s * kClasses + best]) best = o;
         }
+        loss += loss_value(kind, y, t, kClasses);
         if (predictions) predictions->push_back(static_cast<uint8_t>(best));
     }
-    return kind == Loss::Mse ? loss / double(B * kClasses) : 0.5 * loss / double(B);
+    return loss / double(B);
 }
 
 // Test-set evaluation with device-resident data, captured once into a graph.
@@ -231,13 +300,14 @@ public:
         }
     }
 
-    void enqueue(const KernelSet& ks, DeviceNet& net, CUstream s) {
+    void enqueue(const KernelSet& ks, DeviceNet& net, CUstream s, Loss loss) {
         const unsigned n = static_cast<unsigned>(test_.count);
         if (uses_fused_forward(design_)) {
             FusedArgs a = fused_args(net, X_.ptr(), T_.ptr(), acts_.back().ptr(), n, 0.0f);
             a.A1 = acts_[0].ptr();
             a.D1 = D1_.ptr();
             a.D2 = D2_.ptr();
+            a.loss = loss_code(loss);
             launch_fused_forward(ks, a, s);
             launch_fused_output(ks, a, s);
             return;
@@ -255,10 +325,10 @@ public:
 
     EvalResult run(const KernelSet& ks, DeviceNet& net, CUstream s, Loss loss, bool use_graph) {
         if (use_graph) {
-            if (!graph_) graph_.emplace(s, [&] { enqueue(ks, net, s); });
+            if (!graph_) graph_.emplace(s, [&] { enqueue(ks, net, s, loss); });
             graph_->launch(s);
         } else {
-            enqueue(ks, net, s);
+            enqueue(ks, net, s, loss);
         }
         wait_for_stream(s);
         std::vector<float> Y = acts_.back().download_vector<float>();
@@ -327,17 +397,527 @@ std::string first_non_finite(const std::string& name, const DeviceBuffer& buf, s
     return hit;
 }
 
-}  // namespace
+// The first non-finite value one launch wrote (in data-flow order, so the first hit is where
+// it started), and the largest finite magnitude seen.
+std::string first_bad_write(const StepKernel& sk, const DeviceBuffer& Ylog, unsigned B, unsigned O, double& big) {
+    std::string hit;
+    for (size_t i = 0; i <= sk.writes.size() && hit.empty(); ++i) {
+        if (i == sk.y_after && sk.y_offset)
+            hit = first_non_finite("Y", Ylog, O, sk.y_offset - 1, size_t(B) * O, &big);
+        if (hit.empty() && i < sk.writes.size())
+            hit = first_non_finite(sk.writes[i].name, *sk.writes[i].buf, sk.writes[i].row_len, 0, 0, &big);
+    }
+    return hit;
+}
 
-std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes) {
-    const bool three = sizes.size() == 4;
-    if (d == Design::Fused) {
-        std::vector<std::string> v = {"fused_forward", "fused_output", "fused_grad", "gather"};
-        if (sizes.size() == 3 && fused_step_fits(sizes[0], sizes[2])) v.push_back("fused_step");
+// One training run: the data, the network and the kernels on the GPU, and the loop.
+class Trainer {
+public:
+    Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out);
+    TrainResult run();
+
+private:
+    void start_epoch(unsigned epoch);
+    std::vector<StepKernel> step_kernels(const KernelSet& ks, unsigned k);
+    void enqueue_steps(unsigned a, unsigned b);
+    void run_steps(unsigned a, unsigned b);
+    bool take_losses(unsigned k, unsigned end, unsigned epoch);
+    void save_state(DeviceBuffer& to);
+    void restore_state(const DeviceBuffer& from);
+    struct BadWrite {
+        std::string kernel, message;  // empty: every write stayed finite
+        unsigned step = 0;            // epoch-local
+    };
+    BadWrite replay_until_non_finite(const KernelSet& ks, unsigned a, unsigned b);
+    std::string diagnose_non_finite(unsigned a, unsigned b);
+    void evaluate(unsigned epoch);
+    void open_logs();
+    void resume_from(const ResumeState& r);
+    void record_end(unsigned epoch, unsigned k);
+    unsigned next_stop(unsigned k) const;
+    bool eval_point(unsigned end) const;
+
+    const Context& ctx_;
+    const Dataset& data_;
+    const TrainConfig& cfg_;
+    std::ostream& out_;
+    const std::vector<unsigned>& sizes_;
+    const Design design_;
+    const unsigned B_, O_ = kClasses;
+    const size_t N_, I_;
+    const unsigned K_;      // steps per epoch; the last partial batch is dropped
+    const unsigned chunk_;
+    const bool one_launch_;
+    const uint64_t total_steps_;
+    KernelSet ks_;
+    DeviceBuffer X_, T_, Xs_, Ts_, perm_, Ylog_, hyp_;
+    Evaluator evaluator_;
+    DeviceNet net_;
+    DeviceBuffer saved_;    // parameters and optimizer state at the start of the current chunk
+    Stream stream_;
+    CUstream s_;
+    Rng shuffle_rng_;
+    uint64_t epoch_rng_ = 0;  // shuffle_rng_'s state before the current epoch's shuffle
+    ScheduleConfig schedule_;
+    std::vector<uint32_t> order_;
+    std::vector<uint8_t> labels_shuffled_;
+    std::vector<float> Yhost_, lr_epoch_;
+    std::map<std::pair<unsigned, unsigned>, Graph> graphs_;
+    Event ev_start_, ev_end_;  // around each chunk's steps
+    std::ofstream csv_, steps_csv_;
+    Progress bar_;
+    TrainResult res_;
+    double loss_sum_ = 0;
+    unsigned loss_n_ = 0, step_ = 0;
+    bool stop_ = false;
+};
+
+Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out)
+    : ctx_(ctx), data_(data), cfg_(cfg), out_(out), sizes_(cfg.layers), design_(cfg.kernels.design), B_(cfg.batch),
+      N_(data.train.count), I_(data.train.dim()), K_(static_cast<unsigned>(N_ / B_)),
+      chunk_(cfg.chunk ? cfg.chunk : (design_ == Design::Seed ? 8u : 128u)), one_launch_(uses_fused_step(cfg)),
+      total_steps_(uint64_t(cfg.epochs) * K_),
+      ks_(cfg.kernels.source, ctx.info(), cfg.dirs, training_entries(cfg)),
+      X_(N_ * I_ * 4, "training images"), T_(N_ * O_ * 4, "training targets"),
+      Xs_(N_ * I_ * 4, "shuffled training images"), Ts_(N_ * O_ * 4, "shuffled training targets"),
+      perm_(N_ * 4, "shuffle order"), Ylog_(size_t(K_) * B_ * O_ * 4, "outputs of every step of an epoch"),
+      hyp_(size_t(K_) * sizeof(StepHyper), "per-step learning rates and bias corrections of an epoch"),
+      evaluator_(data.test, cfg.layers, design_),
+      net_(init_params(cfg.layers, cfg.init, cfg.seed), cfg.batch, design_, one_launch_ ? 0 : cfg.optim.state_buffers(),
+           one_launch_),
+      s_(stream_.get()), shuffle_rng_(cfg.seed ^ 0x5eed5eed5eed5eedull), schedule_(cfg.schedule_for(K_)),
+      order_(N_), labels_shuffled_(N_), Yhost_(size_t(chunk_) * B_ * O_), lr_epoch_(K_), bar_(cfg.progress) {
+    static_assert(sizeof(StepHyper) == 16, "ptx/optim.ptx reads four floats a step");
+    res_.jit_ms = ks_.load_ms();
+    for (const auto& [file, log] : ks_.logs())
+        if (log.find("warning") != std::string::npos) fmt::print(stderr, "{}: {}\n", file, log);
+    saved_ = DeviceBuffer(net_.count * 4 * net_.state().size(), "saved parameters and optimizer state");
+    X_.upload(data.train.images);
+    T_.upload(one_hot(data.train.labels));
+    open_logs();
+    if (cfg.resume) resume_from(*cfg.resume);
+}
+
+// Continue a run: its parameters, optimizer state, step count, shuffle stream and bookkeeping.
+void Trainer::resume_from(const ResumeState& r) {
+    if (r.model.sizes != sizes_)
+        PTXLAB_THROW(InputError, "--resume: the checkpoint's network is {}, this run's {}", layers_text(r.model.sizes),
+                     layers_text(sizes_));
+    const DeviceBuffer* st[2] = {&net_.state1, &net_.state2};
+    const std::vector<float>* from[2] = {&r.state1, &r.state2};
+    for (int i = 0; i < 2; ++i)
+        if (from[i]->size() * 4 != st[i]->bytes())
+            PTXLAB_THROW(InputError, "--resume: the checkpoint holds {} floats of optimizer state {}; {} needs {}",
+                         from[i]->size(), i + 1, cfg_.optim.describe(), st[i]->bytes() / 4);
+    if (r.epoch < 1 || r.epoch > cfg_.epochs || r.k > K_ || r.step != uint64_t(r.epoch - 1) * K_ + r.k)
+        PTXLAB_THROW(InputError, "--resume: the checkpoint's position (epoch {}, step {} of {}, {} steps done) does "
+                                 "not fit {} epochs of {} steps",
+                     r.epoch, r.k, K_, r.step, cfg_.epochs, K_);
+    for (size_t l = 0; l < net_.W.size(); ++l) {
+        net_.W[l].upload(r.model.W[l]);
+        net_.b[l].upload(r.model.b[l]);
+    }
+    for (int i = 0; i < 2; ++i)
+        if (!from[i]->empty()) const_cast<DeviceBuffer*>(st[i])->upload(*from[i]);
+    step_ = static_cast<unsigned>(r.step);
+    shuffle_rng_ = Rng(r.epoch_rng);
+    res_.steps = step_;
+    res_.reached = r.reached;
+    res_.target_step = r.target_step;
+    res_.train_ms = r.train_ms;
+    res_.train_ms_to_target = r.train_ms_to_target;
+}
+
+// Where the run stands after step k of `epoch` (res_.end, for a checkpoint to resume from).
+void Trainer::record_end(unsigned epoch, unsigned k) {
+    ResumeState& e = res_.end;
+    e.model = res_.model;
+    if (net_.state1.bytes()) e.state1 = net_.state1.download_vector<float>();
+    if (net_.state2.bytes()) e.state2 = net_.state2.download_vector<float>();
+    e.step = step_;
+    e.epoch = epoch;
+    e.k = k;
+    e.epoch_rng = epoch_rng_;
+    e.reached = res_.reached;
+    e.target_step = res_.target_step;
+    e.train_ms = res_.train_ms;
+    e.train_ms_to_target = res_.train_ms_to_target;
+}
+
+void Trainer::open_logs() {
+    if (!cfg_.log_csv.empty()) {
+        csv_.open(cfg_.log_csv);
+        if (!csv_) PTXLAB_THROW(InputError, "--log: cannot write '{}'", cfg_.log_csv);
+        csv_ << "step,epoch,train_loss,test_loss,test_accuracy,train_s,elapsed_s,lr\n";
+    }
+    if (!cfg_.log_steps_csv.empty()) {
+        steps_csv_.open(cfg_.log_steps_csv);
+        if (!steps_csv_) PTXLAB_THROW(InputError, "--log-steps: cannot write '{}'", cfg_.log_steps_csv);
+        steps_csv_ << "step,epoch,loss,lr\n";
+    }
+}
+
+// A new order for this epoch, applied on the GPU by the gather kernel, and the epoch's table
+// of per-step optimizer values (recipe.hpp StepHyper) for the optimizer kernel.
+void Trainer::start_epoch(unsigned epoch) {
+    epoch_rng_ = shuffle_rng_.state();
+    for (uint32_t i = 0; i < N_; ++i) order_[i] = i;
+    shuffle_rng_.shuffle(order_);
+    for (size_t i = 0; i < N_; ++i) labels_shuffled_[i] = data_.train.labels[order_[i]];
+    std::vector<StepHyper> hyp(K_);
+    for (unsigned k = 0; k < K_; ++k) {
+        const uint64_t s = uint64_t(epoch - 1) * K_ + k;
+        lr_epoch_[k] = schedule_lr(schedule_, cfg_.lr, s, total_steps_);
+        hyp[k] = step_hyper(cfg_.optim, lr_epoch_[k], s + 1);
+    }
+    CU(cuMemcpyHtoDAsync, perm_.ptr(), order_.data(), N_ * 4, s_);
+    CU(cuMemcpyHtoDAsync, hyp_.ptr(), hyp.data(), K_ * sizeof(StepHyper), s_);
+    const Kernel& gather = ks_.get("gather");
+    gather.launch(grid_for(N_ * I_), 256, s_, Xs_.ptr(), X_.ptr(), perm_.ptr(), unsigned(N_), unsigned(I_));
+    gather.launch(grid_for(N_ * O_), 256, s_, Ts_.ptr(), T_.ptr(), perm_.ptr(), unsigned(N_), O_);
+    wait_for_stream(s_);  // `order` and `hyp` are host memory the copies read
+}
+
+// The launches of epoch-local step k with the kernels of `ks`, in order.
+std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
+    const size_t first = size_t(k) * B_;
+    const CUdeviceptr Xb = Xs_.ptr() + first * I_ * 4, Tb = Ts_.ptr() + first * O_ * 4;
+    const size_t y_off = first * O_ * 4;
+    const CUdeviceptr Yk = Ylog_.ptr() + y_off;
+    DeviceNet& n = net_;
+    std::vector<StepKernel::Write> params;
+    for (size_t l = 0; l < n.W.size(); ++l) {
+        params.push_back({n.W[l].name(), &n.W[l], sizes_[l]});
+        params.push_back({n.b[l].name(), &n.b[l], 0});
+    }
+    std::vector<StepKernel> v;
+    if (one_launch_) {  // the classic recipe's whole step in one launch
+        FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, cfg_.lr * (cfg_.loss == Loss::Mse ? 2.0f / float(O_) : 1.0f));
+        const Kernel& fs = ks.get("fused_step");
+        std::vector<StepKernel::Write> w = {{"A1", &n.acts[0], sizes_[1]}};
+        w.insert(w.end(), params.begin(), params.end());
+        v.push_back({"fused_step", [&fs, a](CUstream st) { launch_fused_step(fs, a, st); }, w, y_off + 1, 1});
         return v;
     }
-    if (d == Design::Fast) return {"fused_forward", "fused_output", "outer", "update", "gather"};
-    return {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "update", "gather"};
+    const float scale = grad_scale(cfg_.loss, B_, O_);
+    std::vector<StepKernel::Write> grads;
+    for (size_t l = 0; l < n.GW.size(); ++l) {
+        grads.push_back({n.GW[l].name(), &n.GW[l], sizes_[l]});
+        grads.push_back({n.Gb[l].name(), &n.Gb[l], 0});
+    }
+    if (uses_fused_forward(design_)) {
+        FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, cfg_.lr);
+        a.loss = loss_code(cfg_.loss);
+        a.scale = scale;
+        // Both 2-layer designs start with the same forward pass and deltas. Only the fused
+        // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
+        a.overlap = design_ == Design::Fused && cfg_.overlap;
+        v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
+                     {{"A1", &n.acts[0], sizes_[1]}}, 0});
+        v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
+                     {{"D2", &n.D2, O_}, {"D1", &n.D1, sizes_[1]}}, y_off + 1});
+        if (design_ == Design::Fused) {
+            v.push_back({"fused_grad", [&ks, a](CUstream st) { launch_fused_grad(ks, a, st); }, grads, 0});
+        } else {
+            // Fast: per-sample weight gradients by `outer`, then batch_mean over the batch (the
+            // bias gradients are the deltas D1, D2).
+            const CUdeviceptr gW1 = n.gW[0].ptr(), gW2 = n.gW[1].ptr();
+            v.push_back({"outer", [&ks, a, gW1, gW2](CUstream st) { launch_fast_outer(ks, a, gW1, gW2, st); },
+                         {{"gW1", &n.gW[0], sizes_[0]}, {"gW2", &n.gW[1], sizes_[1]}}, 0});
+            v.push_back({"batch_mean", [&ks, a, gW1, gW2](CUstream st) { launch_fast_mean(ks, a, gW1, gW2, st); },
+                         grads, 0});
+        }
+    } else {
+        const unsigned code = loss_code(cfg_.loss);
+        StepKernel g{sizes_.size() == 4 ? "grad3" : "grad2",
+                     [&ks, &n, Xb, Tb, Yk, B = B_, code](CUstream st) { launch_grad(ks, n, Xb, Tb, Yk, B, code, st); },
+                     {}, y_off + 1};
+        for (size_t l = 0; l + 1 < n.acts.size(); ++l)
+            g.writes.push_back({fmt::format("A{}", l + 1), &n.acts[l], sizes_[l + 1]});
+        for (size_t l = 0; l < n.W.size(); ++l) {
+            g.writes.push_back({fmt::format("gW{}", l + 1), &n.gW[l], sizes_[l]});
+            g.writes.push_back({fmt::format("gb{}", l + 1), &n.gb[l], sizes_[l + 1]});
+        }
+        v.push_back(std::move(g));
+        v.push_back({"batch_mean", [&ks, &n, B = B_, scale](CUstream st) { launch_seed_means(ks, n, B, scale, st); },
+                     grads, 0});
+    }
+    const OptimConfig& o = cfg_.optim;
+    const CUdeviceptr hyp = hyp_.ptr() + size_t(k) * sizeof(StepHyper);
+    // The state buffers in order: m (momentum, Adam), v (Adam); RMSprop's only buffer is its v.
+    CUdeviceptr M = n.state1.ptr(), V = n.state2.ptr();
+    if (o.kind == OptimKind::RmsProp) std::swap(M, V);
+    v.push_back({optimizer_entry(o.kind),
+                 [&ks, &n, o, hyp, M, V](CUstream st) {
+                     launch_optimizer(ks, o, n.params.ptr(), n.grads.ptr(), M, V, hyp, static_cast<unsigned>(n.count),
+                                      st);
+                 },
+                 params, 0});
+    return v;
+}
+
+void Trainer::enqueue_steps(unsigned a, unsigned b) {
+    if (one_launch_) {  // steps_per_launch steps a launch (0: all of them)
+        const unsigned per = cfg_.steps_per_launch ? cfg_.steps_per_launch : b - a;
+        const Kernel& fs = ks_.get("fused_step");
+        for (unsigned k = a; k < b; k += per) {
+            const size_t first = size_t(k) * B_;
+            FusedArgs fa = fused_args(net_, Xs_.ptr() + first * I_ * 4, Ts_.ptr() + first * O_ * 4,
+                                      Ylog_.ptr() + first * O_ * 4, B_,
+                                      cfg_.lr * (cfg_.loss == Loss::Mse ? 2.0f / float(O_) : 1.0f));
+            fa.steps = std::min(per, b - k);
+            launch_fused_step(fs, fa, s_);
+        }
+        return;
+    }
+    for (unsigned k = a; k < b; ++k)
+        for (const auto& sk : step_kernels(ks_, k)) sk.launch(s_);
+}
+
+void Trainer::save_state(DeviceBuffer& to) {
+    size_t off = 0;
+    for (const DeviceBuffer* b : net_.state()) {
+        CU(cuMemcpyDtoDAsync, to.ptr() + off, b->ptr(), b->bytes(), s_);
+        off += b->bytes();
+    }
+}
+
+void Trainer::restore_state(const DeviceBuffer& from) {
+    size_t off = 0;
+    for (const DeviceBuffer* b : net_.state()) {
+        CU(cuMemcpyDtoDAsync, b->ptr(), from.ptr() + off, b->bytes(), s_);
+        off += b->bytes();
+    }
+}
+
+// Steps [a, b) of the epoch, as a CUDA graph captured on first use and replayed after.
+void Trainer::run_steps(unsigned a, unsigned b) {
+    save_state(saved_);
+    if (!cfg_.graphs || graphs_.size() >= 512) {
+        ev_start_.record(s_);
+        enqueue_steps(a, b);
+        ev_end_.record(s_);
+        return;
+    }
+    auto it = graphs_.find({a, b});
+    if (it == graphs_.end()) it = graphs_.emplace(std::pair{a, b}, Graph(s_, [&] { enqueue_steps(a, b); })).first;
+    ev_start_.record(s_);
+    it->second.launch(s_);
+    ev_end_.record(s_);
+}
+
+// Replays steps [a, b) from the saved state one kernel at a time with `ks`, up to the first
+// kernel that writes a non-finite value.
+Trainer::BadWrite Trainer::replay_until_non_finite(const KernelSet& ks, unsigned a, unsigned b) {
+    restore_state(saved_);
+    for (unsigned k = a; k < b; ++k) {
+        for (const auto& sk : step_kernels(ks, k)) {
+            sk.launch(s_);
+            wait_for_stream(s_);
+            double big = 0;
+            const std::string hit = first_bad_write(sk, Ylog_, B_, O_, big);
+            if (hit.empty()) continue;
+            return {sk.name,
+                    fmt::format("kernel '{}' ({}) wrote a non-finite value in step {} of the epoch: {}{}", sk.name,
+                                ks.get(sk.name).origin, k + 1, hit,
+                                big > 0 ? fmt::format(" (finite values up to {:.3g})", big) : ""),
+                    k};
+        }
+    }
+    return {};
+}
+
+// After a non-finite loss in steps [a, b): replay them with the PTX kernels to find the first
+// kernel that wrote a non-finite value, then the same steps from the same state with the NVRTC
+// twins. Both non-finite: the recipe diverged; only the PTX: the kernel is at fault.
+std::string Trainer::diagnose_non_finite(unsigned a, unsigned b) {
+    const BadWrite ptx = replay_until_non_finite(ks_, a, b);
+    if (ptx.kernel.empty())
+        return "the loss became non-finite, but replaying the steps one kernel at a time did not reproduce it";
+    const std::string advice = fmt::format("training diverged: try a lower --lr (now {}){}", cfg_.lr,
+                                           cfg_.schedule.warmup > 0 ? "" : " or a warm-up (--warmup 0.1)");
+    if (cfg_.kernels.source == KernelSource::Reference)
+        return fmt::format("{}. These are the NVRTC twins, so {}", ptx.message, advice);
+    DeviceBuffer after(saved_.bytes(), "state after the failing step");
+    save_state(after);
+    KernelSet twins(KernelSource::Reference, ctx_.info(), cfg_.dirs, training_entries(cfg_));
+    const BadWrite twin = replay_until_non_finite(twins, a, ptx.step + 1);
+    restore_state(after);
+    wait_for_stream(s_);
+    if (!twin.kernel.empty())
+        return fmt::format("{}. The NVRTC twins go non-finite too from the same state ({}), so the kernels are not "
+                           "at fault: {}",
+                           ptx.message, twin.message, advice);
+    return fmt::format("{}. The NVRTC twins stay finite from the same state, so the PTX kernel is wrong: check it "
+                       "with `ptxlab verify --kernel {}`",
+                       ptx.message, ptx.kernel);
+}
+
+// The losses of steps [k, end), from the outputs they logged; false once training must stop.
+bool Trainer::take_losses(unsigned k, unsigned end, unsigned epoch) {
+    Ylog_.download(Yhost_.data(), size_t(end - k) * B_ * O_ * 4, size_t(k) * B_ * O_ * 4);
+    for (unsigned j = k; j < end; ++j) {
+        ++step_;
+        const double loss = batch_loss(cfg_.loss, Yhost_.data() + size_t(j - k) * B_ * O_, labels_shuffled_,
+                                       size_t(j) * B_, B_);
+        res_.step_losses.push_back(loss);
+        res_.steps = step_;
+        if (steps_csv_) steps_csv_ << fmt::format("{},{},{:.9g},{:.9g}\n", step_, epoch, loss, lr_epoch_[j]);
+        if (!std::isfinite(loss)) {
+            bar_.clear();
+            res_.diverged = true;
+            res_.fault = diagnose_non_finite(k, j + 1);
+            res_.stop_reason = fmt::format("the loss is {} at step {} (epoch {}): {}", loss, step_, epoch, res_.fault);
+            return false;
+        }
+        loss_sum_ += loss;
+        ++loss_n_;
+    }
+    return true;
+}
+
+void Trainer::evaluate(unsigned epoch) {
+    bar_.clear();
+    auto t0 = Clock::now();
+    EvalResult e = evaluator_.run(ks_, net_, s_, cfg_.loss, cfg_.graphs);
+    res_.eval_ms += ms_since(t0);
+    const double lr = step_ ? lr_epoch_[(step_ - 1) % K_] : 0.0;
+    EvalPoint p{step_, epoch, loss_n_ ? loss_sum_ / loss_n_ : 0.0, e.loss, e.accuracy, res_.train_ms / 1e3,
+                (res_.train_ms + res_.eval_ms) / 1e3, lr};
+    res_.curve.push_back(p);
+    res_.accuracy = e.accuracy;
+    fmt::print(out_, "epoch {:>2}  step {:>6}  train loss {:.5f}  test loss {:.5f}  test accuracy {:.2f} %\n", epoch,
+               step_, p.train_loss, p.test_loss, 100.0 * e.accuracy);
+    out_.flush();
+    if (csv_) {
+        csv_ << fmt::format("{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6g}\n", p.step, p.epoch, p.train_loss,
+                            p.test_loss, p.accuracy, p.train_s, p.elapsed_s, p.lr);
+        csv_.flush();
+    }
+    loss_sum_ = 0;
+    loss_n_ = 0;
+    if (e.accuracy >= cfg_.target && !res_.reached) {
+        res_.reached = true;
+        res_.target_step = step_;
+        res_.train_ms_to_target = res_.train_ms;
+        if (cfg_.stop_at_target) {
+            stop_ = true;
+            res_.stop_reason = fmt::format("reached the target {:.2f} % (--stop-at-target)", 100.0 * cfg_.target);
+        }
+    }
+}
+
+// Where the chunk that starts at epoch-local step k ends: a chunk boundary, an evaluation,
+// the end of the epoch or --max-steps. Evaluations sit at the same steps every epoch, so the
+// chunks' graphs are replayed, not captured again.
+unsigned Trainer::next_stop(unsigned k) const {
+    unsigned end = std::min(K_, (k / chunk_ + 1) * chunk_);
+    if (cfg_.eval_every) {
+        end = std::min(end, k + (cfg_.eval_every - step_ % cfg_.eval_every));
+    } else {
+        const unsigned E = std::min(cfg_.evals_per_epoch, K_);
+        for (unsigned i = 1; i <= E; ++i) {
+            const unsigned at = static_cast<unsigned>((uint64_t(K_) * i) / E);
+            if (at > k) {
+                end = std::min(end, at);
+                break;
+            }
+        }
+    }
+    if (cfg_.max_steps) end = std::min(end, k + (cfg_.max_steps - step_));
+    return end;
+}
+
+// Whether a chunk that ends at epoch-local step `end` ends at an evaluation: every
+// --eval-every steps, or at the --evals-per-epoch evenly spaced steps (the last one ends the epoch).
+bool Trainer::eval_point(unsigned end) const {
+    if (cfg_.eval_every) return step_ % cfg_.eval_every == 0;
+    const unsigned E = std::min(cfg_.evals_per_epoch, K_);
+    for (unsigned i = 1; i <= E; ++i)
+        if (static_cast<unsigned>((uint64_t(K_) * i) / E) == end) return true;
+    return false;
+}
+
+TrainResult Trainer::run() {
+    const unsigned first_epoch = cfg_.resume ? cfg_.resume->epoch : 1;
+    unsigned epoch = first_epoch, k = cfg_.resume ? cfg_.resume->k : 0;
+    for (; epoch <= cfg_.epochs && !stop_; ++epoch, k = 0) {
+        auto t_epoch = Clock::now();
+        start_epoch(epoch);
+        double epoch_ms = ms_since(t_epoch);
+        res_.train_ms += epoch_ms;
+        res_.epochs = epoch;
+        while (k < K_ && !stop_) {
+            const unsigned end = next_stop(k);
+            auto t0 = Clock::now();
+            try {
+                run_steps(k, end);
+                wait_for_stream(s_);
+            } catch (const TimeoutError&) {
+                throw;
+            } catch (const CudaError& e) {
+                PTXLAB_THROW(Error, "training steps {}..{} failed on the GPU ({} kernels): {}", step_ + 1,
+                             step_ + end - k, to_string(cfg_.kernels), e.what());
+            }
+            const double chunk_ms = ms_since(t0);
+            res_.train_ms += chunk_ms;
+            epoch_ms += chunk_ms;
+            res_.chunk_gpu_ms.push_back(ev_end_.since(ev_start_));
+            res_.chunk_steps.push_back(end - k);
+            if (!take_losses(k, end, epoch)) {
+                stop_ = true;
+                break;
+            }
+            bar_.update(epoch, end, K_, loss_n_ ? loss_sum_ / loss_n_ : 0.0,
+                        double(step_) * B_ / std::max(1e-9, res_.train_ms / 1e3));
+            k = end;
+            if (eval_point(end)) evaluate(epoch);
+            if (g_stop_requested && !stop_) {
+                stop_ = true;
+                res_.interrupted = true;
+                res_.stop_reason = fmt::format("interrupted after step {}", step_);
+            }
+            if (cfg_.max_steps && step_ >= cfg_.max_steps && !stop_) {
+                stop_ = true;
+                res_.stop_reason = fmt::format("stopped after {} steps (--max-steps)", step_);
+            }
+        }
+        res_.epoch_ms.push_back(epoch_ms);
+        if (stop_) break;
+    }
+    bar_.clear();
+    // The final model is always evaluated (a run stopped between evaluations included).
+    if (!res_.diverged && step_ > 0 && (res_.curve.empty() || res_.curve.back().step != step_)) evaluate(res_.epochs);
+    if (res_.stop_reason.empty())
+        res_.stop_reason = fmt::format("ran the whole schedule ({} epoch{})", cfg_.epochs, cfg_.epochs == 1 ? "" : "s");
+    res_.model = net_.download();
+    if (epoch > cfg_.epochs) record_end(cfg_.epochs, K_);  // the whole schedule ran
+    else record_end(epoch, k);
+    return res_;
+}
+
+}  // namespace
+
+std::vector<std::string> training_entries(const TrainConfig& cfg) {
+    const auto& sizes = cfg.layers;
+    const bool three = sizes.size() == 4;
+    std::vector<std::string> v;
+    switch (cfg.kernels.design) {
+        case Design::Fused:
+            v = {"fused_forward", "fused_output", "fused_grad"};
+            if (uses_fused_step(cfg)) v = {"fused_forward", "fused_output", "fused_step"};
+            break;
+        case Design::Fast: v = {"fused_forward", "fused_output", "outer", "batch_mean"}; break;
+        case Design::Seed: v = {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "batch_mean"}; break;
+    }
+    if (!uses_fused_step(cfg)) v.push_back(optimizer_entry(cfg.optim.kind));
+    v.push_back("gather");
+    return v;
+}
+
+std::vector<std::string> forward_entries(Design d, const std::vector<unsigned>& sizes) {
+    if (uses_fused_forward(d)) return {"fused_forward", "fused_output"};
+    return {sizes.size() == 4 ? "forward3" : "forward2"};
 }
 
 EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss) {
@@ -361,295 +941,89 @@ EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split&
 
 TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out) {
     cfg.validate(data.train);
-    TrainResult res;
-    const auto& sizes = cfg.layers;
-    const Design design = cfg.kernels.design;
-    const unsigned B = cfg.batch, O = kClasses;
-    const size_t N = data.train.count, I = data.train.dim();
-    const unsigned K = static_cast<unsigned>(N / B);  // steps per epoch; the last partial batch is dropped
-    const unsigned chunk = cfg.chunk ? cfg.chunk : (design == Design::Seed ? 8u : 128u);
+    Trainer t(ctx, data, cfg, out);
+    return t.run();
+}
 
-    KernelSet ks(cfg.kernels.source, ctx.info(), cfg.dirs, training_entries(design, sizes));
-    res.jit_ms = ks.load_ms();
-    for (const auto& [file, log] : ks.logs())
-        if (log.find("warning") != std::string::npos) fmt::print(stderr, "{}: {}\n", file, log);
+namespace {
 
-    // Data on the GPU: the training set, a shuffled copy of it, the test set, and a log of
-    // every step's outputs Y over one epoch.
-    DeviceBuffer X(N * I * 4, "training images"), T(N * O * 4, "training targets");
-    DeviceBuffer Xs(N * I * 4, "shuffled training images"), Ts(N * O * 4, "shuffled training targets");
-    DeviceBuffer perm(N * 4, "shuffle order");
-    DeviceBuffer Ylog(size_t(K) * B * O * 4, "outputs of every step of an epoch");
-    X.upload(data.train.images);
-    T.upload(one_hot(data.train.labels));
-    Evaluator evaluator(data.test, sizes, design);
+// The flags a resumed run must share with the run that wrote the checkpoint.
+std::map<std::string, std::string> resume_fingerprint(const TrainConfig& cfg) {
+    return {{"layers", layers_text(cfg.layers)},
+            {"batch", std::to_string(cfg.batch)},
+            {"lr", fmt::format("{}", cfg.lr)},
+            {"epochs", std::to_string(cfg.epochs)},
+            {"seed", std::to_string(cfg.seed)},
+            {"init", to_string(cfg.init)},
+            {"loss", to_string(cfg.loss)},
+            {"optimizer", cfg.optim.describe() + fmt::format(", weight decay {}", cfg.optim.weight_decay)},
+            {"schedule", cfg.schedule_for(1).describe() + fmt::format(", step every {} epochs", cfg.step_every_epochs)}};
+}
 
-    NetParams init = init_params(sizes, cfg.init, cfg.seed);
-    DeviceNet net(init, B, design);
-    // The parameters as they were at the start of the current chunk (for the NaN hunt).
-    std::vector<DeviceBuffer> saved;
-    for (size_t l = 0; l < net.W.size(); ++l) {
-        saved.emplace_back(net.W[l].bytes(), fmt::format("saved W{}", l + 1));
-        saved.emplace_back(net.b[l].bytes(), fmt::format("saved b{}", l + 1));
-    }
-    Stream stream;
-    const CUstream s = stream.get();
-    Rng shuffle_rng(cfg.seed ^ 0x5eed5eed5eed5eedull);
-    std::vector<uint32_t> order(N);
-    std::vector<uint8_t> labels_shuffled(N);
-    std::vector<float> Yhost(size_t(chunk) * B * O);
+}  // namespace
 
-    std::ofstream csv;
-    if (!cfg.log_csv.empty()) {
-        csv.open(cfg.log_csv);
-        if (!csv) PTXLAB_THROW(InputError, "--log: cannot write '{}'", cfg.log_csv);
-        csv << "step,epoch,train_loss,test_accuracy,elapsed_s\n";
-    }
+void save_training_checkpoint(const std::string& path, const TrainConfig& cfg, const TrainResult& r,
+                              const std::map<std::string, std::string>& metadata) {
+    std::map<std::string, std::string> meta = metadata;
+    for (const auto& [k, v] : resume_fingerprint(cfg)) meta["train." + k] = v;
+    const ResumeState& e = r.end;
+    meta["resume.step"] = std::to_string(e.step);
+    meta["resume.epoch"] = std::to_string(e.epoch);
+    meta["resume.k"] = std::to_string(e.k);
+    meta["resume.epoch_rng"] = std::to_string(e.epoch_rng);
+    meta["resume.reached"] = e.reached ? "1" : "0";
+    meta["resume.target_step"] = std::to_string(e.target_step);
+    meta["resume.train_ms"] = fmt::format("{:.17g}", e.train_ms);
+    meta["resume.train_ms_to_target"] = fmt::format("{:.17g}", e.train_ms_to_target);
+    ExtraTensors extra;
+    if (!e.state1.empty()) extra["optimizer.state1"] = e.state1;
+    if (!e.state2.empty()) extra["optimizer.state2"] = e.state2;
+    save_safetensors(path, r.model, meta, extra);
+}
 
-    // The step size the update applies to the mean per-sample gradient (see Loss).
-    const float step_lr = cfg.loss == Loss::Mse ? cfg.lr * (2.0f / float(sizes.back())) : cfg.lr;
-
-    // The fused design's arguments for `steps` steps from epoch-local step k.
-    auto step_args = [&](unsigned k, unsigned steps) {
-        const size_t first = size_t(k) * B;
-        FusedArgs a = fused_args(net, Xs.ptr() + first * I * 4, Ts.ptr() + first * O * 4,
-                                 Ylog.ptr() + first * O * 4, B, step_lr);
-        // Both 2-layer designs start with the same forward pass and deltas. Only the fused
-        // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
-        a.overlap = design == Design::Fused && cfg.overlap;
-        a.steps = steps;
-        return a;
+ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& cfg) {
+    Checkpoint ck = load_checkpoint(path);
+    auto get = [&](const std::string& key) -> const std::string& {
+        auto it = ck.metadata.find(key);
+        if (it == ck.metadata.end())
+            PTXLAB_THROW(InputError, "--resume: {} has no '{}' entry: it was not written by ptxlab train --save", path,
+                         key);
+        return it->second;
     };
-    // The one-launch step (fused_step), which can also run many steps in one launch.
-    const bool one_launch = design == Design::Fused && cfg.one_launch && net.Yp.ptr() != 0;
-
-    // The launches of epoch-local step k, in order.
-    auto step_kernels = [&](unsigned k) {
-        const size_t first = size_t(k) * B;
-        const CUdeviceptr Xb = Xs.ptr() + first * I * 4, Tb = Ts.ptr() + first * O * 4;
-        const size_t y_off = first * O * 4;
-        const CUdeviceptr Yk = Ylog.ptr() + y_off;
-        std::vector<StepKernel> v;
-        if (uses_fused_forward(design)) {
-            const FusedArgs a = step_args(k, 1);
-            if (one_launch) {
-                const Kernel& k = ks.get("fused_step");
-                v.push_back({"fused_step", [&k, a](CUstream st) { launch_fused_step(k, a, st); },
-                             {{"A1", &net.acts[0], sizes[1]},
-                              {"W1", &net.W[0], sizes[0]},
-                              {"b1", &net.b[0], 0},
-                              {"W2", &net.W[1], sizes[1]},
-                              {"b2", &net.b[1], 0}},
-                             y_off + 1, 1});  // A1, then Y, then the parameters
-                return v;
-            }
-            v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
-                         {{"A1", &net.acts[0], sizes[1]}}, 0});
-            v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
-                         {{"D2", &net.D2, O}, {"D1", &net.D1, sizes[1]}}, y_off + 1});
-            const std::vector<StepKernel::Write> params = {
-                {"W1", &net.W[0], sizes[0]}, {"b1", &net.b[0], 0}, {"W2", &net.W[1], sizes[1]}, {"b2", &net.b[1], 0}};
-            if (design == Design::Fused) {
-                v.push_back({"fused_grad", [&ks, a](CUstream st) { launch_fused_grad(ks, a, st); }, params, 0});
-            } else {
-                // Fast: per-sample weight gradients by `outer`, then `update` averages them over the
-                // batch (the bias gradients are the deltas D1, D2).
-                const CUdeviceptr gW1 = net.gW[0].ptr(), gW2 = net.gW[1].ptr();
-                v.push_back({"outer", [&ks, a, gW1, gW2](CUstream st) { launch_fast_outer(ks, a, gW1, gW2, st); },
-                             {{"gW1", &net.gW[0], sizes[0]}, {"gW2", &net.gW[1], sizes[1]}}, 0});
-                v.push_back({"update", [&ks, a, gW1, gW2](CUstream st) { launch_fast_mean(ks, a, gW1, gW2, st); },
-                             params, 0});
-            }
-        } else {
-            StepKernel g{sizes.size() == 4 ? "grad3" : "grad2",
-                         [&, Xb, Tb, Yk](CUstream st) { launch_grad(ks, net, Xb, Tb, Yk, B, st); }, {}, y_off + 1};
-            for (size_t l = 0; l + 1 < net.acts.size(); ++l)
-                g.writes.push_back({fmt::format("A{}", l + 1), &net.acts[l], sizes[l + 1]});
-            for (size_t l = 0; l < net.W.size(); ++l) {
-                g.writes.push_back({fmt::format("gW{}", l + 1), &net.gW[l], sizes[l]});
-                g.writes.push_back({fmt::format("gb{}", l + 1), &net.gb[l], sizes[l + 1]});
-            }
-            v.push_back(std::move(g));
-            StepKernel u{"update", [&](CUstream st) { launch_updates(ks, net, B, step_lr, st); }, {}, 0};
-            for (size_t l = 0; l < net.W.size(); ++l) {
-                u.writes.push_back({fmt::format("W{}", l + 1), &net.W[l], sizes[l]});
-                u.writes.push_back({fmt::format("b{}", l + 1), &net.b[l], 0});
-            }
-            v.push_back(std::move(u));
-        }
+    for (const auto& [k, v] : resume_fingerprint(cfg))
+        if (get("train." + k) != v)
+            PTXLAB_THROW(InputError, "--resume: {} was trained with {} {}, this run asks for {} {} (give the same "
+                                     "flags as the run that wrote it)",
+                         path, k, get("train." + k), k, v);
+    auto number = [&](const std::string& key) {
+        const std::string& t = get(key);
+        uint64_t v = 0;
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (ec != std::errc() || p != t.data() + t.size())
+            PTXLAB_THROW(InputError, "--resume: {}: '{}' is not a whole number ({})", path, t, key);
         return v;
     };
-    auto enqueue_steps = [&](unsigned a, unsigned b) {
-        if (one_launch) {  // steps_per_launch steps a launch (0: all of them)
-            const unsigned per = cfg.steps_per_launch ? cfg.steps_per_launch : b - a;
-            for (unsigned k = a; k < b; k += per)
-                launch_fused_step(ks.get("fused_step"), step_args(k, std::min(per, b - k)), s);
-            return;
-        }
-        for (unsigned k = a; k < b; ++k)
-            for (const auto& sk : step_kernels(k)) sk.launch(s);
+    auto real = [&](const std::string& key) {
+        const std::string& t = get(key);
+        char* end = nullptr;
+        const double v = std::strtod(t.c_str(), &end);
+        if (end != t.c_str() + t.size() || !std::isfinite(v) || v < 0)
+            PTXLAB_THROW(InputError, "--resume: {}: '{}' is not a time in ms ({})", path, t, key);
+        return v;
     };
-    // Graphs of step ranges [a, b) of an epoch, captured on first use and replayed after.
-    std::map<std::pair<unsigned, unsigned>, Graph> graphs;
-    Event ev_start, ev_end;  // around each chunk's steps
-    auto run_steps = [&](unsigned a, unsigned b) {
-        for (size_t i = 0; i < saved.size(); ++i) {
-            const DeviceBuffer& p = i % 2 ? net.b[i / 2] : net.W[i / 2];
-            CU(cuMemcpyDtoDAsync, saved[i].ptr(), p.ptr(), p.bytes(), s);
-        }
-        if (!cfg.graphs || graphs.size() >= 512) {
-            ev_start.record(s);
-            enqueue_steps(a, b);
-            ev_end.record(s);
-            return;
-        }
-        auto it = graphs.find({a, b});
-        if (it == graphs.end()) it = graphs.emplace(std::pair{a, b}, Graph(s, [&] { enqueue_steps(a, b); })).first;
-        ev_start.record(s);
-        it->second.launch(s);
-        ev_end.record(s);
-    };
-
-    // After a non-finite loss in steps [a, b): restore the parameters saved at a, replay the
-    // steps one kernel at a time, and name the first kernel that wrote a non-finite value.
-    auto hunt_non_finite = [&](unsigned a, unsigned b) -> std::string {
-        for (size_t i = 0; i < saved.size(); ++i) {
-            const DeviceBuffer& p = i % 2 ? net.b[i / 2] : net.W[i / 2];
-            CU(cuMemcpyDtoDAsync, p.ptr(), saved[i].ptr(), p.bytes(), s);
-        }
-        for (unsigned k = a; k < b; ++k) {
-            for (const auto& sk : step_kernels(k)) {
-                sk.launch(s);
-                wait_for_stream(s);
-                double big = 0;
-                std::string hit;
-                // In data-flow order, so the first hit is where the non-finite value started.
-                for (size_t i = 0; i <= sk.writes.size() && hit.empty(); ++i) {
-                    if (i == sk.y_after && sk.y_offset)
-                        hit = first_non_finite("Y", Ylog, O, sk.y_offset - 1, size_t(B) * O, &big);
-                    if (hit.empty() && i < sk.writes.size())
-                        hit = first_non_finite(sk.writes[i].name, *sk.writes[i].buf, sk.writes[i].row_len, 0, 0, &big);
-                }
-                if (hit.empty()) continue;
-                const std::string origin = ks.get(sk.name).origin;
-                return fmt::format(
-                    "kernel '{}' ({}) wrote a non-finite value in step {} of the epoch: {}. Its inputs were finite{}",
-                    sk.name, origin, k + 1, hit,
-                    big > 1e18 ? fmt::format(" but huge (|x| up to {:.3g}): training diverged, lower --lr", big)
-                               : fmt::format(" (|x| <= {:.3g}): check the kernel with `ptxlab verify --kernel {}`",
-                                             big, sk.name));
-            }
-        }
-        return "the loss became non-finite, but replaying the steps one kernel at a time did not reproduce it";
-    };
-
-    Progress bar(cfg.progress);
-    double loss_sum = 0;
-    unsigned loss_n = 0, step = 0;
-    bool stop = false;
-    auto do_eval = [&](unsigned epoch) {
-        bar.clear();
-        auto t0 = Clock::now();
-        EvalResult e = evaluator.run(ks, net, s, cfg.loss, cfg.graphs);
-        res.eval_ms += ms_since(t0);
-        EvalPoint p{step, epoch, loss_n ? loss_sum / loss_n : 0.0, e.accuracy, (res.train_ms + res.eval_ms) / 1e3};
-        res.curve.push_back(p);
-        res.accuracy = e.accuracy;
-        fmt::print(out, "epoch {:>2}  step {:>6}  train loss {:.5f}  test accuracy {:.2f} %\n", epoch, step,
-                   p.train_loss, 100.0 * e.accuracy);
-        out.flush();
-        if (csv) {
-            csv << fmt::format("{},{},{:.6f},{:.6f},{:.3f}\n", p.step, p.epoch, p.train_loss, p.accuracy, p.elapsed_s);
-            csv.flush();
-        }
-        loss_sum = 0;
-        loss_n = 0;
-        if (e.accuracy >= cfg.target && !res.reached) {
-            res.reached = true;
-            res.train_ms_to_target = res.train_ms;
-            stop = true;
-            res.stop_reason = fmt::format("reached the target {:.2f} %", 100.0 * cfg.target);
-        }
-    };
-
-    for (unsigned epoch = 1; epoch <= cfg.max_epochs && !stop; ++epoch) {
-        // A new order for this epoch, applied on the GPU by the gather kernel.
-        for (uint32_t i = 0; i < N; ++i) order[i] = i;
-        shuffle_rng.shuffle(order);
-        for (size_t i = 0; i < N; ++i) labels_shuffled[i] = data.train.labels[order[i]];
-        auto t_epoch = Clock::now();
-        CU(cuMemcpyHtoDAsync, perm.ptr(), order.data(), N * 4, s);
-        const Kernel& gather = ks.get("gather");
-        gather.launch(grid_for(N * I), 256, s, Xs.ptr(), X.ptr(), perm.ptr(), unsigned(N), unsigned(I));
-        gather.launch(grid_for(N * O), 256, s, Ts.ptr(), T.ptr(), perm.ptr(), unsigned(N), O);
-        double epoch_ms = ms_since(t_epoch);
-        res.train_ms += epoch_ms;
-        res.epochs = epoch;
-
-        for (unsigned k = 0; k < K && !stop;) {
-            // The next chunk ends at a chunk boundary, an evaluation or --max-steps.
-            unsigned end = std::min(K, (k / chunk + 1) * chunk);
-            if (cfg.eval_every) end = std::min(end, k + (cfg.eval_every - step % cfg.eval_every));
-            if (cfg.max_steps) end = std::min(end, k + (cfg.max_steps - step));
-            auto t0 = Clock::now();
-            try {
-                run_steps(k, end);
-                wait_for_stream(s);
-            } catch (const TimeoutError&) {
-                throw;
-            } catch (const CudaError& e) {
-                PTXLAB_THROW(Error, "training steps {}..{} failed on the GPU ({} kernels): {}", step + 1,
-                             step + end - k, to_string(cfg.kernels), e.what());
-            }
-            const double chunk_ms = ms_since(t0);
-            res.train_ms += chunk_ms;
-            epoch_ms += chunk_ms;
-            res.chunk_gpu_ms.push_back(ev_end.since(ev_start));
-            res.chunk_steps.push_back(end - k);
-
-            // The step losses, from the outputs the steps logged.
-            Ylog.download(Yhost.data(), size_t(end - k) * B * O * 4, size_t(k) * B * O * 4);
-            for (unsigned j = k; j < end && !stop; ++j) {
-                ++step;
-                const double loss = batch_loss(cfg.loss, Yhost.data() + size_t(j - k) * B * O, labels_shuffled,
-                                               size_t(j) * B, B);
-                res.step_losses.push_back(loss);
-                res.steps = step;
-                if (!std::isfinite(loss)) {
-                    bar.clear();
-                    res.diverged = true;
-                    res.fault = hunt_non_finite(k, j + 1);
-                    res.stop_reason = fmt::format("the loss is {} at step {} (epoch {}): {}", loss, step, epoch,
-                                                  res.fault);
-                    stop = true;
-                    break;
-                }
-                loss_sum += loss;
-                ++loss_n;
-            }
-            if (stop) break;
-            bar.update(epoch, end, K, loss_n ? loss_sum / loss_n : 0.0,
-                       double(step) * B / std::max(1e-9, res.train_ms / 1e3));
-            k = end;
-            if (cfg.eval_every && step % cfg.eval_every == 0) do_eval(epoch);
-            if (g_stop_requested && !stop) {
-                stop = true;
-                res.interrupted = true;
-                res.stop_reason = fmt::format("interrupted after step {}", step);
-            }
-            if (cfg.max_steps && step >= cfg.max_steps && !stop) {
-                stop = true;
-                res.stop_reason = fmt::format("stopped after {} steps (--max-steps)", step);
-            }
-        }
-        res.epoch_ms.push_back(epoch_ms);
-        if (!cfg.eval_every && !res.diverged && !res.interrupted) do_eval(epoch);
-    }
-    bar.clear();
-    if (!stop && res.stop_reason.empty())
-        res.stop_reason = fmt::format("did not reach {:.2f} % within {} epochs", 100.0 * cfg.target, cfg.max_epochs);
-    res.model = net.download();
-    return res;
+    ResumeState r;
+    r.model = std::move(ck.net);
+    if (auto it = ck.extra.find("optimizer.state1"); it != ck.extra.end()) r.state1 = std::move(it->second);
+    if (auto it = ck.extra.find("optimizer.state2"); it != ck.extra.end()) r.state2 = std::move(it->second);
+    r.step = number("resume.step");
+    r.epoch = static_cast<unsigned>(std::min<uint64_t>(number("resume.epoch"), UINT32_MAX));
+    r.k = static_cast<unsigned>(std::min<uint64_t>(number("resume.k"), UINT32_MAX));
+    r.epoch_rng = number("resume.epoch_rng");
+    r.reached = number("resume.reached") != 0;
+    r.target_step = static_cast<unsigned>(std::min<uint64_t>(number("resume.target_step"), UINT32_MAX));
+    r.train_ms = real("resume.train_ms");
+    r.train_ms_to_target = real("resume.train_ms_to_target");
+    return r;
 }
 
 }  // namespace ptxlab

@@ -1,13 +1,17 @@
 // Training and evaluation of the MLP on the GPU with one kernel set.
 //
-// A step is, with the seed design (--kernels ptx|reference), the per-sample-gradient
-// kernel (grad2/grad3) and the update kernel on every parameter array; with the
-// fused design (--kernels fused|fused-reference), the one-launch fused_step for batches
-// up to 64 (else, for shapes it does not take, or with --three-launches: fused_forward,
-// fused_output and fused_sgd). The training set lives on the GPU and is reshuffled once per epoch by
-// the gather kernel (one upload of the new order per epoch). Steps run in chunks:
-// each chunk of steps is captured once into a CUDA graph and replayed every epoch;
-// the host waits for the GPU once per chunk, not per step. Every step writes its
+// A step is forward, output deltas (the loss), the mean gradient, and one optimizer
+// launch over every parameter (the parameters, their gradient and the optimizer's state
+// each live in one flat allocation; recipe.hpp, ptx/optim.ptx):
+//   seed design (--kernels ptx|reference): grad2/grad3, batch_mean per tensor, optimizer;
+//   fast: fused_forward, fused_output, outer, batch_mean, optimizer;
+//   fused: fused_forward, fused_output, fused_grad, optimizer; for the classic recipe
+//     (MSE or half-SSE, plain SGD, constant lr) and batches up to 64, the one-launch
+//     fused_step instead, many steps a launch.
+// The training set lives on the GPU and is reshuffled once per epoch by the gather kernel
+// (one upload of the new order per epoch, with the epoch's table of per-step learning rates
+// and bias corrections). Steps run in chunks: each chunk is captured once into a CUDA graph
+// and replayed every epoch; the host waits for the GPU once per chunk. Every step writes its
 // outputs Y into a per-epoch log, from which the host computes the step losses.
 #pragma once
 
@@ -18,6 +22,7 @@
 #include "reference.hpp"
 
 #include <atomic>
+#include <map>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -34,24 +39,41 @@ std::vector<unsigned> parse_layers(const std::string& text);
 std::string layers_text(const std::vector<unsigned>& sizes);
 
 
+// Where a run stands, to continue it bit for bit (train --resume); every checkpoint that train
+// --save writes holds it.
+struct ResumeState {
+    NetParams model;
+    std::vector<float> state1, state2;  // the optimizer's buffers, in the parameters' flat layout
+    uint64_t step = 0;                  // steps done
+    unsigned epoch = 1, k = 0;          // the epoch in progress (1-based) and its next step
+    uint64_t epoch_rng = 0;             // the shuffle RNG's state before that epoch's shuffle
+    bool reached = false;               // the target was reached, at target_step, after
+    unsigned target_step = 0;           // train_ms_to_target of training
+    double train_ms = 0, train_ms_to_target = 0;
+};
+
 struct TrainConfig {
     std::vector<unsigned> layers = {784, 128, 10};
     unsigned batch = 64;
-    float lr = 0.2f;
-    unsigned max_epochs = 20;
-    double target = 0.97;       // stop once test accuracy >= target
-    unsigned eval_every = 0;    // evaluate every N batches; 0 = once per epoch
+    float lr = 0.1f;            // the peak learning rate of the schedule
+    unsigned epochs = 5;        // the schedule's length
+    double target = 0.98;       // the test accuracy to reach; its first step and time are reported
+    bool stop_at_target = false;  // stop once the target is reached (default: run the whole schedule)
+    unsigned eval_every = 0;      // evaluate every N steps; 0: evals_per_epoch evenly spaced evaluations
+    unsigned evals_per_epoch = 20;
     uint64_t seed = 1;
-    Init init = Init::HeUniform;
-    Loss loss = Loss::Mse;
+    Init init = Init::Torch;
+    Loss loss = Loss::Ce;
+    OptimConfig optim;            // Nesterov, momentum 0.9
+    ScheduleConfig schedule;      // one-cycle, 20 % warm-up
+    double step_every_epochs = 0; // Step schedule: epochs between decays (0: a third of the epochs)
     KernelChoice kernels;       // default: fused PTX
     bool graphs = true;         // replay chunks of steps as CUDA graphs (false: plain launches)
     bool overlap = true;        // fused set: programmatic dependent launches (each kernel is scheduled
                                 // while the previous one drains; griddepcontrol in fused.ptx; fused_step
                                 // is always launched plainly, see step.ptx)
-    bool one_launch = true;     // fused set: the whole step in one launch (fused_step, step.ptx) for
-                                // batches <= 64 and I <= 800, O <= 32; false (and otherwise):
-                                // fused_forward, fused_output, fused_sgd
+    bool one_launch = true;     // fused set, classic recipe: the whole step in one launch (fused_step,
+                                // step.ptx) for batches <= 64 and I <= 800, O <= 32
     unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design
     unsigned steps_per_launch = 0;  // fused_step: steps run by one launch (0: every step of a chunk;
                                     // 1: a launch a step); the results are the same bit for bit
@@ -59,8 +81,14 @@ struct TrainConfig {
     unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs
     bool progress = true;       // progress bar on stderr when it is a terminal
     std::string log_csv;        // one row per evaluation
+    std::string log_steps_csv;  // one row per step (its batch loss and lr)
+    const ResumeState* resume = nullptr;  // continue this run (train --resume)
     void validate_flags() const;              // checks that need no data; throws InputError with the reason
     void validate(const Split& train) const;  // validate_flags() plus the checks against the data
+    // The recipe fused_step runs: MSE or half-SSE, plain SGD without weight decay, a constant lr.
+    bool classic_recipe() const;
+    // The schedule with the step schedule's interval in steps (from step_every_epochs).
+    ScheduleConfig schedule_for(unsigned steps_per_epoch) const;
 };
 
 struct EvalResult {
@@ -73,8 +101,11 @@ struct EvalResult {
 struct EvalPoint {
     unsigned step = 0, epoch = 0;
     double train_loss = 0;  // mean loss of the batches since the previous evaluation
+    double test_loss = 0;
     double accuracy = 0;
+    double train_s = 0;     // training time so far
     double elapsed_s = 0;   // training + evaluation time so far
+    double lr = 0;          // the learning rate of the last step
 };
 
 struct TrainResult {
@@ -84,7 +115,10 @@ struct TrainResult {
     std::vector<EvalPoint> curve;
     std::vector<double> step_losses;  // every step's batch loss
     double jit_ms = 0, train_ms = 0, eval_ms = 0;
-    double train_ms_to_target = 0;  // training time (kernels only) until the target was reached
+    // The first evaluation at or above the target: its step and the training time until then
+    // (kernels and shuffles, no evaluation).
+    unsigned target_step = 0;
+    double train_ms_to_target = 0;
     NetParams model;
     std::string stop_reason;
     std::string fault;  // set when a kernel wrote a non-finite value: which kernel, where
@@ -93,17 +127,30 @@ struct TrainResult {
     std::vector<double> chunk_gpu_ms;
     std::vector<unsigned> chunk_steps;
     std::vector<double> epoch_ms;
+    ResumeState end;  // where the run stopped (for a checkpoint to resume from)
 };
 
 // Set from a SIGINT handler: training stops after the current step.
 extern std::atomic<bool> g_stop_requested;
 
-// The kernel entries a design needs for a network of `sizes`.
-std::vector<std::string> training_entries(Design d, const std::vector<unsigned>& sizes);
+// The kernel entries a training run needs, and those of a forward pass (evaluation).
+std::vector<std::string> training_entries(const TrainConfig& cfg);
+std::vector<std::string> forward_entries(Design d, const std::vector<unsigned>& sizes);
+
+// "48.3 ms": milliseconds with three significant digits.
+std::string format_ms(double ms);
 
 // Evaluates a model on a split with the forward kernel(s) of `kernels`
 // (forward2/forward3, or fused_forward + fused_output).
-EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss = Loss::Mse);
+EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss = Loss::Ce);
+
+// A checkpoint that train --resume continues: the model (PyTorch's layout), the optimizer's
+// state and the position, with the flags that must not change (metadata).
+void save_training_checkpoint(const std::string& path, const TrainConfig& cfg, const TrainResult& r,
+                              const std::map<std::string, std::string>& metadata = {});
+// Reads one and checks it against `cfg` (network, batch, seed, recipe): a difference is an
+// InputError that names the flag and both values.
+ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& cfg);
 
 // Trains; writes evaluation lines and the progress bar to `out`/stderr.
 TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out);

@@ -41,7 +41,8 @@ def main():
     ap.add_argument("--expect", type=float, help="accuracy printed by ptxlab train (a fraction)")
     args = ap.parse_args()
 
-    state = load_file(args.checkpoint)
+    # A ptxlab checkpoint may also hold the optimizer's state ("optimizer.*", for train --resume).
+    state = {k: v for k, v in load_file(args.checkpoint).items() if k.startswith("fc")}
     n = len(state) // 2
     sizes = [state["fc1.weight"].shape[1]] + [state[f"fc{k}.weight"].shape[0] for k in range(1, n + 1)]
     model = MLP(sizes)

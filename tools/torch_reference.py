@@ -6,7 +6,7 @@
         [--optimizer sgd|momentum|nesterov|adam|adamw|rmsprop] [--momentum 0.9] [--weight-decay 0]
         [--beta1 0.9] [--beta2 0.999] [--eps 1e-8] [--alpha 0.99]
         [--schedule const|cosine|onecycle|step] [--warmup 0.2] [--step-every N] [--gamma 0.1]
-        [--activation relu|leaky-relu|tanh|sigmoid|gelu] [--evals-per-epoch 1] [--target 0.98]
+        [--activation relu|leaky-relu|tanh|sigmoid|gelu] [--evals-per-epoch 20] [--target 0.98]
         [--stop-at-target] [--max-steps N] [--log LOG.csv] [--log-steps STEPS.csv]
         [--init-from ptxlab.safetensors] [--order torch|ptxlab] [--save OUT.safetensors]
         [--data data/mnist] [--device cuda] [--normalize] [--time-steps N]
@@ -249,10 +249,11 @@ def parse_args(argv):
     ap.add_argument("--alpha", type=float, default=0.99)
     ap.add_argument("--schedule", choices=["const", "cosine", "onecycle", "step"], default="onecycle")
     ap.add_argument("--warmup", type=float, default=0.2, help="fraction of the steps with a linear warm-up from 0")
-    ap.add_argument("--step-every", type=int, default=0, help="--schedule step: steps between decays")
+    ap.add_argument("--step-every", type=float, default=0,
+                    help="--schedule step: epochs between decays (default: a third of --epochs), as ptxlab's")
     ap.add_argument("--gamma", type=float, default=0.1, help="--schedule step: the decay factor")
     ap.add_argument("--activation", choices=["relu", "leaky-relu", "tanh", "sigmoid", "gelu"], default="relu")
-    ap.add_argument("--evals-per-epoch", type=int, default=1)
+    ap.add_argument("--evals-per-epoch", type=int, default=20)
     ap.add_argument("--target", type=float, default=0.98, help="report when the test accuracy first reaches this")
     ap.add_argument("--stop-at-target", action="store_true")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
@@ -278,8 +279,8 @@ def parse_args(argv):
         bad("--lr must be a positive number")
     if not (0 <= a.warmup < 1):
         bad("--warmup is a fraction of the steps in [0, 1)")
-    if a.schedule == "step" and a.step_every < 1:
-        bad("--schedule step needs --step-every N (N >= 1)")
+    if a.step_every < 0:
+        bad("--step-every is a number of epochs >= 0")
     if a.optimizer == "nesterov" and a.momentum <= 0:
         bad("--optimizer nesterov needs --momentum > 0")
     return a
@@ -461,8 +462,12 @@ def main(argv=None):
     if W >= S and a.schedule in ("onecycle", "cosine"):
         fail(f"--warmup {a.warmup} takes all {S} steps; nothing is left for the {a.schedule} decay")
     opt = make_optimizer(model.parameters())
+    # ptxlab's step interval: --step-every epochs (default a third of the epochs) in steps, rounded
+    # half away from zero, at least 1.
+    every_epochs = a.step_every if a.step_every > 0 else max(1.0, a.epochs / 3.0)
+    step_every = max(1, int(math.floor(every_epochs * K + 0.5)))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(a.schedule, s, S, W, a.step_every, a.gamma))
+        opt, lambda s: lr_factor(a.schedule, s, S, W, step_every, a.gamma))
     evals = sorted({j * K // a.evals_per_epoch for j in range(1, a.evals_per_epoch + 1)} - {0})
 
     def train_step(x, labels, onehot):

@@ -13,8 +13,8 @@ namespace {
 struct BenchCliOptions {
     std::string batches = "64,1024", step_batches = "64,256";
     std::vector<std::string> sets, target_sets;
-    double target = 0.97;
-    unsigned epochs = 30;
+    double target = 0.98;
+    unsigned epochs = 5;
     uint64_t seed = 1;
     std::string data, ptx_dir, json;
     bool no_kernels = false, no_steps = false, no_target = false;
@@ -67,12 +67,15 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
     sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference "
-                    "fused/single fused/serial fused/split; NAME/single: one launch of fused_step a step, as train "
-                    "--steps-per-launch 1; NAME/serial: the fused set without programmatic dependent launches, as "
-                    "train --no-overlap; NAME/split: the fused set's three-launch step, as train --three-launches)");
+                    "fused:adam fused:classic fused/single:classic fused/serial:classic fused/split:classic; "
+                    "NAME/single: one launch of fused_step a step, as train --steps-per-launch 1; NAME/serial: the "
+                    "fused set without programmatic dependent launches, as train --no-overlap; NAME/split: the "
+                    "fused set's separate launches, as train --three-launches; :adam: Adam at lr 1e-3; :classic: "
+                    "train --preset classic (MSE, plain SGD: the one-launch fused_step); no recipe: train's "
+                    "default, cross-entropy and Nesterov)");
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();
-    sub->add_option("--epochs", o->epochs, "at most this many epochs in the time-to-target run")->capture_default_str();
+    sub->add_option("--epochs", o->epochs, "epochs of the time-to-target run (the schedule's length)")->capture_default_str();
     sub->add_option("--seed", o->seed, "seed for inputs, initialisation and shuffling")->capture_default_str();
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
     sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory");

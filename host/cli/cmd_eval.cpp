@@ -29,13 +29,11 @@ int run_eval(const EvalOptions& o) {
     if (uses_fused_forward(k.design) && three)
         PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks; {} has 3 layers (use --kernels ptx)",
                      to_string(k), o.load);
-    std::vector<std::string> entries = training_entries(k.design, net.sizes);
-    entries.resize(uses_fused_forward(k.design) ? 2 : 1);  // the forward kernels only
-    KernelSet ks(k.source, ctx.info(), dirs, entries);
+    KernelSet ks(k.source, ctx.info(), dirs, forward_entries(k.design, net.sizes));
     EvalResult r = evaluate(ks, net, data.test);
     fmt::print("eval: {} ({} MLP) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
                r.count, dir, to_string(k), ctx.info().name);
-    fmt::print("test accuracy {:.2f} % ({} of {}), mean loss {:.5f}\n", 100.0 * r.accuracy,
+    fmt::print("test accuracy {:.2f} % ({} of {}), mean cross-entropy {:.5f}\n", 100.0 * r.accuracy,
                static_cast<size_t>(r.accuracy * double(r.count) + 0.5), r.count, r.loss);
     fmt::print("confusion matrix (rows: true label, columns: predicted)\n      ");
     for (unsigned p = 0; p < kClasses; ++p) fmt::print("{:>6}", p);

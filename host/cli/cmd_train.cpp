@@ -16,19 +16,22 @@ struct TrainOptions {
     std::string layers = "784,128,10";
     unsigned hidden = 0;
     unsigned batch = 64;
-    float lr = 0.2f;
-    unsigned epochs = 20;
-    double target = 0.97;
-    unsigned eval_every = 0;
+    float lr = 0.1f;
+    unsigned epochs = 5;
+    double target = 0.98;
+    bool stop_at_target = false;
+    unsigned eval_every = 0, evals_per_epoch = 20;
     uint64_t seed = 1;
     std::string preset;
-    std::string loss = "mse";
+    std::string init = "torch", loss = "ce", optimizer = "nesterov", schedule = "onecycle";
+    float momentum = 0.9f, weight_decay = 0.0f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, alpha = 0.99f;
+    double warmup = 0.2, step_every = 0, gamma = 0.1;
     std::string kernels = "auto";
     bool no_graphs = false, no_overlap = false, three_launches = false;
     unsigned steps_per_launch = 0;
     double timeout = 120;
     std::string ptx_dir;
-    std::string log, save;
+    std::string log, log_steps, save, save_init, resume;
     unsigned max_steps = 0;
     bool no_progress = false;
     int device = 0;
@@ -38,6 +41,78 @@ struct TrainOptions {
 
 void on_sigint(int) {
     if (g_stop_requested.exchange(true)) std::_Exit(kExitInterrupted);  // a second Ctrl-C stops at once
+}
+
+// The recipe flags, then a preset's values for the flags that were not given.
+void apply_recipe(const TrainOptions& o, TrainConfig& cfg) {
+    cfg.lr = o.lr;
+    cfg.epochs = o.epochs;
+    cfg.target = o.target;
+    cfg.stop_at_target = o.stop_at_target;
+    cfg.eval_every = o.eval_every;
+    cfg.evals_per_epoch = o.evals_per_epoch;
+    cfg.init = parse_init(o.init);
+    cfg.loss = parse_loss(o.loss);
+    cfg.optim.kind = parse_optimizer(o.optimizer);
+    cfg.optim.momentum = o.momentum;
+    cfg.optim.weight_decay = o.weight_decay;
+    cfg.optim.beta1 = o.beta1;
+    cfg.optim.beta2 = o.beta2;
+    cfg.optim.eps = o.eps;
+    cfg.optim.alpha = o.alpha;
+    cfg.schedule.kind = parse_schedule(o.schedule);
+    cfg.schedule.warmup = o.warmup;
+    cfg.schedule.gamma = o.gamma;
+    cfg.step_every_epochs = o.step_every;
+    auto unless = [&](const char* flag, auto& field, auto value) {
+        if (!o.given(flag)) field = value;
+    };
+    if (o.preset == "classic") {
+        // The old default: MSE, plain SGD at lr 0.2, constant lr, torch init, stop at 97 %.
+        unless("--loss", cfg.loss, Loss::Mse);
+        unless("--optimizer", cfg.optim.kind, OptimKind::Sgd);
+        unless("--schedule", cfg.schedule.kind, ScheduleKind::Const);
+        unless("--warmup", cfg.schedule.warmup, 0.0);
+        unless("--lr", cfg.lr, 0.2f);
+        unless("--epochs", cfg.epochs, 20u);
+        unless("--target", cfg.target, 0.97);
+        if (!o.given("--evals-per-epoch")) cfg.evals_per_epoch = 1;
+        cfg.stop_at_target = true;
+    } else if (o.preset == "notebook") {
+        // The notebook's run: half-SSE, SGD lr 0.001, batch 64, N(0, 0.01) weights and biases,
+        // an evaluation every 100 batches, stop at 60 %.
+        unless("--loss", cfg.loss, Loss::HalfSse);
+        unless("--optimizer", cfg.optim.kind, OptimKind::Sgd);
+        unless("--schedule", cfg.schedule.kind, ScheduleKind::Const);
+        unless("--warmup", cfg.schedule.warmup, 0.0);
+        unless("--init", cfg.init, Init::Notebook);
+        unless("--lr", cfg.lr, 0.001f);
+        unless("--epochs", cfg.epochs, 20u);
+        unless("--eval-every", cfg.eval_every, 100u);
+        unless("--target", cfg.target, 0.60);
+        cfg.stop_at_target = true;
+    } else if (!o.preset.empty()) {
+        PTXLAB_THROW(InputError, "unknown preset '{}' (known: classic, notebook)", o.preset);
+    }
+}
+
+std::string recipe_text(const TrainConfig& cfg, unsigned steps_per_epoch) {
+    return fmt::format("loss {}, optimizer {}, lr {} ({}), batch {}, {} epoch{}, init {}", to_string(cfg.loss),
+                       cfg.optim.describe(), cfg.lr, cfg.schedule_for(steps_per_epoch).describe(), cfg.batch,
+                       cfg.epochs, cfg.epochs == 1 ? "" : "s", describe(cfg.init));
+}
+
+void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms) {
+    fmt::print("summary: {}\n", r.stop_reason);
+    fmt::print("  final test accuracy {:.2f} % after {} step{} in {} epoch{}\n", 100.0 * r.accuracy, r.steps,
+               r.steps == 1 ? "" : "s", r.epochs, r.epochs == 1 ? "" : "s");
+    if (r.reached)
+        fmt::print("  target {:.2f} % first reached at step {}, after {} of training\n", 100.0 * cfg.target,
+                   r.target_step, format_ms(r.train_ms_to_target));
+    else
+        fmt::print("  target {:.2f} % not reached\n", 100.0 * cfg.target);
+    fmt::print("  time: training {}, evaluation {} ({} evaluations), JIT {}, data loading {}\n", format_ms(r.train_ms),
+               format_ms(r.eval_ms), r.curve.size(), format_ms(r.jit_ms), format_ms(load_ms));
 }
 
 int run_train(const TrainOptions& o) {
@@ -50,11 +125,8 @@ int run_train(const TrainOptions& o) {
         cfg.layers[1] = o.hidden;
     }
     cfg.batch = o.batch;
-    cfg.lr = o.lr;
-    cfg.max_epochs = o.epochs;
-    cfg.target = o.target;
-    cfg.eval_every = o.eval_every;
     cfg.seed = o.seed;
+    apply_recipe(o, cfg);
     cfg.kernels = o.kernels == "auto" ? KernelChoice{cfg.layers.size() == 3 ? Design::Fused : Design::Seed,
                                                      KernelSource::Ptx}
                                       : parse_kernel_choice(o.kernels);
@@ -63,40 +135,40 @@ int run_train(const TrainOptions& o) {
     cfg.one_launch = !o.three_launches;
     cfg.steps_per_launch = o.steps_per_launch;
     set_kernel_timeout(o.timeout);
-    cfg.loss = parse_loss(o.loss);
     cfg.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
     cfg.max_steps = o.max_steps;
     cfg.progress = !o.no_progress;
     cfg.log_csv = o.log;
-    if (o.preset == "notebook") {
-        // The notebook's run: lr 0.001, batch 64, N(0, 0.01) weights and biases, eval every 100 batches, stop at 60 %.
-        if (!o.given("--lr")) cfg.lr = 0.001f;
-        if (!o.given("--eval-every")) cfg.eval_every = 100;
-        if (!o.given("--target")) cfg.target = 0.60;
-        if (!o.given("--loss")) cfg.loss = Loss::HalfSse;
-        cfg.init = Init::Notebook;
-    } else if (!o.preset.empty()) {
-        PTXLAB_THROW(InputError, "unknown preset '{}' (known: notebook)", o.preset);
-    }
+    cfg.log_steps_csv = o.log_steps;
 
+    // Everything that needs no GPU is checked first: the flags, then the data.
     cfg.validate_flags();
-    driver();  // no GPU: fail before anything slow
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
     auto t0 = std::chrono::steady_clock::now();
     Dataset data = load_dataset(dir);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     cfg.validate(data.train);
+    ResumeState resume;
+    if (!o.resume.empty()) {
+        resume = load_training_checkpoint(o.resume, cfg);
+        cfg.resume = &resume;
+    }
 
     Context ctx(o.device);
     fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n", layers_text(cfg.layers), to_string(cfg.kernels),
                ctx.info().name, ctx.info().arch());
-    fmt::print("  data {} ({} train / {} test), loss {}, batch {}, lr {}, init {}, seed {}, target {:.2f} %, at most {} "
-               "epochs, evaluation every {}\n",
-               dir, data.train.count, data.test.count, to_string(cfg.loss), cfg.batch, cfg.lr,
-               describe(cfg.init),
-               cfg.seed, 100.0 * cfg.target, cfg.max_epochs,
-               cfg.eval_every ? fmt::format("{} batches", cfg.eval_every) : std::string("epoch"));
+    fmt::print("  data {} ({} train / {} test), seed {}, target {:.2f} %{}, evaluation {}\n", dir, data.train.count,
+               data.test.count, cfg.seed, 100.0 * cfg.target, cfg.stop_at_target ? " (stop there)" : "",
+               cfg.eval_every ? fmt::format("every {} steps", cfg.eval_every)
+                              : fmt::format("{} times an epoch", cfg.evals_per_epoch));
+    const unsigned steps_per_epoch = static_cast<unsigned>(data.train.count / cfg.batch);
+    fmt::print("  {}\n", recipe_text(cfg, steps_per_epoch));
     std::cout.flush();
+    if (!o.save_init.empty()) {
+        save_safetensors(o.save_init, init_params(cfg.layers, cfg.init, cfg.seed),
+                         {{"init", to_string(cfg.init)}, {"seed", std::to_string(cfg.seed)}});
+        fmt::print("  saved the initial parameters to {}\n", o.save_init);
+    }
 
     g_stop_requested = false;
     auto old = std::signal(SIGINT, on_sigint);
@@ -109,19 +181,26 @@ int run_train(const TrainOptions& o) {
     }
     std::signal(SIGINT, old);
 
-    fmt::print("summary: {}\n", r.stop_reason);
-    fmt::print("  test accuracy {:.2f} % after {} step{} in {} epoch{}{}\n", 100.0 * r.accuracy, r.steps,
-               r.steps == 1 ? "" : "s", r.epochs, r.epochs == 1 ? "" : "s",
-               r.reached ? fmt::format("; training time to target {:.2f} s", r.train_ms_to_target / 1e3) : "");
-    fmt::print("  time: data loading {:.2f} s, JIT {:.2f} s, training {:.2f} s, evaluation {:.2f} s\n", load_ms / 1e3,
-               r.jit_ms / 1e3, r.train_ms / 1e3, r.eval_ms / 1e3);
+    if (!o.resume.empty())
+        fmt::print("  resumed from {} at step {} (epoch {}, step {} of it)\n", o.resume, resume.step, resume.epoch,
+                   resume.k);
+    print_summary(cfg, r, load_ms);
+    const std::map<std::string, std::string> meta = {{"kernels", to_string(cfg.kernels)},
+                                                     {"recipe", recipe_text(cfg, steps_per_epoch)},
+                                                     {"steps", std::to_string(r.steps)},
+                                                     {"test_accuracy", fmt::format("{:.6f}", r.accuracy)}};
     if (!o.save.empty()) {
-        save_safetensors(o.save, r.model,
-                         {{"kernels", to_string(cfg.kernels)},
-                          {"seed", std::to_string(cfg.seed)},
-                          {"steps", std::to_string(r.steps)},
-                          {"test_accuracy", fmt::format("{:.6f}", r.accuracy)}});
-        fmt::print("  saved {} (safetensors: fc1.weight, fc1.bias, ...)\n", o.save);
+        save_training_checkpoint(o.save, cfg, r, meta);
+        fmt::print("  saved {} (safetensors: fc1.weight, fc1.bias, ... and the optimizer's state for --resume)\n",
+                   o.save);
+    }
+    if (r.interrupted) {
+        const std::string path = o.save.empty() ? "interrupted.safetensors" : o.save;
+        if (o.save.empty()) save_training_checkpoint(path, cfg, r, meta);
+        fmt::print(stderr,
+                   "ptxlab: interrupted after step {}. {} holds the weights, the optimizer's state and the position: "
+                   "continue with the same flags and --resume {}\n",
+                   r.steps, path, path);
     }
     if (r.diverged) {
         fmt::print(stderr, "ptxlab: error: {}\n", r.stop_reason);
@@ -138,43 +217,74 @@ void setup_train(CLI::App& app, Command& chosen) {
     auto o = std::make_shared<TrainOptions>();
     auto* sub = app.add_subcommand(
         "train",
-        "Train the MLP on MNIST with the hand-written PTX kernels until the test accuracy reaches the target. "
-        "Defaults: 784-128-10, ReLU, MSE on one-hot targets (as PyTorch's "
-        "nn.MSELoss: the mean of (y-t)^2 over samples and outputs), SGD with batch 64 and lr 0.2, He-uniform weights (bound sqrt(6/fan_in)) and zero "
-        "biases, evaluation once per epoch, target 97 %, at most 20 epochs, the fused kernels. Steps run in chunks replayed as CUDA "
-        "graphs; Ctrl-C stops after the current chunk (at most 128 fused or 8 seed steps), saves with --save and prints "
-        "the summary.");
+        "Train the MLP on MNIST with the hand-written PTX kernels. The default recipe is the one PyTorch users "
+        "run: softmax cross-entropy, SGD with Nesterov momentum 0.9, a one-cycle schedule (linear warm-up from 0 "
+        "over the first 20 % of the steps to the peak lr 0.1, then linear decay to 0), nn.Linear's init, ReLU, "
+        "784-128-10, batch 64, 5 epochs, the fused kernels. The run goes through its whole schedule, evaluating "
+        "20 times an epoch, and reports the step and training time at which the test accuracy first reached the "
+        "target (98 %) and the final accuracy. Steps run in chunks replayed as CUDA graphs; Ctrl-C stops after the "
+        "current chunk, writes a checkpoint (--save, else interrupted.safetensors) that --resume continues, and exits with 130. A non-finite loss is replayed with the PTX and "
+        "then with the NVRTC twins from the same state, to tell a diverging recipe from a wrong kernel.");
     o->sub = sub;
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
     sub->add_option("--layers", o->layers, "layer sizes: I,H,O or I,H1,H2,O")->capture_default_str();
     sub->add_option("--hidden", o->hidden, "hidden width of the 2-layer network (shorthand for --layers 784,N,10)");
     sub->add_option("--batch", o->batch, "batch size")->capture_default_str();
-    sub->add_option("--lr", o->lr, "learning rate")->capture_default_str();
-    sub->add_option("--epochs", o->epochs, "at most this many epochs")->capture_default_str();
-    sub->add_option("--target", o->target, "stop at this test accuracy (a fraction in (0, 1])")->capture_default_str();
-    sub->add_option("--eval-every", o->eval_every, "evaluate every N batches instead of once per epoch");
+    sub->add_option("--lr", o->lr, "the learning rate; the peak of the schedule")->capture_default_str();
+    sub->add_option("--epochs", o->epochs, "epochs: the length of the schedule")->capture_default_str();
+    sub->add_option("--target", o->target, "the test accuracy to reach (a fraction in (0, 1]); its first step and "
+                                           "training time are reported")->capture_default_str();
+    sub->add_flag("--stop-at-target", o->stop_at_target, "stop at the first evaluation that reaches --target");
+    sub->add_option("--evals-per-epoch", o->evals_per_epoch,
+                    "evaluations of the test set an epoch, at evenly spaced steps (the time to target is measured "
+                    "at these points; evaluation time is reported apart)")->capture_default_str();
+    sub->add_option("--eval-every", o->eval_every, "evaluate every N steps instead (overrides --evals-per-epoch)");
     sub->add_option("--seed", o->seed, "seed for initialisation and shuffling")->capture_default_str();
     sub->add_option("--preset", o->preset,
-                    "notebook: the notebook's run (loss half-sse, lr 0.001, N(0, 0.01) init, eval every 100 batches, target 60 %); "
-                    "explicit flags override it");
+                    "classic: the old recipe (mse, sgd at lr 0.2, constant lr, torch init, at most 20 epochs, stop "
+                    "at 97 %); notebook: the notebook's run (half-sse, sgd at lr 0.001, N(0, 0.01) init, an "
+                    "evaluation every 100 steps, stop at 60 %); explicit flags override a preset");
+    sub->add_option("--init", o->init,
+                    "torch: nn.Linear's default, weights and biases U(+-1/sqrt(fan_in)); he-uniform; he-normal; "
+                    "xavier (uniform); notebook: N(0, 0.01^2) weights and biases")->capture_default_str();
     sub->add_option("--loss", o->loss,
-                    "mse: mean of (y-t)^2 over samples and outputs, as PyTorch's nn.MSELoss (gradient 2(y-t)/O); "
-                    "half-sse: the notebook's 0.5|y-t|^2 per sample, averaged over the batch (gradient y-t)")
+                    "ce: softmax cross-entropy on the logits, mean over the batch (F.cross_entropy); mse: mean of "
+                    "(y-t)^2 over samples and outputs on one-hot targets (nn.MSELoss); half-sse: the notebook's "
+                    "0.5|y-t|^2 per sample, averaged over the batch")->capture_default_str();
+    sub->add_option("--optimizer", o->optimizer,
+                    "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, rmsprop: PyTorch's update rules; the "
+                    "state buffers start at zero")->capture_default_str();
+    sub->add_option("--momentum", o->momentum, "momentum and nesterov: the momentum")->capture_default_str();
+    sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay (adamw: decoupled)")->capture_default_str();
+    sub->add_option("--beta1", o->beta1, "adam, adamw")->capture_default_str();
+    sub->add_option("--beta2", o->beta2, "adam, adamw")->capture_default_str();
+    sub->add_option("--eps", o->eps, "adam, adamw, rmsprop")->capture_default_str();
+    sub->add_option("--alpha", o->alpha, "rmsprop: the smoothing constant")->capture_default_str();
+    sub->add_option("--schedule", o->schedule,
+                    "the learning rate of each step: const; cosine (to 0 at the end); onecycle (linear warm-up "
+                    "from 0 to --lr, then linear decay to 0); step (times --gamma every --step-every epochs)")
         ->capture_default_str();
+    sub->add_option("--warmup", o->warmup,
+                    "the fraction of the steps spent in a linear warm-up from 0 (every schedule; onecycle's rise)")
+        ->capture_default_str();
+    sub->add_option("--step-every", o->step_every, "step schedule: epochs between decays (default: a third of --epochs)");
+    sub->add_option("--gamma", o->gamma, "step schedule: the decay factor")->capture_default_str();
     sub->add_option("--kernels", o->kernels,
-                    "kernel set: fused (batch gradients computed directly; for batches up to 64 the whole step in "
-                    "one launch, ptx/step.ptx, else the 3 launches of ptx/fused.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads per sample: "
-                    "fused_forward, fused_output, outer.ptx, update.ptx; 2-layer networks, sm_90), ptx (the "
-                    "notebook's design: one thread per sample, ptx/grad.ptx + update.ptx), or their NVRTC twins "
-                    "fused-reference, fast-reference and reference; auto = fused for 2 layers, ptx for 3")
+                    "kernel set: fused (batch gradients computed directly: fused_forward, fused_output, fused_grad, "
+                    "then the optimizer kernel; for the classic recipe and batches up to 64 the whole step in one "
+                    "launch, ptx/step.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads "
+                    "per sample: fused_forward, fused_output, outer, batch_mean, optimizer; 2-layer networks, "
+                    "sm_90), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, batch_mean, "
+                    "optimizer), or their NVRTC twins fused-reference, fast-reference and reference; auto = fused "
+                    "for 2 layers, ptx for 3")
         ->capture_default_str();
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_flag("--no-overlap", o->no_overlap,
                   "fused set: start each kernel only when the previous one has finished, instead of programmatic "
                   "dependent launches that schedule it while the previous one drains (same results, bit for bit)");
     sub->add_flag("--three-launches", o->three_launches,
-                  "fused set: run the step as fused_forward, fused_output and fused_sgd (ptx/fused.ptx) instead of "
-                  "the one-launch fused_step (ptx/step.ptx); the same step, summed in another order");
+                  "fused set, classic recipe: run the step as separate launches (fused_forward, fused_output, "
+                  "fused_grad, optim_sgd) instead of the one-launch fused_step (ptx/step.ptx)");
     sub->add_option("--steps-per-launch", o->steps_per_launch,
                     "fused set, one-launch step: steps that one launch of fused_step runs back to back, with no "
                     "launch between them (0: every step of a chunk of 128; 1: a launch a step); the same results "
@@ -185,8 +295,19 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "this many seconds; 0: no limit")
         ->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/)");
-    sub->add_option("--log", o->log, "write one CSV row per evaluation (step, epoch, loss, accuracy, elapsed)");
-    sub->add_option("--save", o->save, "save the trained weights as a .safetensors file");
+    sub->add_option("--log", o->log,
+                    "write one CSV row per evaluation: step, epoch, train_loss, test_loss, test_accuracy, train_s, "
+                    "elapsed_s, lr (tools/plot_curves.py draws it)");
+    sub->add_option("--log-steps", o->log_steps, "write one CSV row per step: step, epoch, loss, lr");
+    sub->add_option("--save", o->save,
+                    "save the trained weights as a .safetensors file (PyTorch's nn.Linear names), with the "
+                    "optimizer's state and the position, so that --resume can continue");
+    sub->add_option("--resume", o->resume,
+                    "continue the run a --save checkpoint (or Ctrl-C's interrupted.safetensors) stopped: weights, "
+                    "optimizer state, step, schedule position and shuffle order; give the same recipe flags. The "
+                    "result is the same, bit for bit, as a run that was not interrupted");
+    sub->add_option("--save-init", o->save_init,
+                    "save the initial weights as a .safetensors file (tools/torch_reference.py --init-from)");
     sub->add_option("--max-steps", o->max_steps, "stop after this many steps (0: no limit)");
     sub->add_flag("--no-progress", o->no_progress, "no progress bar");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();

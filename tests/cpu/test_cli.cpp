@@ -48,7 +48,17 @@ TEST_CASE("cli: bad training flags are rejected with the reason before any GPU w
                    Case{"--kernels fastest", "unknown kernel set 'fastest'"},
                    Case{"--loss hinge", "unknown loss 'hinge'"},
                    Case{"--preset colab", "unknown preset 'colab'"},
-                   Case{"--epochs 0", "--epochs must be at least 1"}}) {
+                   Case{"--epochs 0", "--epochs must be at least 1"},
+                   Case{"--optimizer lbfgs", "unknown optimizer 'lbfgs'"},
+                   Case{"--schedule linear", "unknown schedule 'linear'"},
+                   Case{"--init zeros", "unknown init 'zeros'"},
+                   Case{"--momentum 1", "--momentum"},
+                   Case{"--beta2 1", "--beta2"},
+                   Case{"--eps 0", "--eps"},
+                   Case{"--warmup 1", "--warmup"},
+                   Case{"--schedule step --gamma 2", "--gamma"},
+                   Case{"--step-every -1", "--step-every"},
+                   Case{"--evals-per-epoch 0", "--evals-per-epoch must be at least 1"}}) {
         CAPTURE(c.flags);
         RunResult r = run_command("PTXLAB_LIBCUDA=/nonexistent/libcuda.so.1 " + ptxlab_cmd(std::string("train ") + c.flags));
         CHECK(r.code == 2);
@@ -107,4 +117,32 @@ TEST_CASE("cli: verify --list names the optimizer variants and refuses shapes a 
     RunResult empty = run_command(ptxlab_cmd("verify --kernel batch_mean --shape 1000,0 --list"));
     CHECK(empty.code == 2);
     CHECK(empty.output.find("shape sizes must be >= 1") != std::string::npos);
+}
+
+TEST_CASE("train config: the classic recipe, the step schedule's interval, and times in milliseconds") {
+    ptxlab::TrainConfig cfg;  // the default recipe: cross-entropy, Nesterov, one-cycle
+    CHECK_FALSE(cfg.classic_recipe());
+    cfg.loss = ptxlab::Loss::Mse;
+    cfg.optim.kind = ptxlab::OptimKind::Sgd;
+    cfg.schedule.kind = ptxlab::ScheduleKind::Const;
+    CHECK_FALSE(cfg.classic_recipe());  // the warm-up is still on
+    cfg.schedule.warmup = 0;
+    CHECK(cfg.classic_recipe());
+    cfg.optim.weight_decay = 1e-4f;
+    CHECK_FALSE(cfg.classic_recipe());
+
+    cfg.schedule.kind = ptxlab::ScheduleKind::Step;
+    cfg.epochs = 9;
+    CHECK(cfg.schedule_for(100).step_every == 300);  // a third of the epochs
+    cfg.step_every_epochs = 2.5;
+    CHECK(cfg.schedule_for(100).step_every == 250);
+    cfg.schedule.step_every = 7;  // set in steps: kept
+    CHECK(cfg.schedule_for(100).step_every == 7);
+    CHECK(cfg.schedule_for(100).kind == ptxlab::ScheduleKind::Step);
+
+    CHECK(ptxlab::format_ms(48.345) == "48.3 ms");
+    CHECK(ptxlab::format_ms(0.51234) == "0.512 ms");
+    CHECK(ptxlab::format_ms(5.0) == "5.00 ms");
+    CHECK(ptxlab::format_ms(123.6) == "124 ms");
+    CHECK(ptxlab::format_ms(1234.4) == "1234 ms");
 }

@@ -85,3 +85,53 @@ TEST_CASE("safetensors: bad checkpoints are refused") {
     CHECK(load_error(replace("\"shape\":[3,4]", "\"shape\":[4,3]")).find("must be [out][in]") != std::string::npos);
     CHECK_THROWS_WITH_AS(load_safetensors(t.file("missing.safetensors")), doctest::Contains("cannot open"), InputError);
 }
+
+TEST_CASE("safetensors: a training checkpoint holds the optimizer state and the position, and refuses another recipe") {
+    TempDir t;
+    TrainConfig cfg;  // the default recipe: Nesterov, one buffer of optimizer state
+    TrainResult r;
+    r.model = init_params({784, 16, 10}, Init::Torch, 11);
+    r.end.model = r.model;
+    r.end.state1.resize(784 * 16 + 16 + 16 * 10 + 10);
+    for (size_t i = 0; i < r.end.state1.size(); ++i) r.end.state1[i] = float(i) * 0.25f - 3.0f;
+    r.end.step = 1000;
+    r.end.epoch = 2;
+    r.end.k = 63;
+    r.end.epoch_rng = 0xfedcba9876543210ull;
+    r.end.reached = true;
+    r.end.target_step = 900;
+    r.end.train_ms = 12.345678901234;
+    r.end.train_ms_to_target = 11.5;
+    cfg.layers = {784, 16, 10};
+    save_training_checkpoint(t.file("c.safetensors"), cfg, r);
+
+    ResumeState back = load_training_checkpoint(t.file("c.safetensors"), cfg);
+    CHECK(back.model.W == r.model.W);
+    CHECK(back.model.b == r.model.b);
+    CHECK(back.state1 == r.end.state1);
+    CHECK(back.state2.empty());
+    CHECK(back.step == 1000);
+    CHECK(back.epoch == 2);
+    CHECK(back.k == 63);
+    CHECK(back.epoch_rng == 0xfedcba9876543210ull);
+    CHECK(back.reached);
+    CHECK(back.target_step == 900);
+    CHECK(back.train_ms == 12.345678901234);
+    CHECK(back.train_ms_to_target == 11.5);
+    // The model alone still loads (eval, PyTorch): the optimizer tensors are skipped.
+    NetParams m = load_safetensors(t.file("c.safetensors"));
+    CHECK(m.W == r.model.W);
+
+    TrainConfig other = cfg;
+    other.lr = 0.05f;
+    CHECK_THROWS_WITH_AS(load_training_checkpoint(t.file("c.safetensors"), other),
+                         doctest::Contains("was trained with lr 0.1, this run asks for lr 0.05"), InputError);
+    other = cfg;
+    other.optim.kind = OptimKind::Adam;
+    CHECK_THROWS_WITH_AS(load_training_checkpoint(t.file("c.safetensors"), other),
+                         doctest::Contains("was trained with optimizer nesterov"), InputError);
+    // A plain model file is not a training checkpoint.
+    save_safetensors(t.file("m.safetensors"), r.model);
+    CHECK_THROWS_WITH_AS(load_training_checkpoint(t.file("m.safetensors"), cfg),
+                         doctest::Contains("was not written by ptxlab train --save"), InputError);
+}
