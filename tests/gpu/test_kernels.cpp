@@ -211,7 +211,7 @@ TEST_CASE("kernels: an out-of-bounds write is caught by verify's guard bands and
 TEST_CASE("kernels: a kernel that faults during training is named, and ptxlab exits cleanly") {
     // gather.ptx storing 2^44 bytes away: an illegal address, reported at the next synchronisation.
     TempDir t;
-    for (const char* f : {"fused.ptx", "step.ptx", "gather.ptx"})
+    for (const char* f : {"fused.ptx", "step.ptx", "optim.ptx", "gather.ptx"})
         std::filesystem::copy_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/" + f, t.file(f));
     std::string src = read_source_file(t.file("gather.ptx")).text;
     const std::string store = "    st.global.f32   [addr], v;\n";
