@@ -131,10 +131,14 @@ void ref_output_delta(unsigned loss, const double* y, const double* ey, const fl
         rbar += prod(p[o] * (1.0 + phi[o]), rho[o]);
     }
     const double g = gamma(O);
+    double all_in = 0.0;  // sum_k p_k phi_k
+    for (unsigned o = 0; o < O; ++o) all_in += prod(p[o], phi[o]);
     for (unsigned o = 0; o < O; ++o) {
-        // The quotient e / sum, one rounding, against softmax(y-hat); then against softmax(y).
+        // softmax(y-hat) against softmax(y): p_o phi_o, or the others' change, whichever is smaller.
+        const double in = std::min(prod(p[o], phi[o]), all_in - prod(p[o], phi[o]));
+        // The quotient e / sum, one rounding, against softmax(y-hat).
         const double rel = (1.0 + rho[o]) * (1.0 + kU) / ((1.0 - rbar) * (1.0 - g)) - 1.0;
-        const double ep = prod(p[o], (1.0 + phi[o]) * (1.0 + rel) - 1.0) + kSoftmaxAbs;
+        const double ep = in + prod(p[o] + in, rel) + kSoftmaxAbs;
         d[o] = p[o] - double(t[o]);
         ed[o] = ep + kU * (std::fabs(d[o]) + ep);  // the subtraction of t
     }
