@@ -321,12 +321,12 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
         std::vector<float> T = random_targets(rng, B, O);
         if (loss == kLossSoftmax) {
             // Large logits for the odd samples: column 0 of W is 64 for every output, and A[s][0]
-            // is 0 for even samples (small logits, as in training) and in [1, 2) for odd ones,
-            // which lifts all their logits by 64 to 128. Softmax does not change, but 2^(y log2 e)
+            // is 0 for even samples (small logits, as in training) and in [1.5, 2) for odd ones,
+            // which lifts all their logits by 96 to 128. Softmax does not change, but 2^(y log2 e)
             // overflows float from y = 88.7 on: a kernel that forgets to subtract the max gives
             // inf / inf = NaN there, and misses the float64 reference.
             for (unsigned o = 0; o < O; ++o) W[size_t(o) * H] = 64.0f;
-            for (unsigned s = 0; s < B; ++s) A[size_t(s) * H] = s % 2 ? rng.uniform(1.0f, 2.0f) : 0.0f;
+            for (unsigned s = 0; s < B; ++s) A[size_t(s) * H] = s % 2 ? rng.uniform(1.5f, 2.0f) : 0.0f;
         }
         RefFusedOutput r = ref_fused_output(A, W, b, T, B, H, O, loss);
         h.expected = {{"Y", std::move(r.Y)}, {"D2", std::move(r.D2)}, {"D1", std::move(r.D1)}};
