@@ -42,6 +42,12 @@ std::string shape_names(const std::string& entry) {
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
+// Whether the kernel's shape ends in a loss code (grad2, grad3, fused_output).
+static bool takes_loss_code(const std::string& entry) {
+    const std::string names = shape_names(entry);
+    return names.size() >= 5 && names.compare(names.size() - 5, 5, ",loss") == 0;
+}
+
 std::string shape_text(const VerifyCase& c) {
     std::string names = shape_names(c.entry), out;
     size_t k = 0, start = 0;
@@ -114,20 +120,33 @@ std::vector<VerifyCase> default_cases() {
     return v;
 }
 
-std::vector<VerifyCase> quick_cases() {
-    return {{"forward2", {1, 784, 128, 10}},        {"forward2", {63, 100, 37, 10}},
-            {"grad2", {1, 784, 128, 10, kLossDiff}}, {"grad2", {63, 100, 37, 10, kLossSoftmax}},
-            {"grad2", {64, 13, 5, 3, kLossDiff}},    {"grad2", {64, 13, 5, 3, kLossSoftmax}},
-            {"forward3", {63, 300, 129, 33, 7}},     {"forward3", {2, 1, 1, 1, 1}},
-            {"grad3", {63, 300, 129, 33, 7, kLossDiff}}, {"grad3", {63, 300, 129, 33, 7, kLossSoftmax}},
-            {"grad3", {2, 1, 1, 1, 1, kLossSoftmax}}, {"update", {10, 63}},
-            {"update", {1000, 64}},                  {"gather", {63, 784, 100}},
-            {"fused_forward", {63, 784, 128}},       {"fused_forward", {9, 257, 33}},
-            {"fused_output", {63, 300, 10, kLossDiff}}, {"fused_output", {63, 300, 10, kLossSoftmax}},
-            {"fused_output", {64, 33, 17, kLossSoftmax}}, {"fused_grad", {65, 13, 5, 3}},
-            {"fused_grad", {64, 784, 128, 10}},      {"outer", {63, 128, 784}},
-            {"outer", {9, 7, 13}},                   {"fused_step", {63, 784, 128, 10}},
+// The quick shapes; quick_cases() adds the loss codes.
+static std::vector<VerifyCase> quick_shapes() {
+    return {{"forward2", {1, 784, 128, 10}},      {"forward2", {63, 100, 37, 10}},    {"grad2", {1, 784, 128, 10}},
+            {"grad2", {63, 100, 37, 10}},         {"grad2", {64, 13, 5, 3}},          {"forward3", {63, 300, 129, 33, 7}},
+            {"forward3", {2, 1, 1, 1, 1}},        {"grad3", {63, 300, 129, 33, 7}},   {"grad3", {2, 1, 1, 1, 1}},
+            {"update", {10, 63}},                 {"update", {1000, 64}},             {"gather", {63, 784, 100}},
+            {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
+            {"fused_output", {64, 33, 17}},       {"fused_grad", {65, 13, 5, 3}},     {"fused_grad", {64, 784, 128, 10}},
+            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10}},
             {"fused_step", {65, 13, 5, 3}}};
+}
+
+std::vector<VerifyCase> quick_cases() {
+    // The kernels that form output deltas (a shape ending in "loss"): each quick shape with
+    // every loss code.
+    std::vector<VerifyCase> out;
+    for (auto& c : quick_shapes()) {
+        if (!takes_loss_code(c.entry)) {
+            out.push_back(std::move(c));
+            continue;
+        }
+        for (unsigned loss : {kLossDiff, kLossSoftmax}) {
+            out.push_back(c);
+            out.back().shape.push_back(loss);
+        }
+    }
+    return out;
 }
 
 namespace {
@@ -401,7 +420,7 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
                      c.shape.size());
     // A trailing "loss" is a loss code, not a size.
-    const bool loss_last = names.size() >= 5 && names.compare(names.size() - 5, 5, ",loss") == 0;
+    const bool loss_last = takes_loss_code(c.entry);
     for (size_t i = 0; i < c.shape.size(); ++i) {
         if (loss_last && i + 1 == c.shape.size()) {
             if (c.shape[i] != kLossDiff && c.shape[i] != kLossSoftmax)
