@@ -131,10 +131,24 @@ void ref_output_delta(unsigned loss, const double* y, const double* ey, const fl
         rbar += prod(p[o] * (1.0 + phi[o]), rho[o]);
     }
     const double g = gamma(O);
+    if (!(rbar < 0.5) || !(g < 0.5)) {
+        // Inputs so far off (huge logit bounds, or more outputs than float can sum) that the
+        // bound below would not hold: not comparable.
+        for (unsigned o = 0; o < O; ++o) {
+            d[o] = p[o] - double(t[o]);
+            ed[o] = kInf;
+        }
+        return;
+    }
+    double all_in = 0.0;  // sum_k p_k phi_k (float64 rounding covered by the factor below)
+    for (unsigned o = 0; o < O; ++o) all_in += prod(p[o], phi[o]);
     for (unsigned o = 0; o < O; ++o) {
-        // The quotient e / sum, one rounding, against softmax(y-hat); then against softmax(y).
+        // softmax(y-hat) against softmax(y): p_o phi_o, or the others' change, whichever is smaller.
+        const double self = prod(p[o], phi[o]);
+        const double in = std::min(self, std::max(0.0, all_in * (1.0 + 1e-12) - self));
+        // The quotient e / sum, one rounding, against softmax(y-hat).
         const double rel = (1.0 + rho[o]) * (1.0 + kU) / ((1.0 - rbar) * (1.0 - g)) - 1.0;
-        const double ep = prod(p[o], (1.0 + phi[o]) * (1.0 + rel) - 1.0) + kSoftmaxAbs;
+        const double ep = in + prod(p[o] + in, rel) + kSoftmaxAbs;
         d[o] = p[o] - double(t[o]);
         ed[o] = ep + kU * (std::fabs(d[o]) + ep);  // the subtraction of t
     }

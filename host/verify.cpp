@@ -44,6 +44,12 @@ std::string shape_names(const std::string& entry) {
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
+// Whether the kernel's shape ends in a loss code (grad2, grad3, fused_output).
+static bool takes_loss_code(const std::string& entry) {
+    const std::string names = shape_names(entry);
+    return names.size() >= 5 && names.compare(names.size() - 5, 5, ",loss") == 0;
+}
+
 unsigned optim_variants(const std::string& entry) {
     if (entry == "optim_sgd") return 5;
     if (entry == "optim_adam") return 3;
@@ -76,7 +82,7 @@ void validate_case(const VerifyCase& c) {
                      c.shape.size());
     const unsigned variants = optim_variants(c.entry);
     // A trailing "loss" is a loss code, not a size.
-    const bool loss_last = names.size() >= 5 && names.compare(names.size() - 5, 5, ",loss") == 0;
+    const bool loss_last = takes_loss_code(c.entry);
     for (size_t k = 0; k < c.shape.size(); ++k) {
         if (loss_last && k + 1 == c.shape.size()) {
             if (c.shape[k] != kLossDiff && c.shape[k] != kLossSoftmax)
@@ -172,22 +178,34 @@ std::vector<VerifyCase> default_cases() {
     return v;
 }
 
+// The quick shapes; quick_cases() adds the loss codes.
+static std::vector<VerifyCase> quick_shapes() {
+    return {{"forward2", {1, 784, 128, 10}},      {"forward2", {63, 100, 37, 10}},    {"grad2", {1, 784, 128, 10}},
+            {"grad2", {63, 100, 37, 10}},         {"grad2", {64, 13, 5, 3}},          {"forward3", {63, 300, 129, 33, 7}},
+            {"forward3", {2, 1, 1, 1, 1}},        {"grad3", {63, 300, 129, 33, 7}},   {"grad3", {2, 1, 1, 1, 1}},
+            {"batch_mean", {10, 63}},             {"batch_mean", {1000, 64}},             {"gather", {63, 784, 100}},
+            {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
+            {"fused_output", {64, 33, 17}},       {"fused_grad", {65, 13, 5, 3}},     {"fused_grad", {64, 784, 128, 10}},
+            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10}},
+            {"fused_step", {65, 13, 5, 3}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
+            {"optim_adam", {1000, 2}},            {"optim_rmsprop", {1000, 1}}};
+}
+
 std::vector<VerifyCase> quick_cases() {
-    return {{"forward2", {1, 784, 128, 10}},        {"forward2", {63, 100, 37, 10}},
-            {"grad2", {1, 784, 128, 10, kLossDiff}}, {"grad2", {63, 100, 37, 10, kLossSoftmax}},
-            {"grad2", {64, 13, 5, 3, kLossDiff}},    {"grad2", {64, 13, 5, 3, kLossSoftmax}},
-            {"forward3", {63, 300, 129, 33, 7}},     {"forward3", {2, 1, 1, 1, 1}},
-            {"grad3", {63, 300, 129, 33, 7, kLossDiff}}, {"grad3", {63, 300, 129, 33, 7, kLossSoftmax}},
-            {"grad3", {2, 1, 1, 1, 1, kLossSoftmax}}, {"batch_mean", {10, 63}},
-            {"batch_mean", {1000, 64}},              {"gather", {63, 784, 100}},
-            {"fused_forward", {63, 784, 128}},       {"fused_forward", {9, 257, 33}},
-            {"fused_output", {63, 300, 10, kLossDiff}}, {"fused_output", {63, 300, 10, kLossSoftmax}},
-            {"fused_output", {64, 33, 17, kLossSoftmax}}, {"fused_grad", {65, 13, 5, 3}},
-            {"fused_grad", {64, 784, 128, 10}},      {"outer", {63, 128, 784}},
-            {"outer", {9, 7, 13}},                   {"fused_step", {63, 784, 128, 10}},
-            {"fused_step", {65, 13, 5, 3}},          {"optim_sgd", {1000, 3}},
-            {"optim_adam", {1000, 1}},               {"optim_adam", {1000, 2}},
-            {"optim_rmsprop", {1000, 1}}};
+    // The kernels that form output deltas (a shape ending in "loss"): each quick shape with
+    // every loss code.
+    std::vector<VerifyCase> out;
+    for (auto& c : quick_shapes()) {
+        if (!takes_loss_code(c.entry)) {
+            out.push_back(std::move(c));
+            continue;
+        }
+        for (unsigned loss : {kLossDiff, kLossSoftmax}) {
+            out.push_back(c);
+            out.back().shape.push_back(loss);
+        }
+    }
+    return out;
 }
 
 namespace {
@@ -435,12 +453,12 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
         std::vector<float> T = random_targets(rng, B, O);
         if (loss == kLossSoftmax) {
             // Large logits for the odd samples: column 0 of W is 64 for every output, and A[s][0]
-            // is 0 for even samples (small logits, as in training) and in [1, 2) for odd ones,
-            // which lifts all their logits by 64 to 128. Softmax does not change, but 2^(y log2 e)
+            // is 0 for even samples (small logits, as in training) and in [1.5, 2) for odd ones,
+            // which lifts all their logits by 96 to 128. Softmax does not change, but 2^(y log2 e)
             // overflows float from y = 88.7 on: a kernel that forgets to subtract the max gives
             // inf / inf = NaN there, and misses the float64 reference.
             for (unsigned o = 0; o < O; ++o) W[size_t(o) * H] = 64.0f;
-            for (unsigned s = 0; s < B; ++s) A[size_t(s) * H] = s % 2 ? rng.uniform(1.0f, 2.0f) : 0.0f;
+            for (unsigned s = 0; s < B; ++s) A[size_t(s) * H] = s % 2 ? rng.uniform(1.5f, 2.0f) : 0.0f;
         }
         RefFusedOutput r = ref_fused_output(A, W, b, T, B, H, O, loss);
         h.expected = {{"Y", std::move(r.Y)}, {"D2", std::move(r.D2)}, {"D1", std::move(r.D1)}};

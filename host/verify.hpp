@@ -29,8 +29,8 @@ uint64_t ulp_distance(float a, float b);
 
 struct VerifyCase {
     std::string entry;
-    std::vector<unsigned> shape;  // forward2/grad2: B,I,H,O; forward3/grad3: B,I,H1,H2,O; batch_mean: N,B;
-                                  // optim_*: N,variant; gather: rows,cols,src_rows (see shape_names)
+    std::vector<unsigned> shape;  // as shape_names() names it, e.g. forward2: B,I,H,O; grad2: B,I,H,O,loss;
+                                  // batch_mean: N,B; optim_*: N,variant
 };
 
 // The shape arguments each kernel takes, e.g. "B,I,H,O".

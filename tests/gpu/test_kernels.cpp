@@ -197,6 +197,33 @@ TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
 }
 
+TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify with loss code 1") {
+    // tests/fixtures/softmax/fused.ptx: ptx/fused.ptx with fused_output's softmax computing
+    // 2^(y log2 e) without subtracting the max. verify's loss-1 inputs lift the odd samples'
+    // logits to 96..128, where that overflows float: NaN deltas.
+    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("softmax"));
+    CaseResult r = verify_one("fused_output", {64, 128, 10, 1}, bad);
+    INFO(format_result(r));
+    CHECK_FALSE(r.pass());
+    CHECK(r.differing > 0);
+    CHECK(r.f64_fail_ptx > 0);   // the broken PTX misses the float64 reference ...
+    CHECK(r.f64_fail_ref == 0);  // ... while its twin does not
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find("D2[") == 0);  // Y is right; the deltas are not
+    // Loss code 0 never reaches the softmax: the same file passes.
+    CaseResult r0 = verify_one("fused_output", {64, 128, 10, 0}, bad);
+    INFO(format_result(r0));
+    CHECK(r0.pass());
+    // The command line says FAIL and exits 1.
+    RunResult run = run_command(
+        ptxlab_cmd("verify --kernel fused_output --shape 64,128,10,1 --ptx-dir " + fixture("softmax")));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("FAIL") != std::string::npos);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
 TEST_CASE("kernels: an out-of-bounds write is caught by verify's guard bands and named") {
     // tests/fixtures/oob/gather.ptx stores every row one row on: the last lands past the end of dst.
     RunResult run = run_command(ptxlab_cmd("verify --kernel gather --shape 4,8,10 --ptx-dir " + fixture("oob")));
