@@ -254,6 +254,8 @@ def parse_args(argv):
     ap.add_argument("--gamma", type=float, default=0.1, help="--schedule step: the decay factor")
     ap.add_argument("--activation", choices=["relu", "leaky-relu", "tanh", "sigmoid", "gelu"], default="relu")
     ap.add_argument("--evals-per-epoch", type=int, default=20)
+    ap.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                    help="float64: the same run in double precision (data, weights, optimizer state)")
     ap.add_argument("--target", type=float, default=0.98, help="report when the test accuracy first reaches this")
     ap.add_argument("--stop-at-target", action="store_true")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
@@ -447,10 +449,14 @@ def main(argv=None):
         init_model(model, a, torch)
     if sizes[0] != xtr.shape[1] or sizes[-1] != 10:
         fail(f"layers {','.join(map(str, sizes))}: MNIST needs {xtr.shape[1]} inputs and 10 outputs")
-    model = model.to(dev)
+    # --dtype float64: the same run in double precision, to tell a difference in semantics from
+    # float32 rounding amplified by training (compare_steps of float32 against float64).
+    dtype = torch.float64 if a.dtype == "float64" else torch.float32
+    model = model.to(dev, dtype)
+    xtr, xte = xtr.to(dtype), xte.to(dtype)
     O = sizes[-1]
-    ttr = torch.nn.functional.one_hot(ytr, O).float()
-    tte = torch.nn.functional.one_hot(yte, O).float()
+    ttr = torch.nn.functional.one_hot(ytr, O).to(dtype)
+    tte = torch.nn.functional.one_hot(yte, O).to(dtype)
 
     # ---- schedule and optimizer
     N, B = xtr.shape[0], a.batch

@@ -66,6 +66,17 @@ TEST_CASE("faults: Ctrl-C stops training after the current chunk, saves, and pri
     size_t files = 0;  // out.txt and the checkpoint: no temporary file left behind
     for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(t.path)) ++files;
     CHECK(files == 2);
+    // The message says how to continue, and --resume does.
+    CHECK(text.find("continue with the same flags and --resume " + model) != std::string::npos);
+    const size_t at = text.find("interrupted after step ");
+    REQUIRE(at != std::string::npos);
+    const unsigned step = static_cast<unsigned>(std::stoul(text.substr(at + 23)));
+    RunResult again = run_command(ptxlab_cmd("train --kernels ptx --epochs 1 --no-progress --resume " + model +
+                                             " --max-steps " + std::to_string(step + 8)));
+    CAPTURE(again.output);
+    CHECK(again.code == 0);
+    CHECK(again.output.find(fmt::format("resumed from {} at step {}", model, step)) != std::string::npos);
+    CHECK(again.output.find(fmt::format("stopped after {} steps", step + 8)) != std::string::npos);
 }
 
 TEST_CASE("faults: a kernel that never finishes is stopped by --timeout and named") {
