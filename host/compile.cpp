@@ -3,6 +3,7 @@
 #include <nvJitLink.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <regex>
@@ -23,6 +24,11 @@ const char* jitlink_result_name(nvJitLinkResult r) {
         case NVJITLINK_ERROR_PTX_COMPILE: return "NVJITLINK_ERROR_PTX_COMPILE";
         case NVJITLINK_ERROR_NVVM_COMPILE: return "NVJITLINK_ERROR_NVVM_COMPILE";
         case NVJITLINK_ERROR_INTERNAL: return "NVJITLINK_ERROR_INTERNAL";
+        case NVJITLINK_ERROR_UNRECOGNIZED_INPUT: return "NVJITLINK_ERROR_UNRECOGNIZED_INPUT";
+        case NVJITLINK_ERROR_INCORRECT_INPUT_TYPE: return "NVJITLINK_ERROR_INCORRECT_INPUT_TYPE (not recognised as PTX)";
+        case NVJITLINK_ERROR_ARCH_MISMATCH: return "NVJITLINK_ERROR_ARCH_MISMATCH";
+        case NVJITLINK_ERROR_UNRECOGNIZED_ARCH: return "NVJITLINK_ERROR_UNRECOGNIZED_ARCH";
+        case NVJITLINK_ERROR_UNSUPPORTED_ARCH: return "NVJITLINK_ERROR_UNSUPPORTED_ARCH";
         default: return "NVJITLINK_ERROR (other)";
     }
 }
@@ -100,8 +106,42 @@ std::vector<EntryResources> parse_resource_log(const std::string& log) {
     return out;
 }
 
+namespace {
+// Whether nvJitLink accepts -arch=ARCH (nvJitLinkCreate rejects an unknown or retired target).
+bool jitlink_accepts(const std::string& arch) {
+    const std::string arch_opt = "-arch=" + arch;
+    const char* opts[] = {arch_opt.c_str()};
+    nvJitLinkHandle h = nullptr;
+    nvJitLinkResult r = nvJitLinkCreate(&h, 1, opts);
+    if (h) nvJitLinkDestroy(&h);
+    return r == NVJITLINK_SUCCESS;
+}
+}  // namespace
+
+const std::vector<std::string>& supported_archs() {
+    // The real architectures NVIDIA has shipped; the list keeps those this nvJitLink accepts.
+    static const std::vector<std::string> archs = [] {
+        std::vector<std::string> out;
+        for (int n : {30, 32, 35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 110,
+                      120, 121})
+            if (jitlink_accepts(fmt::format("sm_{}", n))) out.push_back(fmt::format("sm_{}", n));
+        return out;
+    }();
+    return archs;
+}
+
+void require_supported_arch(const std::string& arch) {
+    virtual_arch_of(arch);  // validates the form
+    if (jitlink_accepts(arch)) return;
+    const auto& all = supported_archs();
+    std::string list;
+    for (const auto& a : all) list += (list.empty() ? "" : ", ") + a;
+    PTXLAB_THROW(InputError, "architecture '{}' is not supported by this nvJitLink ({} .. {}: {})", arch,
+                 all.empty() ? "?" : all.front(), all.empty() ? "?" : all.back(), list);
+}
+
 AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch) {
-    virtual_arch_of(arch);  // validates the name
+    require_supported_arch(arch);  // validates the name and names the supported range
     const std::string arch_opt = "-arch=" + arch;
     // -no-cache: with a cached result ptxas does not run, and its resource report (-verbose) would be missing.
     const char* opts[] = {arch_opt.c_str(), "-verbose", "-no-cache"};
@@ -119,18 +159,41 @@ AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch) 
     if (add == NVJITLINK_SUCCESS) done = nvJitLinkComplete(h);
     res.error_log = jitlink_log(h, true);
     res.info_log = jitlink_log(h, false);
-    if (add != NVJITLINK_SUCCESS && add != NVJITLINK_ERROR_PTX_COMPILE && add != NVJITLINK_ERROR_INVALID_INPUT)
-        jitlink_check(add, "nvJitLinkAddData", __FILE__, __LINE__);
-    if (done != NVJITLINK_SUCCESS && done != NVJITLINK_ERROR_PTX_COMPILE)
-        jitlink_check(done, "nvJitLinkComplete", __FILE__, __LINE__);
+    // Any failure of AddData or Complete is the input's (ptxlab passes valid options): a result with
+    // the log and, where the log says nothing useful, what the text lacks; never a bare error code.
+    if (add == NVJITLINK_ERROR_INTERNAL || done == NVJITLINK_ERROR_INTERNAL || add == NVJITLINK_ERROR_THREADPOOL ||
+        done == NVJITLINK_ERROR_THREADPOOL) {
+        if (res.error_log.empty()) jitlink_check(add != NVJITLINK_SUCCESS ? add : done, "nvJitLinkAddData", __FILE__,
+                                                 __LINE__);
+    }
     res.ok = add == NVJITLINK_SUCCESS && done == NVJITLINK_SUCCESS;
     res.diagnostics = parse_ptxas_log(res.error_log);
+    for (auto& d : res.diagnostics)
+        if (d.severity == "fatal") d.severity = "error";  // "error:" tags, as compilers write them
     for (const auto& d : parse_ptxas_log(res.info_log))
         if (d.severity == "warning") res.diagnostics.push_back(d);
-    if (!res.ok && res.diagnostics.empty()) {
-        std::string msg = res.error_log.empty() ? std::string(jitlink_result_name(add != NVJITLINK_SUCCESS ? add : done))
-                                                : res.error_log;
-        res.diagnostics.push_back({0, "error", msg});
+    if (!res.ok) {
+        // What in the text explains the failure (BOM, non-ASCII, no .version, a huge line), then
+        // nvJitLink's own log, whole, unless its errors were read with their lines above.
+        std::vector<Diagnostic> found = ptx_text_problems(ptx.text);
+        bool has_line = false;
+        for (const auto& d : res.diagnostics) has_line |= d.line > 0 && d.severity != "warning";
+        if (!has_line) {
+            std::string log = res.error_log;
+            while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
+            std::string code = jitlink_result_name(add != NVJITLINK_SUCCESS ? add : done);
+            res.diagnostics.erase(std::remove_if(res.diagnostics.begin(), res.diagnostics.end(),
+                                                 [](const Diagnostic& d) { return d.line == 0 && d.severity != "warning"; }),
+                                  res.diagnostics.end());
+            res.diagnostics.push_back(
+                {0, "error",
+                 log.empty() ? fmt::format("nvJitLink rejected the file ({}) and wrote no error log", code)
+                             : fmt::format("nvJitLink rejected the file ({}); its error log:\n{}", code, log)});
+        }
+        if (has_line)  // the log names the lines: the notes (a long line) would only distract
+            found.erase(std::remove_if(found.begin(), found.end(), [](const Diagnostic& d) { return d.severity == "note"; }),
+                        found.end());
+        res.diagnostics.insert(res.diagnostics.begin(), found.begin(), found.end());
     }
     res.entries = parse_resource_log(res.info_log);
     return res;

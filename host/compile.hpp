@@ -69,6 +69,12 @@ struct NvrtcOutput {
 NvrtcOutput nvrtc_compile(const SourceFile& cu, const std::string& virtual_arch,
                           const std::vector<std::string>& extra_options = {});
 
+// The real architectures (sm_NN) this nvJitLink accepts, oldest first (probed once).
+const std::vector<std::string>& supported_archs();
+
+// Refuses an --arch that is malformed or that nvJitLink does not accept, naming the supported range.
+void require_supported_arch(const std::string& arch);
+
 // "sm_90" -> "compute_90"; validates the form "sm_NN" / "sm_NNa".
 std::string virtual_arch_of(const std::string& arch);
 

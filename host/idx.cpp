@@ -1,11 +1,13 @@
 #include "idx.hpp"
 
 #include "error.hpp"
+#include "files.hpp"
 
 #include <zlib.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <unistd.h>
 
 #ifndef PTXLAB_SOURCE_DIR
 #define PTXLAB_SOURCE_DIR "."
@@ -20,11 +22,13 @@ namespace {
 constexpr uint64_t kMaxIdxBytes = 4ull << 30;  // refuse (decompressed) files over 4 GiB
 
 std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
-    std::error_code ec;
-    if (!fs::exists(path, ec)) PTXLAB_THROW(InputError, "{}: file not found", path);
-    if (!fs::is_regular_file(path, ec)) PTXLAB_THROW(InputError, "{}: not a regular file", path);
-    gzFile f = gzopen(path.c_str(), "rb");  // reads gzip and plain files alike
-    if (!f) PTXLAB_THROW(InputError, "{}: cannot open file", path);
+    // Refuses directories, FIFOs, devices and unreadable files, saying which.
+    int fd = open_input_file(path);
+    gzFile f = gzdopen(fd, "rb");  // reads gzip and plain files alike; owns fd from here
+    if (!f) {
+        ::close(fd);
+        PTXLAB_THROW(InputError, "{}: cannot open file", path);
+    }
     std::vector<uint8_t> out;
     uint8_t buf[1 << 16];
     for (;;) {
@@ -118,32 +122,51 @@ Split make_split(const IdxArray& images, const IdxArray& labels) {
 }
 
 namespace {
-std::string find_file(const std::string& dir, const std::string& base) {
+// Reads DIR/BASE or DIR/BASE.gz. When both exist, both are read and must hold the same IDX data.
+IdxArray read_one(const std::string& dir, const std::string& base, std::vector<std::string>& files) {
     std::error_code ec;
-    for (const char* ext : {"", ".gz"}) {
-        fs::path p = fs::path(dir) / (base + ext);
-        if (fs::exists(p, ec)) return p.string();
+    const std::string raw = (fs::path(dir) / base).string(), gz = raw + ".gz";
+    // symlink_status: a broken link or a FIFO still "exists" here and is refused with its reason when opened.
+    const bool have_raw = fs::exists(fs::symlink_status(raw, ec)), have_gz = fs::exists(fs::symlink_status(gz, ec));
+    if (!have_raw && !have_gz)
+        PTXLAB_THROW(InputError,
+                     "{}: no {} (or {}.gz) here. Fetch MNIST with `tools/fetch_mnist.sh` (it fills data/mnist), "
+                     "or point --data at a directory holding the four IDX files",
+                     dir, base, base);
+    if (have_raw && have_gz) {
+        IdxArray a = read_idx(raw), b = read_idx(gz);
+        if (a.dims != b.dims || a.data != b.data) {
+            size_t i = 0;
+            while (i < a.data.size() && i < b.data.size() && a.data[i] == b.data[i]) ++i;
+            PTXLAB_THROW(InputError,
+                         "{} and {} both exist and hold different data ({} vs {} elements, first difference at "
+                         "element {}); remove the stale one",
+                         raw, gz, a.data.size(), b.data.size(), i);
+        }
+        files.push_back(raw + " (the same data as " + base + ".gz)");
+        return a;
     }
-    PTXLAB_THROW(InputError,
-                 "{}: no {} (or {}.gz) here. Fetch MNIST with `tools/fetch_mnist.sh` (it fills data/mnist), "
-                 "or point --data at a directory holding the four IDX files",
-                 dir, base, base);
+    files.push_back(have_raw ? raw : gz);
+    return read_idx(have_raw ? raw : gz);
 }
 }  // namespace
 
 Dataset load_dataset(const std::string& dir) {
     std::error_code ec;
-    if (!fs::is_directory(dir, ec))
+    if (!fs::exists(dir, ec))
         PTXLAB_THROW(InputError,
                      "data directory '{}' does not exist. Fetch MNIST with `tools/fetch_mnist.sh` (it fills "
                      "data/mnist), or pass --data DIR",
                      dir);
+    require_directory(dir, "data directory");
     Dataset d;
     d.dir = dir;
-    d.train = make_split(read_idx(find_file(dir, "train-images-idx3-ubyte")),
-                         read_idx(find_file(dir, "train-labels-idx1-ubyte")));
-    d.test = make_split(read_idx(find_file(dir, "t10k-images-idx3-ubyte")),
-                        read_idx(find_file(dir, "t10k-labels-idx1-ubyte")));
+    auto images = read_one(dir, "train-images-idx3-ubyte", d.files);
+    auto labels = read_one(dir, "train-labels-idx1-ubyte", d.files);
+    d.train = make_split(images, labels);
+    images = read_one(dir, "t10k-images-idx3-ubyte", d.files);
+    labels = read_one(dir, "t10k-labels-idx1-ubyte", d.files);
+    d.test = make_split(images, labels);
     if (d.train.rows != d.test.rows || d.train.cols != d.test.cols)
         PTXLAB_THROW(InputError, "{}: training images are {}x{} but test images are {}x{}", dir, d.train.rows,
                      d.train.cols, d.test.rows, d.test.cols);

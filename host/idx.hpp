@@ -38,6 +38,7 @@ Split make_split(const IdxArray& images, const IdxArray& labels);
 struct Dataset {
     std::string dir;
     Split train, test;
+    std::vector<std::string> files;  // the files read, in order (for the report of `ptxlab data`)
 };
 
 // The four files in `dir`: train-images-idx3-ubyte, train-labels-idx1-ubyte,

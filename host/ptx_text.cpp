@@ -1,6 +1,7 @@
 #include "ptx_text.hpp"
 
 #include "error.hpp"
+#include "files.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -47,15 +48,9 @@ std::string_view trim(std::string_view s) {
 }  // namespace
 
 SourceFile read_source_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) PTXLAB_THROW(InputError, "{}: cannot open file (does it exist?)", path);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
-    if (in.bad()) PTXLAB_THROW(InputError, "{}: read error", path);
-    if (text.size() > kMaxSourceBytes)
-        PTXLAB_THROW(InputError, "{}: file is {} bytes; source files over {} MiB are refused", path, text.size(),
-                     kMaxSourceBytes >> 20);
+    // Refuses directories, FIFOs, devices and unreadable files with the reason.
+    std::vector<uint8_t> bytes = read_input_file(path, kMaxSourceBytes);
+    std::string text(bytes.begin(), bytes.end());
     if (trim(text).empty()) PTXLAB_THROW(InputError, "{}: file is empty", path);
     auto bad = std::find_if(text.begin(), text.end(), [](char c) {
         auto u = static_cast<unsigned char>(c);
@@ -131,6 +126,14 @@ PtxInfo parse_ptx(std::string_view raw) {
         }
     }
 
+    // Line numbers by binary search over the newline offsets: counting from the start for every
+    // parameter was quadratic (minutes for a 6 MB parameter list).
+    std::vector<size_t> newlines;
+    for (size_t i = 0; i < text.size(); ++i)
+        if (text[i] == '\n') newlines.push_back(i);
+    auto line_at = [&](std::string_view, size_t pos) {
+        return 1 + static_cast<int>(std::lower_bound(newlines.begin(), newlines.end(), pos) - newlines.begin());
+    };
     for (size_t k = 0; k < toks.size(); ++k) {
         const std::string& t = toks[k].s;
         if (t == ".version" && k + 1 < toks.size() && info.version.empty()) {
@@ -155,9 +158,22 @@ PtxInfo parse_ptx(std::string_view raw) {
                         if (!parts.empty()) {
                             // The last word is the name unless it is an array bound or a directive.
                             std::string name;
-                            std::string type;
-                            for (const auto& w : parts) {
+                            std::string type, quals;
+                            bool after_ptr = false;
+                            for (size_t q = 0; q < parts.size(); ++q) {
+                                const std::string& w = parts[q];
                                 if (w == ".param") continue;
+                                // .ptr, the state space after it, and .align N: qualifiers, not the type.
+                                bool space = after_ptr && (w == ".global" || w == ".shared" || w == ".const" ||
+                                                           w == ".local");
+                                if (w == ".ptr" || space || w == ".align") {
+                                    after_ptr = after_ptr || w == ".ptr";
+                                    quals += (quals.empty() ? "" : " ") + w;
+                                    if (w == ".align" && q + 1 < parts.size() &&
+                                        std::isdigit(static_cast<unsigned char>(parts[q + 1][0])))
+                                        quals += " " + parts[++q];
+                                    continue;
+                                }
                                 if (w[0] == '.' || w == "[" || w == "]" || std::isdigit(static_cast<unsigned char>(w[0]))) {
                                     if (w == "]" || w == "[") {
                                         type += w;
@@ -169,6 +185,7 @@ PtxInfo parse_ptx(std::string_view raw) {
                                 }
                             }
                             p.type = type;
+                            p.qualifiers = quals;
                             p.name = name;
                             e.params.push_back(p);
                         }
@@ -219,9 +236,89 @@ std::vector<Diagnostic> parse_ptxas_log(std::string_view log) {
     return out;
 }
 
+namespace {
+
+// The code point of the UTF-8 sequence at text[pos] and its length; {-1, 1} when it is not valid UTF-8.
+std::pair<long, size_t> decode_utf8(std::string_view text, size_t pos) {
+    auto b = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+    unsigned char c = b(pos);
+    size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    if (len == 0 || pos + len > text.size()) return {-1, 1};
+    long cp = c & (len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07);
+    for (size_t i = 1; i < len; ++i) {
+        if ((b(pos + i) & 0xc0) != 0x80) return {-1, 1};
+        cp = (cp << 6) | (b(pos + i) & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp < 0xe000))
+        return {-1, 1};
+    return {cp, len};
+}
+
+}  // namespace
+
+std::vector<Diagnostic> ptx_text_problems(std::string_view text) {
+    std::vector<Diagnostic> out;
+    size_t start = 0;
+    if (text.substr(0, 3) == "\xEF\xBB\xBF") {
+        out.push_back({1, "error",
+                       "the file starts with a byte-order mark (UTF-8 BOM, bytes EF BB BF), which ptxas rejects; "
+                       "save it as plain ASCII without a BOM",
+                       1});
+        start = 3;
+    }
+    // The first non-ASCII character: ptxas accepts only ASCII, in comments too.
+    size_t column = 1 + start;
+    int line = 1;
+    for (size_t i = start; i < text.size(); ++i) {
+        unsigned char c = static_cast<unsigned char>(text[i]);
+        if (c == '\n') {
+            ++line;
+            column = 1;
+            continue;
+        }
+        if (c >= 0x80) {
+            auto [cp, len] = decode_utf8(text, i);
+            std::string what = cp < 0
+                                   ? fmt::format("byte 0x{:02X}, which is not valid UTF-8", c)
+                                   : fmt::format("character U+{:04X} '{}'", cp, std::string(text.substr(i, len)));
+            out.push_back({line, "error",
+                           fmt::format("non-ASCII {} (ptxas accepts only ASCII, in comments too)", what),
+                           static_cast<int>(column)});
+            break;
+        }
+        ++column;
+    }
+    // The header ptxas needs first.
+    const std::string clean = strip_comments(text.substr(start));
+    static const std::regex version_re(R"((^|\s)\.version\s)");
+    if (!std::regex_search(clean, version_re))
+        out.push_back({0, "error",
+                       "no .version directive: a PTX file starts with `.version X.Y`, `.target sm_NN` and "
+                       "`.address_size 64`"});
+    // Very long lines: ptxas fails on them without naming a line.
+    line = 1;
+    for (size_t pos = 0; pos < text.size();) {
+        size_t nl = text.find('\n', pos);
+        size_t len = (nl == std::string_view::npos ? text.size() : nl) - pos;
+        if (len > kMaxPtxLineBytes) {
+            out.push_back({0, "note",
+                           fmt::format("line {} is {} bytes long; ptxas may fail on lines this long without naming "
+                                       "them (over {} bytes)",
+                                       line, len, kMaxPtxLineBytes)});
+            break;
+        }
+        if (nl == std::string_view::npos) break;
+        pos = nl + 1;
+        ++line;
+    }
+    return out;
+}
+
 std::string format_diagnostic(const SourceFile& src, const Diagnostic& d, int context) {
     std::string out;
-    if (d.line > 0)
+    if (d.line > 0 && d.column > 0)
+        out = fmt::format("{}:{}:{}: {}: {}\n", src.path, d.line, d.column, d.severity, d.message);
+    else if (d.line > 0)
         out = fmt::format("{}:{}: {}: {}\n", src.path, d.line, d.severity, d.message);
     else
         out = fmt::format("{}: {}: {}\n", src.path, d.severity, d.message);
@@ -229,8 +326,19 @@ std::string format_diagnostic(const SourceFile& src, const Diagnostic& d, int co
     auto lines = split_lines(src.text);
     int first = std::max(1, d.line - context);
     int last = std::min(static_cast<int>(lines.size()), d.line + context);
-    for (int n = first; n <= last; ++n)
-        out += fmt::format("{} {:5} | {}\n", n == d.line ? ">" : " ", n, lines[static_cast<size_t>(n - 1)]);
+    for (int n = first; n <= last; ++n) {
+        std::string_view l = lines[static_cast<size_t>(n - 1)];
+        // A huge line is cut short: the message names it, the terminal need not hold it.
+        const bool cut = l.size() > 200;
+        out += fmt::format("{} {:5} | {}{}\n", n == d.line ? ">" : " ", n, l.substr(0, 200), cut ? " [...]" : "");
+        if (n == d.line && d.column > 0 && static_cast<size_t>(d.column) <= 200) {
+            // The caret under the column: the line's own tabs kept, so that it lines up.
+            std::string pad;
+            for (size_t i = 0; i + 1 < static_cast<size_t>(d.column) && i < l.size(); ++i)
+                pad += l[i] == '\t' ? '\t' : ' ';
+            out += fmt::format("  {:5} | {}^\n", "", pad);
+        }
+    }
     return out;
 }
 

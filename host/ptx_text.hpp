@@ -19,7 +19,11 @@ struct SourceFile {
 SourceFile read_source_file(const std::string& path);
 
 struct PtxParam {
-    std::string type;  // ".u64", ".u32", ".f32", ... (with ".align N" and "[N]" for arrays)
+    // What the comparisons look at: the type and, for arrays, the size: ".u64", ".f32", ".b8[16]".
+    // Qualifiers that do not change what the host passes (".ptr", its state space, ".align N")
+    // are left out here and kept in `qualifiers`: NVRTC writes `.u64 .ptr .align 1` for newer targets.
+    std::string type;
+    std::string qualifiers;  // e.g. ".ptr .global .align 1"; "" when none
     std::string name;
     int line = 0;
 };
@@ -51,10 +55,19 @@ struct Diagnostic {
     int line = 0;  // 1-based, 0 when the log names no line
     std::string severity;  // "error", "warning", "fatal", "info"
     std::string message;
+    int column = 0;  // 1-based, 0 when unknown; with a column the source line gets a caret under it
 };
 std::vector<Diagnostic> parse_ptxas_log(std::string_view log);
 
-// "path:line: severity: message" followed by the source line and its neighbours.
+// What in a PTX text makes ptxas reject it although its log may not say so: a UTF-8 byte-order
+// mark, a non-ASCII character (file:line:column, the character named as U+XXXX), no .version
+// directive (errors), a very long line (a note). Empty for a plain PTX file.
+std::vector<Diagnostic> ptx_text_problems(std::string_view text);
+
+// Lines longer than this get a note from ptx_text_problems when a file fails to assemble.
+inline constexpr size_t kMaxPtxLineBytes = 1u << 16;
+
+// "path:line: severity: message" (or "path:line:column: ...") followed by the source line and its neighbours.
 std::string format_diagnostic(const SourceFile& src, const Diagnostic& d, int context = 2);
 
 // The PTX with `.file 1 "path"` and a `.loc 1 N 0` before every instruction, so

@@ -1,9 +1,12 @@
 #include "safetensors.hpp"
 
+#include "files.hpp"
+
 #include "error.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -282,7 +285,37 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
                             data_size));
         if (f.end - f.begin != count * 4)
             bad(fmt::format("holds {} bytes but its shape needs {}", f.end - f.begin, count * 4));
+        if (tensors.count(name)) bad("appears twice in the header");
         tensors[name] = f;
+    }
+    // Each data byte belongs to one tensor: no two tensors may share bytes, and (as the safetensors
+    // format requires) the tensors cover the data section without a gap.
+    {
+        std::vector<std::pair<const std::string*, const Found*>> order;
+        for (const auto& [name, f] : tensors) order.push_back({&name, &f});
+        std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+            return a.second->begin != b.second->begin ? a.second->begin < b.second->begin
+                                                      : a.second->end < b.second->end;
+        });
+        uint64_t covered = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+            const Found& f = *order[i].second;
+            if (i > 0 && f.begin < order[i - 1].second->end)
+                PTXLAB_THROW(InputError,
+                             "{}: tensors '{}' (data_offsets [{}, {}]) and '{}' ([{}, {}]) overlap; each tensor needs "
+                             "its own bytes",
+                             path, *order[i - 1].first, order[i - 1].second->begin, order[i - 1].second->end,
+                             *order[i].first, f.begin, f.end);
+            if (f.begin != covered)
+                PTXLAB_THROW(InputError, "{}: data bytes [{}, {}) belong to no tensor (before '{}'); the data_offsets "
+                                         "must cover the data without gaps",
+                             path, covered, f.begin, *order[i].first);
+            covered = f.end;
+        }
+        if (covered != data_size)
+            PTXLAB_THROW(InputError, "{}: the last {} data bytes (from {}) belong to no tensor; the file holds {} data "
+                                     "bytes but its tensors end at {}",
+                         path, data_size - covered, covered, data_size, covered);
     }
 
     NetParams& net = ck.net;
@@ -331,9 +364,8 @@ NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>&
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) PTXLAB_THROW(InputError, "{}: cannot open checkpoint (does it exist?)", path);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // Refuses directories, FIFOs, devices and unreadable files with the reason.
+    std::vector<uint8_t> bytes = read_input_file(path, size_t(4) << 30, "checkpoint");
     return parse_checkpoint(path, bytes);
 }
 

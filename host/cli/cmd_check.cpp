@@ -1,8 +1,12 @@
 // ptxlab check [FILE...]: assemble PTX offline and compare parameter lists with the twins.
+// Every file is checked, even after one fails; diagnostics go to stderr as
+// `file:line: error: ...`, the per-entry report and the summary to stdout.
 #include "commands.hpp"
 #include "compile.hpp"
+#include "files.hpp"
 #include "kernels.hpp"
 
+#include <cstdio>
 #include <filesystem>
 
 namespace fs = std::filesystem;
@@ -18,48 +22,82 @@ struct CheckOptions {
     bool no_twin = false;
 };
 
+// "path:12: entry ..." -> "path:12: error: entry ..." (the messages of check_against_specs carry no tag).
+std::string tag_error(const std::string& msg, const std::string& path) {
+    size_t pos = msg.rfind(path, 0) == 0 ? path.size() : std::string::npos;
+    if (pos == std::string::npos) return "error: " + msg;
+    if (pos < msg.size() && msg[pos] == ':') {
+        size_t p = pos + 1;
+        while (p < msg.size() && std::isdigit(static_cast<unsigned char>(msg[p]))) ++p;
+        if (p > pos + 1 && p < msg.size() && msg[p] == ':') pos = p;
+        if (pos + 1 < msg.size() && msg[pos + 1] == ' ') return msg.substr(0, pos + 2) + "error: " + msg.substr(pos + 2);
+    }
+    return "error: " + msg;
+}
+
+void diag(const std::string& text) {
+    std::fflush(stdout);  // keep the report and the diagnostics in order on a terminal
+    fmt::print(stderr, "{}", text);
+    if (!text.empty() && text.back() != '\n') fmt::print(stderr, "\n");
+}
+
 // Checks one PTX file; returns the number of errors.
 int check_file(const std::string& path, const std::string& twin_path, const CheckOptions& o) {
     int errors = 0;
     SourceFile src;
+    PtxInfo info;
     try {
         src = read_source_file(path);
+        info = parse_ptx(src.text);
     } catch (const InputError& e) {
-        fmt::print("{}\n", e.what());
+        std::string msg = e.what();
+        diag(msg.rfind(path, 0) == 0 ? tag_error(msg, path) : fmt::format("{}: error: {}", path, msg));
+        fmt::print("{}: FAIL\n", path);
         return 1;
     }
     AssemblyResult res = assemble_offline(src, o.arch);
     for (const auto& d : res.diagnostics) {
-        fmt::print("{}", format_diagnostic(src, d));
-        errors += d.severity != "warning";
+        diag(format_diagnostic(src, d));
+        errors += d.severity == "error";
     }
     if (!res.ok) {
         fmt::print("{}: FAIL (does not assemble for {})\n", path, o.arch);
         return std::max(errors, 1);
     }
+    if (info.entries.empty()) {
+        diag(fmt::format("{}: error: no .entry in this file; a kernel file defines at least one "
+                         "`.visible .entry NAME(...)`{}\n",
+                         path, src.text.find(".func") != std::string::npos ? " (.func is a device function, not a kernel)" : ""));
+        ++errors;
+    }
 
-    PtxInfo info = parse_ptx(src.text);
     const std::string stem = fs::path(path).stem().string();
     // What the host launches must match what the file declares.
     for (const auto& p : check_against_specs(info, path, stem)) {
-        fmt::print("{}\n", p);
+        diag(tag_error(p, path));
         ++errors;
     }
     // The twin's parameter lists, from the PTX that NVRTC emits.
     PtxInfo twin;
     bool have_twin = false;
-    if (!o.no_twin && !twin_path.empty()) {
-        try {
-            NvrtcOutput out = nvrtc_compile(read_source_file(twin_path), virtual_arch_of(o.arch));
-            if (!out.log.empty()) fmt::print("{}: NVRTC log:\n{}\n", twin_path, out.log);
-            twin = parse_ptx(out.ptx);
-            have_twin = true;
-        } catch (const InputError& e) {
-            fmt::print("{}\n", e.what());
+    if (!o.no_twin) {
+        std::string why = unusable_file_reason(twin_path);
+        if (!why.empty()) {
+            diag(fmt::format("{}: error: no CUDA C twin: {} {} (twins come from $PTXLAB_REFERENCE_DIR, else "
+                             "$PTXLAB_PTX_DIR/reference, else the tree's ptx/reference; --no-twins skips them)\n",
+                             path, twin_path, why));
             ++errors;
+        } else {
+            try {
+                NvrtcOutput out = nvrtc_compile(read_source_file(twin_path), virtual_arch_of(o.arch));
+                if (!out.log.empty()) diag(fmt::format("{}: warning: NVRTC log:\n{}\n", twin_path, out.log));
+                twin = parse_ptx(out.ptx);
+                have_twin = true;
+            } catch (const InputError& e) {
+                diag(tag_error(e.what(), twin_path));
+                ++errors;
+            }
         }
-    } else if (!o.no_twin) {
-        fmt::print("{}: warning: no CUDA C twin ({}.cu in the reference directory)\n", path, stem);
     }
 
     for (const auto& e : info.entries) {
@@ -71,15 +109,15 @@ int check_file(const std::string& path, const std::string& twin_path, const Chec
             const PtxEntry* t = twin.find(e.name);
             if (!t) {
                 twin_note = "MISSING in twin";
-                fmt::print("{}:{}: error: entry '{}' has no counterpart in the twin {}\n", path, e.line, e.name,
-                           twin_path);
+                diag(fmt::format("{}:{}: error: entry '{}' has no counterpart in the twin {}\n", path, e.line, e.name,
+                                 twin_path));
                 ++errors;
             } else if (t->signature() != e.signature()) {
                 twin_note = "DIFFERS from twin";
-                fmt::print("{}:{}: error: entry '{}' takes {} parameters {}\n", path, e.line, e.name, e.params.size(),
-                           e.signature());
-                fmt::print("{}: note: the twin's '{}' takes {} parameters {}\n", twin_path, e.name, t->params.size(),
-                           t->signature());
+                diag(fmt::format("{}:{}: error: entry '{}' takes {} parameters {}\n"
+                                 "{}: note: the twin's '{}' takes {} parameters {}\n",
+                                 path, e.line, e.name, e.params.size(), e.signature(), twin_path, e.name,
+                                 t->params.size(), t->signature()));
                 ++errors;
             } else {
                 twin_note = "= twin";
@@ -95,7 +133,8 @@ int check_file(const std::string& path, const std::string& twin_path, const Chec
     if (have_twin)
         for (const auto& t : twin.entries)
             if (!info.find(t.name)) {
-                fmt::print("{}: error: the twin {} has entry '{}' which this file lacks\n", path, twin_path, t.name);
+                diag(fmt::format("{}: error: the twin {} has entry '{}' which this file lacks\n", path, twin_path,
+                                 t.name));
                 ++errors;
             }
     fmt::print("{}: {} ({} entr{}, {})\n", path, errors ? "FAIL" : "ok", info.entries.size(),
@@ -104,27 +143,39 @@ int check_file(const std::string& path, const std::string& twin_path, const Chec
 }
 
 int run_check(const CheckOptions& o) {
-    virtual_arch_of(o.arch);
-    KernelDirs dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
-    std::vector<std::pair<std::string, std::string>> work;  // ptx path, twin path
+    require_supported_arch(o.arch);
+    if (!o.ptx_dir.empty() && !o.files.empty())
+        PTXLAB_THROW(InputError,
+                     "--ptx-dir {} and FILEs given together: --ptx-dir checks every .ptx in that directory, FILEs "
+                     "check those files; give one or the other",
+                     o.ptx_dir);
+    // One meaning of --ptx-dir in check and verify: where the .ptx files are read. The twins
+    // always come from the reference directory ($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference,
+    // else the tree's ptx/reference), as in verify.
+    const KernelDirs env = KernelDirs::from_environment();
+    KernelDirs dirs = env;
+    if (!o.ptx_dir.empty()) {
+        require_directory(o.ptx_dir, "--ptx-dir");
+        dirs.ptx_dir = o.ptx_dir;
+    }
+    auto twin_of = [&](const std::string& ptx) {
+        return (fs::path(env.reference_dir) / (fs::path(ptx).stem().string() + ".cu")).string();
+    };
+    std::vector<std::string> work;
     if (o.files.empty()) {
-        for (const auto& p : find_kernel_pairs(dirs)) work.emplace_back(p.ptx_path, p.reference_path);
+        for (const auto& p : find_kernel_pairs(dirs)) work.push_back(p.ptx_path);
         if (work.empty()) PTXLAB_THROW(InputError, "no .ptx files in {}", dirs.ptx_dir);
     } else {
-        for (const auto& f : o.files) {
-            fs::path twin = fs::path(f).parent_path() / "reference" / (fs::path(f).stem().string() + ".cu");
-            std::error_code ec;
-            work.emplace_back(f, fs::is_regular_file(twin, ec) ? twin.string() : std::string());
-        }
+        work = o.files;
     }
     int errors = 0, failed = 0;
-    for (const auto& [ptx, twin] : work) {
-        int e = check_file(ptx, twin, o);
+    for (const auto& ptx : work) {
+        int e = check_file(ptx, twin_of(ptx), o);
         errors += e;
         failed += e > 0;
     }
-    fmt::print("check: {} file{} checked, {} failed ({} error{})\n", work.size(), work.size() == 1 ? "" : "s", failed,
-               errors, errors == 1 ? "" : "s");
+    fmt::print("check: {} file{}: {} ok, {} failed ({} error{}, {})\n", work.size(), work.size() == 1 ? "" : "s",
+               work.size() - size_t(failed), failed, errors, errors == 1 ? "" : "s", o.arch);
     return errors ? kExitFailure : kExitOk;
 }
 
@@ -135,12 +186,18 @@ void setup_check(CLI::App& app, Command& chosen) {
     auto* sub = app.add_subcommand("check",
                                    "Assemble PTX offline (nvJitLink, no GPU needed) and report per entry point the "
                                    "registers, stack, shared memory and spills; compare each entry's parameter list "
-                                   "with its CUDA C twin (ptx/reference/NAME.cu, compiled by NVRTC) and with what the "
-                                   "host launches. Errors are printed as file:line with the source line.");
+                                   "(count, order, type and size) with its CUDA C twin (NAME.cu in the reference "
+                                   "directory, compiled by NVRTC) and with what the host launches. Every file is "
+                                   "checked; errors go to stderr as file:line: error: with the source line, then a "
+                                   "summary line; exit 1 when any file fails.");
     sub->add_option("files", o->files, "PTX files to check (default: every .ptx in the kernel directory)");
-    sub->add_option("--arch", o->arch, "target architecture")->capture_default_str();
-    sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/)");
-    sub->add_flag("--no-twin", o->no_twin, "skip the comparison with the CUDA C twins");
+    sub->add_option("--arch", o->arch, "target architecture (sm_NN; those this nvJitLink accepts)")->capture_default_str();
+    sub->add_option("--ptx-dir", o->ptx_dir,
+                    "check every .ptx in this directory (default: $PTXLAB_PTX_DIR or the tree's ptx/); the twins "
+                    "still come from the reference directory ($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, "
+                    "else the tree's ptx/reference), as in verify. Not with FILEs");
+    sub->add_flag("--no-twins,--no-twin", o->no_twin,
+                  "skip the comparison with the CUDA C twins (without it a missing twin is an error)");
     sub->callback([o, &chosen] { chosen = [o] { return run_check(*o); }; });
 }
 

@@ -29,6 +29,7 @@ int run_data(const DataOptions& o) {
     const std::string dir = o.dir.empty() ? default_data_dir() : o.dir;
     Dataset d = load_dataset(dir);
     fmt::print("dataset {}: valid\n", dir);
+    for (const auto& f : d.files) fmt::print("      read {}\n", f);
     describe("train", d.train);
     describe("test", d.test);
     return kExitOk;

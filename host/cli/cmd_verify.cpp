@@ -1,5 +1,6 @@
 // ptxlab verify: every kernel pair on identical random inputs, element by element.
 #include "commands.hpp"
+#include "files.hpp"
 #include "train.hpp"
 #include "verify.hpp"
 
@@ -12,6 +13,7 @@ namespace {
 struct VerifyCliOptions {
     std::vector<std::string> kernels;
     std::string shape;
+    bool shape_given = false;
     uint64_t seed = 0;
     bool seed_given = false;
     std::string ptx_dir;
@@ -47,6 +49,12 @@ std::vector<unsigned> parse_shape(const std::string& text) {
 }
 
 int run_verify_cmd(const VerifyCliOptions& o) {
+    if (o.shape_given && o.shape.find_first_not_of(" \t") == std::string::npos)
+        PTXLAB_THROW(InputError, "--shape is empty: give the sizes, e.g. --shape 64,784,128,10 (or leave --shape out "
+                                 "for the default set)");
+    // --ptx-dir means the same as in check: where the .ptx files are read; the twins stay in the
+    // reference directory ($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, else the tree's).
+    if (!o.ptx_dir.empty()) require_directory(o.ptx_dir, "--ptx-dir");
     std::vector<VerifyCase> cases;
     if (o.shape.empty()) {
         for (const auto& c : o.quick ? quick_cases() : default_cases())
@@ -122,7 +130,7 @@ void setup_verify(CLI::App& app, Command& chosen) {
     sub->add_option("--kernel", o->kernels,
                     "only these kernels: forward2 forward3 grad2 grad3 batch_mean optim_sgd optim_adam optim_rmsprop "
                     "gather fused_forward fused_output fused_grad outer fused_step");
-    sub->add_option("--shape", o->shape,
+    auto* shape_opt = sub->add_option("--shape", o->shape,
                     "one shape instead of the default set: B,I,H,O (forward2), B,I,H,O,loss (grad2), B,I,H1,H2,O "
                     "(forward3), B,I,H1,H2,O,loss (grad3), N,B (batch_mean), N,variant (optim_sgd: 0 plain, 1 "
                     "momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain + weight decay; optim_adam: 0 adam, 1 "
@@ -136,11 +144,15 @@ void setup_verify(CLI::App& app, Command& chosen) {
         ->capture_default_str();
     sub->add_option("--seed", o->seed, "seed for the random inputs (default: a fresh one, printed)")
         ->each([o](const std::string&) { o->seed_given = true; });
-    sub->add_option("--ptx-dir", o->ptx_dir, "read the PTX from this directory (the twins stay those of the tree)");
+    sub->add_option("--ptx-dir", o->ptx_dir, "read the PTX from this directory; the twins stay in the reference directory "
+                    "($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, else the tree's), as in check");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
     sub->add_flag("--quick", o->quick, "a small set of cases (for compute-sanitizer and other slow tools)");
     sub->add_flag("--list", o->list, "list the cases and exit");
-    sub->callback([o, &chosen] { chosen = [o] { return run_verify_cmd(*o); }; });
+    sub->callback([o, shape_opt, &chosen] {
+        o->shape_given = shape_opt->count() > 0;
+        chosen = [o] { return run_verify_cmd(*o); };
+    });
 }
 
 }  // namespace ptxlab::cli

@@ -6,10 +6,15 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
     using namespace ptxlab;
     CLI::App app{
         "ptxlab: a PTX-first kernel lab. Hand-written PTX kernels for an MNIST MLP, each proven equal\n"
@@ -20,7 +25,8 @@ int main(int argc, char** argv) {
         "3 the command needs an NVIDIA GPU and none is usable; 4 a kernel ran past --timeout;\n"
         "130 interrupted (Ctrl-C).\n"
         "Environment: PTXLAB_PTX_DIR (kernel directory), PTXLAB_DATA_DIR (dataset directory),\n"
-        "PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1).");
+        "PTXLAB_REFERENCE_DIR (the CUDA C twins; default $PTXLAB_PTX_DIR/reference or the tree's\n"
+        "ptx/reference), PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1).");
     app.require_subcommand(1);
     app.set_version_flag("--version", "ptxlab 0.1.0");
 
@@ -31,6 +37,21 @@ int main(int argc, char** argv) {
     cli::setup_train(app, chosen);
     cli::setup_eval(app, chosen);
     cli::setup_bench(app, chosen);
+
+    // An unknown first word: name it and list the commands (CLI11 would say only that one is required).
+    if (argc > 1 && argv[1][0] != '-') {
+        std::string names;
+        bool known = false;
+        for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+            names += (names.empty() ? "" : ", ") + sub->get_name();
+            known |= sub->get_name() == argv[1];
+        }
+        if (!known) {
+            fmt::print(stderr, "ptxlab: error: unknown command '{}' (commands: {}; see ptxlab --help)\n", argv[1],
+                       names);
+            return kExitUsage;
+        }
+    }
 
     try {
         app.parse(argc, argv);
@@ -67,7 +88,29 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "ptxlab: error: out of host memory\n");
         return kExitFailure;
     } catch (const std::exception& e) {
+        if (std::ferror(stdout)) {  // fmt::print throws when stdout cannot be written (a full disk, /dev/full)
+            fmt::print(stderr, "ptxlab: error: writing to standard output failed: {}\n", e.what());
+            return kExitFailure;
+        }
         fmt::print(stderr, "ptxlab: internal error: {}\n", e.what());
         return kExitFailure;
     }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int code = run(argc, argv);
+    // Output that could not be written is a failure, as in coreutils: `ptxlab data >/dev/full`
+    // must not exit 0. std::cout (CLI11's --help) writes through stdout, so one check covers both.
+    errno = 0;
+    std::cout.flush();
+    const bool flushed = std::fflush(stdout) == 0;
+    if (!flushed || std::ferror(stdout) || !std::cout) {
+        const int err = errno;
+        fmt::print(stderr, "ptxlab: error: writing to standard output failed{}{}\n", err ? ": " : "",
+                   err ? std::strerror(err) : "");
+        if (code == ptxlab::kExitOk) code = ptxlab::kExitFailure;
+    }
+    return code;
 }

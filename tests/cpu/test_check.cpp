@@ -6,6 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
+
 using namespace ptxlab;
 using namespace ptxlab::test;
 
@@ -80,6 +83,112 @@ TEST_CASE("check: a file that does not exist, or is empty, fails with its name")
     write_text(t.file("empty.ptx"), "");
     RunResult run = run_command(ptxlab_cmd("check --no-twin " + t.file("missing.ptx") + " " + t.file("empty.ptx")));
     CHECK(run.code == 1);
-    CHECK(run.output.find("missing.ptx: cannot open file") != std::string::npos);
-    CHECK(run.output.find("empty.ptx: file is empty") != std::string::npos);
+    CHECK(run.output.find("missing.ptx: error: does not exist") != std::string::npos);
+    CHECK(run.output.find("empty.ptx: error: file is empty") != std::string::npos);
+    CHECK(run.output.find("check: 2 files: 0 ok, 2 failed") != std::string::npos);
+}
+
+TEST_CASE("check: the unmodified kernels pass on every architecture nvJitLink accepts from sm_90 up") {
+    // NVRTC writes `.u64 .ptr .align 1` parameters for sm_100 and later; those are the same parameters.
+    const auto& archs = supported_archs();
+    REQUIRE_FALSE(archs.empty());
+    CHECK(std::find(archs.begin(), archs.end(), "sm_90") != archs.end());
+    int tried = 0;
+    for (const auto& arch : archs) {
+        if (std::stoi(arch.substr(3)) < 90) continue;  // the files say .target sm_90 (clusters)
+        CAPTURE(arch);
+        RunResult run = run_command(ptxlab_cmd("check --arch " + arch));
+        CAPTURE(run.output);
+        CHECK(run.code == 0);
+        CHECK(run.output.find("DIFFERS") == std::string::npos);
+        CHECK(run.output.find("error:") == std::string::npos);
+        ++tried;
+    }
+    CHECK(tried >= 2);  // sm_90 and at least one newer target (sm_100, sm_120 with CUDA 13)
+}
+
+TEST_CASE("check: a missing twin is an error unless --no-twins says so") {
+    TempDir t;
+    std::filesystem::copy_file(KernelDirs::from_environment().ptx_dir + "/update.ptx", t.file("mine.ptx"));
+    RunResult run = run_command(ptxlab_cmd("check " + t.file("mine.ptx")));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("mine.ptx: error: no CUDA C twin") != std::string::npos);
+    CHECK(run.output.find("--no-twins") != std::string::npos);
+    CHECK(run_command(ptxlab_cmd("check --no-twins " + t.file("mine.ptx"))).code == 0);
+    // A reference directory that does not exist: every file fails.
+    RunResult nope = run_command("PTXLAB_REFERENCE_DIR=/nonexistent " + ptxlab_cmd("check"));
+    CHECK(nope.code == 1);
+    CHECK(nope.output.find("/nonexistent/update.cu does not exist") != std::string::npos);
+    CHECK(nope.output.find("0 ok") != std::string::npos);
+}
+
+TEST_CASE("check: --ptx-dir reads the .ptx files there and the twins from the reference directory, as verify") {
+    TempDir t;  // no reference/ here: the tree's twins are used
+    std::filesystem::copy_file(KernelDirs::from_environment().ptx_dir + "/gather.ptx", t.file("gather.ptx"));
+    RunResult run = run_command(ptxlab_cmd("check --ptx-dir " + t.path.string()));
+    CAPTURE(run.output);
+    CHECK(run.code == 0);
+    CHECK(run.output.find("= twin") != std::string::npos);
+    CHECK(run.output.find("check: 1 file: 1 ok, 0 failed") != std::string::npos);
+    // With files too: refused, not silently dropped.
+    RunResult both = run_command(ptxlab_cmd("check --ptx-dir " + t.path.string() + " " + t.file("gather.ptx")));
+    CHECK(both.code == 2);
+    CHECK(both.output.find("give one or the other") != std::string::npos);
+    // A file given as the directory says so.
+    RunResult file = run_command(ptxlab_cmd("check --ptx-dir " + t.file("gather.ptx")));
+    CHECK(file.code == 2);
+    CHECK(file.output.find("--ptx-dir '" + t.file("gather.ptx") + "' is a regular file, not a directory") !=
+          std::string::npos);
+}
+
+TEST_CASE("check: a file without an .entry fails") {
+    TempDir t;
+    const std::string header = ".version 8.0\n.target sm_90\n.address_size 64\n";
+    write_text(t.file("header.ptx"), header);
+    write_text(t.file("func.ptx"), header + ".visible .func f()\n{\n    ret;\n}\n");
+    RunResult run = run_command(ptxlab_cmd("check --no-twins " + t.file("header.ptx") + " " + t.file("func.ptx")));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("header.ptx: error: no .entry in this file") != std::string::npos);
+    CHECK(run.output.find("func.ptx: error: no .entry in this file") != std::string::npos);
+    CHECK(run.output.find(".func is a device function") != std::string::npos);
+    CHECK(run.output.find("check: 2 files: 0 ok, 2 failed") != std::string::npos);
+}
+
+TEST_CASE("check: every file is checked; diagnostics go to stderr, the report and summary to stdout") {
+    const std::string files = fixture("ptx/syntax_error.ptx") + " " + fixture("ptx/scale.ptx");
+    RunResult out = run_command(ptxlab_cmd("check --no-twins " + files + " 2>/dev/null"));
+    CAPTURE(out.output);
+    CHECK(out.code == 1);
+    CHECK(out.output.find("error:") == std::string::npos);
+    CHECK(out.output.find("scale.ptx: ok") != std::string::npos);
+    CHECK(out.output.find("check: 2 files: 1 ok, 1 failed") != std::string::npos);
+    RunResult err = run_command(ptxlab_cmd("check --no-twins " + files + " >/dev/null"));
+    CHECK(err.output.find(fixture("ptx/syntax_error.ptx") + ":33: error:") != std::string::npos);
+    CHECK(err.output.find("scale.ptx: ok") == std::string::npos);
+}
+
+TEST_CASE("check: --arch outside what nvJitLink accepts names the supported range") {
+    RunResult run = run_command(ptxlab_cmd("check --arch sm_52"));
+    CHECK(run.code == 2);
+    CHECK(run.output.find("architecture 'sm_52' is not supported by this nvJitLink (" + supported_archs().front() +
+                          " .. " + supported_archs().back()) != std::string::npos);
+    CHECK(run.output.find("nvJitLinkCreate failed") == std::string::npos);
+}
+
+TEST_CASE("check: an assembler failure always shows nvJitLink's log or what the file lacks") {
+    TempDir t;
+    const std::string body = ".target sm_90\n.address_size 64\n.visible .entry k()\n{\n    ret;\n}\n";
+    write_text(t.file("noversion.ptx"), body);
+    write_text(t.file("bom.ptx"), "\xEF\xBB\xBF.version 8.0\n" + body);
+    write_text(t.file("gamma.ptx"), ".version 8.0\n" + body + "// \xCE\xB3\n");
+    RunResult run = run_command(ptxlab_cmd("check --no-twins " + t.file("noversion.ptx") + " " + t.file("bom.ptx") +
+                                           " " + t.file("gamma.ptx")));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("noversion.ptx: error: no .version directive") != std::string::npos);
+    CHECK(run.output.find("bom.ptx:1:1: error: the file starts with a byte-order mark (UTF-8 BOM") != std::string::npos);
+    CHECK(run.output.find("gamma.ptx:8:4: error: non-ASCII character U+03B3") != std::string::npos);
+    CHECK(run.output.find("check: 3 files: 0 ok, 3 failed") != std::string::npos);
 }

@@ -5,6 +5,8 @@
 #include "rng.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 using namespace ptxlab;
@@ -121,7 +123,18 @@ TEST_CASE("idx: bad files are refused with the file and the problem named") {
     write_bytes(t.file("extra"), extra);
     CHECK(error_of(t.file("extra")).find("1 unexpected bytes") != std::string::npos);
 
-    CHECK(error_of(t.file("missing")).find("file not found") != std::string::npos);
+    CHECK(error_of(t.file("missing")).find("does not exist") != std::string::npos);
+    // Paths that are not regular files are named for what they are, and a FIFO does not hang.
+    std::filesystem::create_directory(t.file("dir"));
+    CHECK(error_of(t.file("dir")).find("dir: is a directory") != std::string::npos);
+    REQUIRE(mkfifo(t.file("fifo").c_str(), 0600) == 0);
+    CHECK(error_of(t.file("fifo")).find("fifo: is a FIFO, not a regular file") != std::string::npos);
+    CHECK(error_of("/dev/null").find("/dev/null: is a character device, not a regular file") != std::string::npos);
+    if (geteuid() != 0) {  // root reads anything
+        write_bytes(t.file("secret"), good);
+        std::filesystem::permissions(t.file("secret"), std::filesystem::perms::none);
+        CHECK(error_of(t.file("secret")).find("secret: permission denied") != std::string::npos);
+    }
     CHECK(error_of(t.file("missing")).find(t.file("missing")) != std::string::npos);
 
     // A gzip stream cut in half.
@@ -163,8 +176,24 @@ TEST_CASE("idx: datasets with mismatched parts are refused") {
     // Test images of another size than the training images.
     expect_error([&](TempDir& t) { write_bytes(t.file("t10k-images-idx3-ubyte"), idx_bytes(8, {4, 3, 3}, random_bytes(rng, 36))); },
                  "training images are 2x3 but test images are 3x3");
+    // A raw file and its .gz that disagree: which one is meant is unknown.
+    expect_error([&](TempDir& t) { write_gz(t.file("train-labels-idx1-ubyte.gz"), idx_bytes(8, {6}, {0, 1, 2, 3, 4, 5})); },
+                 "train-labels-idx1-ubyte.gz both exist and hold different data");
     // A missing file says how to fetch the data.
     expect_error([&](TempDir& t) { std::filesystem::remove(t.file("t10k-labels-idx1-ubyte")); }, "tools/fetch_mnist.sh");
+}
+
+TEST_CASE("idx: a raw file and an identical .gz are both read, and the files read are named") {
+    Rng rng(4);
+    TempDir t;
+    write_dataset(t.path.string(), rng, 6, 4, 2, 3, false);
+    std::ifstream in(t.file("t10k-images-idx3-ubyte"), std::ios::binary);
+    std::vector<uint8_t> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    write_gz(t.file("t10k-images-idx3-ubyte.gz"), raw);
+    Dataset d = load_dataset(t.path.string());
+    REQUIRE(d.files.size() == 4);
+    CHECK(d.files[0] == t.file("train-images-idx3-ubyte"));
+    CHECK(d.files[2] == t.file("t10k-images-idx3-ubyte") + " (the same data as t10k-images-idx3-ubyte.gz)");
 }
 
 TEST_CASE("idx: a non-MNIST dataset of the right format is accepted") {

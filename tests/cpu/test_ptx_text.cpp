@@ -30,7 +30,8 @@ TEST_CASE("ptx_text: entries and parameter lists are read, comments ignored") {
     REQUIRE(info.entries.size() == 2);
     CHECK(info.entries[0].name == "k1");
     CHECK(info.entries[0].line == 5);
-    CHECK(info.entries[0].signature() == "(.u64, .align 8 .b8[16], .f32)");
+    CHECK(info.entries[0].signature() == "(.u64, .b8[16], .f32)");
+    CHECK(info.entries[0].params[1].qualifiers == ".align 8");
     CHECK(info.entries[0].params[2].name == "k1_f");
     CHECK(info.entries[1].signature() == "()");
     CHECK(info.find("k2") != nullptr);
@@ -85,7 +86,8 @@ TEST_CASE("ptx_text: line info is added before instructions and maps back to the
 }
 
 TEST_CASE("ptx_text: source files that are empty, binary or missing are refused") {
-    CHECK_THROWS_WITH_AS(read_source_file("/nonexistent/k.ptx"), doctest::Contains("cannot open"), InputError);
+    CHECK_THROWS_WITH_AS(read_source_file("/nonexistent/k.ptx"), doctest::Contains("/nonexistent/k.ptx: does not exist"),
+                         InputError);
     char tmpl[] = "/tmp/ptxlab-src-XXXXXX";
     int fd = mkstemp(tmpl);
     REQUIRE(fd >= 0);
@@ -95,4 +97,71 @@ TEST_CASE("ptx_text: source files that are empty, binary or missing are refused"
     { std::ofstream(tmpl, std::ios::binary) << std::string("\x7f" "ELF\x02\x01\x01\x00\x00", 9); }
     CHECK_THROWS_WITH_AS(read_source_file(tmpl), doctest::Contains("binary data"), InputError);
     std::remove(tmpl);
+}
+
+TEST_CASE("ptx_text: .ptr, its state space and .align are qualifiers, not part of the type") {
+    // NVRTC writes pointer parameters this way for sm_100 and later; the hand-written PTX says .u64.
+    PtxInfo twin = parse_ptx(".version 9.0\n.target sm_100\n.address_size 64\n"
+                             ".visible .entry k(\n .param .u64 .ptr .align 1 k_p,\n"
+                             " .param .u64 .ptr .global .align 16 k_q,\n .param .align 4 .b8 k_s[12],\n"
+                             " .param .u32 k_n\n)\n{ ret; }\n");
+    PtxInfo mine = parse_ptx(".version 8.0\n.target sm_90\n.address_size 64\n"
+                             ".visible .entry k(.param .u64 k_p, .param .u64 k_q, .param .b8 k_s[12], .param .u32 k_n)\n"
+                             "{ ret; }\n");
+    REQUIRE(twin.entries.size() == 1);
+    CHECK(twin.entries[0].signature() == "(.u64, .u64, .b8[12], .u32)");
+    CHECK(twin.entries[0].signature() == mine.entries[0].signature());
+    CHECK(twin.entries[0].params[0].qualifiers == ".ptr .align 1");
+    CHECK(twin.entries[0].params[1].qualifiers == ".ptr .global .align 16");
+    // Type, size, count and order still count.
+    PtxInfo other = parse_ptx(".visible .entry k(.param .u64 k_p, .param .u64 k_q, .param .b8 k_s[16], .param .u32 k_n)"
+                              "{ ret; }");
+    CHECK(other.entries[0].signature() != twin.entries[0].signature());
+    PtxInfo swapped = parse_ptx(".visible .entry k(.param .u32 k_n, .param .u64 .ptr .align 1 k_p)"
+                                "{ ret; }");
+    CHECK(swapped.entries[0].signature() == "(.u32, .u64)");
+}
+
+TEST_CASE("ptx_text: what ptxas rejects without saying where is named with the line and column") {
+    const std::string header = ".version 8.0\n.target sm_90\n.address_size 64\n";
+    CHECK(ptx_text_problems(header + ".visible .entry k() { ret; }\n").empty());
+
+    // A non-ASCII character in a comment: line, column (in bytes), the code point and the character.
+    auto d = ptx_text_problems(header + "// mean and \xCE\xB3 (gamma)\n.visible .entry k() { ret; }\n");
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].line == 4);
+    CHECK(d[0].column == 13);
+    CHECK(d[0].message.find("U+03B3 '\xCE\xB3'") != std::string::npos);
+    SourceFile src{"k.ptx", header + "// mean and \xCE\xB3 (gamma)\n"};
+    std::string shown = format_diagnostic(src, d[0]);
+    CHECK(shown.find("k.ptx:4:13: error: non-ASCII character U+03B3") != std::string::npos);
+    CHECK(shown.find(">     4 | // mean and \xCE\xB3 (gamma)\n        |             ^\n") != std::string::npos);
+    // A stray byte that is not UTF-8.
+    d = ptx_text_problems(header + "ret; \xFF\n");
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].message.find("byte 0xFF, which is not valid UTF-8") != std::string::npos);
+
+    d = ptx_text_problems("\xEF\xBB\xBF" + header);
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].message.find("starts with a byte-order mark (UTF-8 BOM") != std::string::npos);
+
+    d = ptx_text_problems(".target sm_90\n.address_size 64\n// .version 8.0 in a comment does not count\n");
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].message.find("no .version directive") != std::string::npos);
+
+    d = ptx_text_problems(header + "// " + std::string(kMaxPtxLineBytes, 'x') + "\n");
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].severity == "note");
+    CHECK(d[0].message.find("line 4 is " + std::to_string(kMaxPtxLineBytes + 3) + " bytes long") != std::string::npos);
+}
+
+TEST_CASE("ptx_text: a huge parameter list is read in linear time") {
+    // 300 000 parameters on one 6 MB line: counting lines from the start for each one took minutes.
+    std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(";
+    for (int i = 0; i < 300000; ++i) ptx += (i ? ", .param .u32 p" : ".param .u32 p") + std::to_string(i);
+    ptx += ")\n{\n    ret;\n}\n";
+    PtxInfo info = parse_ptx(ptx);
+    REQUIRE(info.entries.size() == 1);
+    CHECK(info.entries[0].params.size() == 300000);
+    CHECK(info.entries[0].params.back().line == 4);
 }

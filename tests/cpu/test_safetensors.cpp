@@ -6,6 +6,7 @@
 #include "train.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 using namespace ptxlab;
 using namespace ptxlab::test;
@@ -83,7 +84,24 @@ TEST_CASE("safetensors: bad checkpoints are refused") {
     CHECK(load_error(replace("\"shape\":[4,6]", "\"shape\":[6,4]")).find("must be [out][in]") != std::string::npos);
     // A second layer whose input does not chain to the first one's output.
     CHECK(load_error(replace("\"shape\":[3,4]", "\"shape\":[4,3]")).find("must be [out][in]") != std::string::npos);
-    CHECK_THROWS_WITH_AS(load_safetensors(t.file("missing.safetensors")), doctest::Contains("cannot open"), InputError);
+    // Two tensors sharing bytes (fc1.bias moved onto fc1.weight's bytes), a gap, trailing bytes, a key twice.
+    const std::string overlap = load_error(replace("\"data_offsets\":[96,112]", "\"data_offsets\":[80, 96]"));
+    CAPTURE(overlap);
+    CHECK(overlap.find("overlap; each tensor needs its own bytes") != std::string::npos);
+    CHECK(load_error(replace("\"data_offsets\":[0,96]", "\"data_offsets\":[0,80]")).find("holds 80 bytes") !=
+          std::string::npos);
+    auto trailing = good;
+    trailing.insert(trailing.end(), {0, 0, 0, 0});
+    CHECK(load_error(trailing).find("the last 4 data bytes (from 172) belong to no tensor") != std::string::npos);
+    CHECK(load_error(replace("fc2.bias", "fc1.bias")).find("appears twice") != std::string::npos);
+
+    const std::string missing = "checkpoint '" + t.file("missing.safetensors") + "' does not exist";
+    CHECK_THROWS_WITH_AS(load_safetensors(t.file("missing.safetensors")), doctest::Contains(missing.c_str()),
+                         InputError);
+    CHECK_THROWS_WITH_AS(load_safetensors(t.path.string()), doctest::Contains("is a directory"), InputError);
+    REQUIRE(mkfifo(t.file("fifo").c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS(load_safetensors(t.file("fifo")), doctest::Contains("is a FIFO, not a regular file"),
+                         InputError);
 }
 
 TEST_CASE("safetensors: a training checkpoint holds the optimizer state and the position, and refuses another recipe") {

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# A table of bad inputs run through the ptxlab command line: each case gives the exit code
+# and a piece of the message it must print. Classes: PTX, data, flags, paths, checkpoints,
+# output. Needs no GPU and no MNIST. ctest runs it as "cpu:cli: bad inputs" (also under ASan,
+# where any sanitizer report fails the case).
+#
+#   tests/cli/bad_inputs.sh PTXLAB_BINARY SOURCE_DIR
+set -u
+ptxlab=${1:?usage: bad_inputs.sh PTXLAB_BINARY SOURCE_DIR}
+src=${2:?usage: bad_inputs.sh PTXLAB_BINARY SOURCE_DIR}
+t=$(mktemp -d /tmp/ptxlab-bad-inputs-XXXXXX)
+trap 'chmod -R u+rwx "$t" 2>/dev/null; rm -rf "$t"' EXIT
+fails=0 passes=0 skips=0
+nogpu="PTXLAB_LIBCUDA=/nonexistent/libcuda.so.1"   # proves a check happens before looking for a GPU
+
+# check NAME CODE SUBSTRING OUTPUT_FILE ACTUAL_CODE
+judge() {
+  local name=$1 want=$2 needle=$3 out=$4 got=$5
+  if [ "$got" = 124 ]; then
+    echo "FAIL  $name: timed out (hung?)"; fails=$((fails + 1)); return
+  fi
+  if grep -qE 'Sanitizer|runtime error:' "$out"; then
+    echo "FAIL  $name: sanitizer report"; sed 's/^/      | /' "$out" | head -40; fails=$((fails + 1)); return
+  fi
+  if [ "$got" != "$want" ] || ! grep -qF -- "$needle" "$out"; then
+    echo "FAIL  $name: exit $got (want $want), message must contain: $needle"
+    sed 's/^/      | /' "$out" | head -20; fails=$((fails + 1)); return
+  fi
+  echo "ok    $name"; passes=$((passes + 1))
+}
+
+# expect NAME CODE SUBSTRING COMMAND...: stdout and stderr together.
+expect() {
+  local name=$1 want=$2 needle=$3; shift 3
+  timeout 120 env "$@" >"$t/out" 2>&1; local got=$?
+  judge "$name" "$want" "$needle" "$t/out" "$got"
+}
+# expect_stderr NAME CODE SUBSTRING COMMAND...: stderr only, stdout to /dev/null.
+expect_stderr() {
+  local name=$1 want=$2 needle=$3; shift 3
+  timeout 120 env "$@" >/dev/null 2>"$t/out"; local got=$?
+  judge "$name" "$want" "$needle" "$t/out" "$got"
+}
+# expect_full NAME CODE SUBSTRING COMMAND...: stdout is /dev/full (every write fails).
+expect_full() {
+  local name=$1 want=$2 needle=$3; shift 3
+  if [ ! -w /dev/full ]; then echo "skip  $name: no /dev/full"; skips=$((skips + 1)); return; fi
+  timeout 120 env "$@" >/dev/full 2>"$t/out"; local got=$?
+  judge "$name" "$want" "$needle" "$t/out" "$got"
+}
+# expect_gpu NAME CODE SUBSTRING COMMAND...: as expect, but a machine without a GPU answers 3 first.
+expect_gpu() {
+  local name=$1 want=$2 needle=$3; shift 3
+  timeout 120 env "$@" >"$t/out" 2>&1; local got=$?
+  if [ "$got" = 3 ] && grep -q 'needs an NVIDIA GPU' "$t/out"; then
+    echo "skip  $name: no GPU here (the command looks for one first)"; skips=$((skips + 1)); return
+  fi
+  judge "$name" "$want" "$needle" "$t/out" "$got"
+}
+
+# ---- inputs -------------------------------------------------------------------
+header=$'.version 8.0\n.target sm_90\n.address_size 64\n'
+kernel=$'.visible .entry k()\n{\n    ret;\n}\n'
+printf '%s%s' "$header" "$kernel" >"$t/good.ptx"
+printf '%s' "$header" >"$t/header_only.ptx"
+printf '%s.visible .func f()\n{\n    ret;\n}\n' "$header" >"$t/func_only.ptx"
+printf '.target sm_90\n.address_size 64\n%s' "$kernel" >"$t/no_version.ptx"
+printf '\xEF\xBB\xBF%s%s' "$header" "$kernel" >"$t/bom.ptx"
+printf '%s// the \xCE\xB3 of Higham\n%s' "$header" "$kernel" >"$t/gamma.ptx"
+{ printf '%s// ' "$header"; head -c 5000000 /dev/zero | tr '\0' x; printf '\n%s' "$kernel"; } >"$t/long_line.ptx"
+{ printf '%s.visible .entry k(' "$header"; seq 0 299999 | sed 's/^/.param .u32 p/' | paste -sd, -; printf ')\n{\nret;\n}\n'; } \
+  >"$t/long_params.ptx"
+: >"$t/empty.ptx"
+printf '\x7fELF\x02\x01\x01\x00' >"$t/binary.ptx"
+mkdir "$t/dir.ptx" "$t/ptxdir"
+mkfifo "$t/fifo.ptx"
+cp "$src/ptx/update.ptx" "$t/mine.ptx"
+cp "$src/ptx/gather.ptx" "$t/ptxdir/gather.ptx"
+printf '%s' "$header" >"$t/unreadable.ptx"; chmod 000 "$t/unreadable.ptx"
+
+# A tiny valid dataset (2 images of 2x2), and broken copies of it.
+mkdata() {
+  mkdir -p "$1"
+  for s in train t10k; do
+    printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02\x00\x40\x80\xff\x10\x20\x30\x40' \
+      >"$1/$s-images-idx3-ubyte"
+    printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x07' >"$1/$s-labels-idx1-ubyte"
+  done
+}
+mkdata "$t/data"
+mkdata "$t/data_gz_differs"
+printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x08' | gzip -c >"$t/data_gz_differs/train-labels-idx1-ubyte.gz"
+mkdata "$t/data_gz_same"
+gzip -c "$t/data_gz_same/t10k-labels-idx1-ubyte" >"$t/data_gz_same/t10k-labels-idx1-ubyte.gz"
+mkdata "$t/data_dir_file"; rm "$t/data_dir_file/train-images-idx3-ubyte"; mkdir "$t/data_dir_file/train-images-idx3-ubyte"
+mkdata "$t/data_fifo"; rm "$t/data_fifo/t10k-images-idx3-ubyte"; mkfifo "$t/data_fifo/t10k-images-idx3-ubyte"
+mkdata "$t/data_truncated"; printf '\x00\x00\x08\x01\x00\x00\x00\x05\x01' >"$t/data_truncated/train-labels-idx1-ubyte"
+mkdir "$t/ckpt_dir"
+printf 'not a checkpoint' >"$t/ckpt_garbage.safetensors"
+
+P=$ptxlab
+# ---- PTX ----------------------------------------------------------------------
+expect "ptx: missing file"              1 "nope.ptx: error: does not exist"                 "$P" check --no-twins "$t/nope.ptx"
+expect "ptx: a directory"               1 "dir.ptx: error: is a directory"                  "$P" check --no-twins "$t/dir.ptx"
+expect "ptx: a FIFO does not hang"      1 "fifo.ptx: error: is a FIFO, not a regular file"  "$P" check --no-twins "$t/fifo.ptx"
+expect "ptx: a device"                  1 "/dev/null: error: is a character device"         "$P" check --no-twins /dev/null
+if [ "$(id -u)" != 0 ]; then
+expect "ptx: no read permission"        1 "unreadable.ptx: error: permission denied"        "$P" check --no-twins "$t/unreadable.ptx"
+fi
+expect "ptx: empty file"                1 "empty.ptx: error: file is empty"                 "$P" check --no-twins "$t/empty.ptx"
+expect "ptx: binary file"               1 "binary data"                                     "$P" check --no-twins "$t/binary.ptx"
+expect "ptx: header only, no .entry"    1 "header_only.ptx: error: no .entry in this file"  "$P" check --no-twins "$t/header_only.ptx"
+expect "ptx: .func only, no .entry"     1 ".func is a device function, not a kernel"        "$P" check --no-twins "$t/func_only.ptx"
+expect "ptx: no .version"               1 "no_version.ptx: error: no .version directive"    "$P" check --no-twins "$t/no_version.ptx"
+expect "ptx: nvJitLink's log is shown"  1 "its error log:"                                  "$P" check --no-twins "$t/no_version.ptx"
+expect "ptx: UTF-8 BOM"                 1 "bom.ptx:1:1: error: the file starts with a byte-order mark (UTF-8 BOM" "$P" check --no-twins "$t/bom.ptx"
+expect "ptx: non-ASCII named"           1 "gamma.ptx:4:8: error: non-ASCII character U+03B3" "$P" check --no-twins "$t/gamma.ptx"
+expect "ptx: a 5 MB comment line"     0 "long_line.ptx: ok"                               "$P" check --no-twins "$t/long_line.ptx"
+expect "ptx: a 6 MB parameter list"   1 "long_params.ptx:8: error: Entry function 'k' uses too much parameter space" "$P" check --no-twins "$t/long_params.ptx"
+expect "ptx: syntax error at its line"  1 "syntax_error.ptx:33: error:"                     "$P" check --no-twins "$src/tests/fixtures/ptx/syntax_error.ptx"
+expect_stderr "ptx: diagnostics on stderr" 1 "syntax_error.ptx:33: error:"                 "$P" check --no-twins "$src/tests/fixtures/ptx/syntax_error.ptx"
+expect "ptx: every file checked"        1 "check: 3 files: 1 ok, 2 failed"                  "$P" check --no-twins "$t/empty.ptx" "$t/good.ptx" "$t/bom.ptx"
+expect "ptx: a missing twin"            1 "mine.ptx: error: no CUDA C twin"                 "$P" check "$t/mine.ptx"
+expect "ptx: --no-twins"                0 "check: 1 file: 1 ok, 0 failed"                   "$P" check --no-twins "$t/mine.ptx"
+expect "ptx: PTXLAB_REFERENCE_DIR=/nope" 1 "/nope/update.cu does not exist"                 PTXLAB_REFERENCE_DIR=/nope "$P" check
+expect "ptx: --arch sm_52"              2 "architecture 'sm_52' is not supported by this nvJitLink (sm_" "$P" check --arch sm_52
+expect "ptx: --arch banana"             2 "architecture 'banana' is not of the form sm_NN"  "$P" check --arch banana
+# ---- paths --------------------------------------------------------------------
+expect "path: --ptx-dir with files"     2 "give one or the other"                           "$P" check --ptx-dir "$t/ptxdir" "$t/good.ptx"
+expect "path: --ptx-dir is a file"      2 "--ptx-dir '$t/good.ptx' is a regular file, not a directory" "$P" check --ptx-dir "$t/good.ptx"
+expect "path: --ptx-dir missing"        2 "--ptx-dir '$t/none' does not exist"              "$P" check --ptx-dir "$t/none"
+expect "path: --ptx-dir, tree's twins"  0 "check: 1 file: 1 ok, 0 failed"                   "$P" check --ptx-dir "$t/ptxdir"
+expect "path: verify --ptx-dir a file"  2 "--ptx-dir '$t/good.ptx' is a regular file, not a directory" $nogpu "$P" verify --ptx-dir "$t/good.ptx"
+expect "path: data dir is a file"       2 "data directory '$t/good.ptx' is a regular file, not a directory" "$P" data "$t/good.ptx"
+# ---- data ---------------------------------------------------------------------
+expect "data: missing directory"        2 "tools/fetch_mnist.sh"                            "$P" data "$t/none"
+expect "data: a directory as a file"    2 "train-images-idx3-ubyte: is a directory"         "$P" data "$t/data_dir_file"
+expect "data: a FIFO does not hang"     2 "t10k-images-idx3-ubyte: is a FIFO, not a regular file" "$P" data "$t/data_fifo"
+expect "data: truncated labels"         2 "truncated"                                       "$P" data "$t/data_truncated"
+expect "data: X and X.gz disagree"      2 "train-labels-idx1-ubyte.gz both exist and hold different data" "$P" data "$t/data_gz_differs"
+expect "data: X and X.gz agree, named"  0 "t10k-labels-idx1-ubyte (the same data as t10k-labels-idx1-ubyte.gz)" "$P" data "$t/data_gz_same"
+expect "data: the files read are named" 0 "read $t/data/train-images-idx3-ubyte"            "$P" data "$t/data"
+# ---- flags --------------------------------------------------------------------
+expect "flags: unknown command"         2 "unknown command 'frobnicate' (commands: check, data, verify, train, eval, bench" "$P" frobnicate
+expect "flags: no command"              2 "A subcommand is required"                        "$P"
+expect "flags: unknown flag"            2 "--bogus"                                         "$P" check --bogus
+expect "flags: verify --shape \"\""     2 "--shape is empty"                                $nogpu "$P" verify --shape ""
+expect "flags: verify --shape bad"      2 "--shape"                                         $nogpu "$P" verify --shape 1,x
+expect "flags: verify unknown kernel"   2 "kernel 'nope'"                           $nogpu "$P" verify --kernel nope --list
+expect "flags: train --batch 0"         2 "--batch must be at least 1"                      $nogpu "$P" train --batch 0
+# ---- checkpoints (eval looks for a GPU first: skipped without one) -------------
+expect_gpu "ckpt: a directory"          2 "is a directory"                                  "$P" eval --load "$t/ckpt_dir" --data "$t/data"
+expect_gpu "ckpt: a FIFO"               2 "is a FIFO, not a regular file"                   "$P" eval --load "$t/fifo.ptx" --data "$t/data"
+expect_gpu "ckpt: missing"              2 "does not exist"                                  "$P" eval --load "$t/none.safetensors" --data "$t/data"
+expect_gpu "ckpt: garbage"              2 "ckpt_garbage.safetensors"                        "$P" eval --load "$t/ckpt_garbage.safetensors" --data "$t/data"
+# ---- output -------------------------------------------------------------------
+expect_full "out: --help >/dev/full"    1 "writing to standard output failed"               "$P" --help
+expect_full "out: check >/dev/full"     1 "writing to standard output failed"               "$P" check --no-twins "$t/good.ptx"
+expect_full "out: data >/dev/full"      1 "writing to standard output failed"               "$P" data "$t/data"
+expect_full "out: verify --list >/dev/full" 1 "writing to standard output failed"           "$P" verify --list
+expect_full "out: a failure keeps its code" 1 "empty.ptx: error: file is empty"             "$P" check --no-twins "$t/empty.ptx"
+
+echo "bad inputs: $passes ok, $fails failed, $skips skipped"
+[ "$fails" = 0 ]
