@@ -74,7 +74,7 @@ printf '%s// the \xCE\xB3 of Higham\n%s' "$header" "$kernel" >"$t/gamma.ptx"
 printf '\x7fELF\x02\x01\x01\x00' >"$t/binary.ptx"
 mkdir "$t/dir.ptx" "$t/ptxdir"
 mkfifo "$t/fifo.ptx"
-cp "$src/ptx/update.ptx" "$t/mine.ptx"
+cp "$src/ptx/mean.ptx" "$t/mine.ptx"
 cp "$src/ptx/gather.ptx" "$t/ptxdir/gather.ptx"
 printf '%s' "$header" >"$t/unreadable.ptx"; chmod 000 "$t/unreadable.ptx"
 
@@ -122,7 +122,7 @@ expect_stderr "ptx: diagnostics on stderr" 1 "syntax_error.ptx:33: error:"      
 expect "ptx: every file checked"        1 "check: 3 files: 1 ok, 2 failed"                  "$P" check --no-twins "$t/empty.ptx" "$t/good.ptx" "$t/bom.ptx"
 expect "ptx: a missing twin"            1 "mine.ptx: error: no CUDA C twin"                 "$P" check "$t/mine.ptx"
 expect "ptx: --no-twins"                0 "check: 1 file: 1 ok, 0 failed"                   "$P" check --no-twins "$t/mine.ptx"
-expect "ptx: PTXLAB_REFERENCE_DIR=/nope" 1 "/nope/update.cu does not exist"                 PTXLAB_REFERENCE_DIR=/nope "$P" check
+expect "ptx: PTXLAB_REFERENCE_DIR=/nope" 1 "/nope/mean.cu does not exist"                 PTXLAB_REFERENCE_DIR=/nope "$P" check
 expect "ptx: --arch sm_52"              2 "architecture 'sm_52' is not supported by this nvJitLink (sm_" "$P" check --arch sm_52
 expect "ptx: --arch banana"             2 "architecture 'banana' is not of the form sm_NN"  "$P" check --arch banana
 # ---- paths --------------------------------------------------------------------

@@ -109,7 +109,7 @@ TEST_CASE("check: the unmodified kernels pass on every architecture nvJitLink ac
 
 TEST_CASE("check: a missing twin is an error unless --no-twins says so") {
     TempDir t;
-    std::filesystem::copy_file(KernelDirs::from_environment().ptx_dir + "/update.ptx", t.file("mine.ptx"));
+    std::filesystem::copy_file(KernelDirs::from_environment().ptx_dir + "/mean.ptx", t.file("mine.ptx"));
     RunResult run = run_command(ptxlab_cmd("check " + t.file("mine.ptx")));
     CAPTURE(run.output);
     CHECK(run.code == 1);
@@ -119,7 +119,7 @@ TEST_CASE("check: a missing twin is an error unless --no-twins says so") {
     // A reference directory that does not exist: every file fails.
     RunResult nope = run_command("PTXLAB_REFERENCE_DIR=/nonexistent " + ptxlab_cmd("check"));
     CHECK(nope.code == 1);
-    CHECK(nope.output.find("/nonexistent/update.cu does not exist") != std::string::npos);
+    CHECK(nope.output.find("/nonexistent/mean.cu does not exist") != std::string::npos);
     CHECK(nope.output.find("0 ok") != std::string::npos);
 }
 
