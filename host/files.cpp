@@ -116,4 +116,22 @@ void require_directory(const std::string& path, const std::string& what) {
         refuse(path, what, "is " + file_kind(st.st_mode) + ", not a directory", __FILE__, __LINE__);
 }
 
+void require_output_file(const std::string& path, const std::string& what) {
+    if (path.empty()) refuse(path, what, "is an empty path", __FILE__, __LINE__);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+        if (!S_ISREG(st.st_mode)) refuse(path, what, "is " + file_kind(st.st_mode) + ", not a file to write", __FILE__, __LINE__);
+        if (::access(path.c_str(), W_OK) != 0) refuse(path, what, errno_reason(errno), __FILE__, __LINE__);
+        return;
+    }
+    const size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    if (::stat(dir.c_str(), &st) != 0)
+        refuse(path, what, "cannot be created: its directory " + dir + " " + errno_reason(errno), __FILE__, __LINE__);
+    if (!S_ISDIR(st.st_mode))
+        refuse(path, what, "cannot be created: " + dir + " is " + file_kind(st.st_mode), __FILE__, __LINE__);
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        refuse(path, what, "cannot be created in " + dir + ": " + errno_reason(errno), __FILE__, __LINE__);
+}
+
 }  // namespace ptxlab

@@ -25,6 +25,10 @@ std::vector<uint8_t> read_input_file(const std::string& path, size_t max_bytes, 
 // Refuses a path that is not a directory: "does not exist", "is a regular file, not a directory", ...
 void require_directory(const std::string& path, const std::string& what);
 
+// Refuses, before any work is done, an output path that cannot be written: an empty path, a
+// directory, a FIFO or device, a missing or unwritable parent directory. `what` names the flag.
+void require_output_file(const std::string& path, const std::string& what);
+
 // "a regular file", "a directory", "a FIFO", "a character device", ... for an st_mode.
 std::string file_kind(unsigned mode);
 

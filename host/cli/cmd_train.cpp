@@ -1,5 +1,6 @@
 // ptxlab train: train the MLP on MNIST with the hand-written PTX kernels.
 #include "commands.hpp"
+#include "files.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
 
@@ -119,6 +120,9 @@ int run_train(const TrainOptions& o) {
     TrainConfig cfg;
     cfg.layers = parse_layers(o.layers);
     if (o.given("--hidden")) {
+        if (o.given("--layers"))
+            PTXLAB_THROW(InputError, "--hidden {} and --layers {} both set the network: give one of them", o.hidden,
+                         o.layers);
         if (cfg.layers.size() != 3) PTXLAB_THROW(InputError, "--hidden sets the width of a 2-layer network; with "
                                                              "--layers of 3 layers, give the widths there");
         if (o.hidden == 0) PTXLAB_THROW(InputError, "--hidden must be at least 1");
@@ -141,18 +145,22 @@ int run_train(const TrainOptions& o) {
     cfg.log_csv = o.log;
     cfg.log_steps_csv = o.log_steps;
 
-    // Everything that needs no GPU is checked first: the flags, then the data.
+    // Everything that needs no GPU is checked first: the flags, the output paths, then the data
+    // and the checkpoint to resume.
     cfg.validate_flags();
-    const std::string dir = o.data.empty() ? default_data_dir() : o.data;
-    auto t0 = std::chrono::steady_clock::now();
-    Dataset data = load_dataset(dir);
-    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    cfg.validate(data.train);
+    for (const auto& [flag, path] : {std::pair{"--save", o.save}, {"--save-init", o.save_init}, {"--log", o.log},
+                                     {"--log-steps", o.log_steps}})
+        if (!path.empty()) require_output_file(path, flag);
     ResumeState resume;
     if (!o.resume.empty()) {
         resume = load_training_checkpoint(o.resume, cfg);
         cfg.resume = &resume;
     }
+    const std::string dir = o.data.empty() ? default_data_dir() : o.data;
+    auto t0 = std::chrono::steady_clock::now();
+    Dataset data = load_dataset(dir);
+    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    cfg.validate(data.train);
 
     Context ctx(o.device);
     fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n", layers_text(cfg.layers), to_string(cfg.kernels),
@@ -239,7 +247,13 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "evaluations of the test set an epoch, at evenly spaced steps (the time to target is measured "
                     "at these points; evaluation time is reported apart)")->capture_default_str();
     sub->add_option("--eval-every", o->eval_every, "evaluate every N steps instead (overrides --evals-per-epoch)");
-    sub->add_option("--seed", o->seed, "seed for initialisation and shuffling")->capture_default_str();
+    sub->add_option("--seed", o->seed, "seed for initialisation and shuffling (a whole number >= 0)")
+        ->capture_default_str()
+        ->check([](const std::string& v) {
+            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
+                       ? std::string()
+                       : "--seed must be a whole number >= 0, got '" + v + "'";
+        });
     sub->add_option("--preset", o->preset,
                     "classic: the old recipe (mse, sgd at lr 0.2, constant lr, torch init, at most 20 epochs, stop "
                     "at 97 %); notebook: the notebook's run (half-sse, sgd at lr 0.001, N(0, 0.01) init, an "

@@ -148,6 +148,13 @@ expect "flags: verify --shape \"\""     2 "--shape is empty"                    
 expect "flags: verify --shape bad"      2 "--shape"                                         $nogpu "$P" verify --shape 1,x
 expect "flags: verify unknown kernel"   2 "kernel 'nope'"                           $nogpu "$P" verify --kernel nope --list
 expect "flags: train --batch 0"         2 "--batch must be at least 1"                      $nogpu "$P" train --batch 0
+expect "flags: train --seed -1"         2 "--seed must be a whole number >= 0, got '-1'"    $nogpu "$P" train --seed -1
+expect "flags: --hidden with --layers"  2 "both set the network: give one of them"          $nogpu "$P" train --layers 784,64,10 --hidden 32
+expect "flags: train --optimizer"       2 "unknown optimizer 'lbfgs'"                       $nogpu "$P" train --optimizer lbfgs
+expect "flags: train --warmup 1"        2 "--warmup"                                        $nogpu "$P" train --warmup 1
+expect "paths: --save in a missing dir" 2 "its directory /nonexistent does not exist"       $nogpu "$P" train --save /nonexistent/m.safetensors
+expect "paths: --log is a directory"    2 "is a directory, not a file to write"             $nogpu "$P" train --log "$t"
+expect "paths: --resume is missing"     2 "does not exist"                                  $nogpu "$P" train --resume "$t/nope.safetensors"
 # ---- checkpoints (eval looks for a GPU first: skipped without one) -------------
 expect_gpu "ckpt: a directory"          2 "is a directory"                                  "$P" eval --load "$t/ckpt_dir" --data "$t/data"
 expect_gpu "ckpt: a FIFO"               2 "is a FIFO, not a regular file"                   "$P" eval --load "$t/fifo.ptx" --data "$t/data"
