@@ -228,6 +228,46 @@ void save_safetensors(const std::string& path, const NetParams& net, const std::
     }
 }
 
+namespace {
+
+// A tensor's shape and its bytes [begin, end) in the data section.
+struct TensorSpan {
+    std::vector<uint64_t> shape;
+    uint64_t begin, end;
+};
+
+// Each data byte belongs to one tensor: no two tensors may share bytes, and (as the safetensors
+// format requires) the tensors cover the data section without a gap.
+void check_coverage(const std::string& path, const std::map<std::string, TensorSpan>& tensors, uint64_t data_size) {
+    std::vector<std::pair<const std::string*, const TensorSpan*>> order;
+    for (const auto& [name, f] : tensors) order.push_back({&name, &f});
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+        return a.second->begin != b.second->begin ? a.second->begin < b.second->begin
+                                                  : a.second->end < b.second->end;
+    });
+    uint64_t covered = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+        const TensorSpan& f = *order[i].second;
+        if (i > 0 && f.begin < order[i - 1].second->end)
+            PTXLAB_THROW(InputError,
+                         "{}: tensors '{}' (data_offsets [{}, {}]) and '{}' ([{}, {}]) overlap; each tensor needs "
+                         "its own bytes",
+                         path, *order[i - 1].first, order[i - 1].second->begin, order[i - 1].second->end,
+                         *order[i].first, f.begin, f.end);
+        if (f.begin != covered)
+            PTXLAB_THROW(InputError, "{}: data bytes [{}, {}) belong to no tensor (before '{}'); the data_offsets "
+                                     "must cover the data without gaps",
+                         path, covered, f.begin, *order[i].first);
+        covered = f.end;
+    }
+    if (covered != data_size)
+        PTXLAB_THROW(InputError, "{}: the last {} data bytes (from {}) belong to no tensor; the file holds {} data "
+                                 "bytes but its tensors end at {}",
+                     path, data_size - covered, covered, data_size, covered);
+}
+
+}  // namespace
+
 Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes) {
     if (bytes.size() < 8)
         PTXLAB_THROW(InputError, "{}: {} bytes is too short for a safetensors file (8-byte header length)", path,
@@ -243,11 +283,7 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
     const uint64_t data_size = bytes.size() - 8 - hlen;
     const uint8_t* data = bytes.data() + 8 + hlen;
 
-    struct Found {
-        std::vector<uint64_t> shape;
-        uint64_t begin, end;
-    };
-    std::map<std::string, Found> tensors;
+    std::map<std::string, TensorSpan> tensors;
     Checkpoint ck;
     for (size_t m = 0; m < root.keys.size(); ++m) {
         const std::string& name = root.keys[m];
@@ -269,7 +305,7 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
         if (dtype->str != "F32") bad(fmt::format("dtype {} is not supported (ptxlab checkpoints are F32)", dtype->str));
         if (!shape || shape->kind != Json::Array) bad("no shape");
         if (!offs || offs->kind != Json::Array || offs->items.size() != 2) bad("data_offsets must be [begin, end]");
-        Found f;
+        TensorSpan f;
         uint64_t count = 1;
         for (const auto& d : shape->items) {
             if (d.kind != Json::Number) bad("shape holds a non-number");
@@ -288,35 +324,7 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
         if (tensors.count(name)) bad("appears twice in the header");
         tensors[name] = f;
     }
-    // Each data byte belongs to one tensor: no two tensors may share bytes, and (as the safetensors
-    // format requires) the tensors cover the data section without a gap.
-    {
-        std::vector<std::pair<const std::string*, const Found*>> order;
-        for (const auto& [name, f] : tensors) order.push_back({&name, &f});
-        std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-            return a.second->begin != b.second->begin ? a.second->begin < b.second->begin
-                                                      : a.second->end < b.second->end;
-        });
-        uint64_t covered = 0;
-        for (size_t i = 0; i < order.size(); ++i) {
-            const Found& f = *order[i].second;
-            if (i > 0 && f.begin < order[i - 1].second->end)
-                PTXLAB_THROW(InputError,
-                             "{}: tensors '{}' (data_offsets [{}, {}]) and '{}' ([{}, {}]) overlap; each tensor needs "
-                             "its own bytes",
-                             path, *order[i - 1].first, order[i - 1].second->begin, order[i - 1].second->end,
-                             *order[i].first, f.begin, f.end);
-            if (f.begin != covered)
-                PTXLAB_THROW(InputError, "{}: data bytes [{}, {}) belong to no tensor (before '{}'); the data_offsets "
-                                         "must cover the data without gaps",
-                             path, covered, f.begin, *order[i].first);
-            covered = f.end;
-        }
-        if (covered != data_size)
-            PTXLAB_THROW(InputError, "{}: the last {} data bytes (from {}) belong to no tensor; the file holds {} data "
-                                     "bytes but its tensors end at {}",
-                         path, data_size - covered, covered, data_size, covered);
-    }
+    check_coverage(path, tensors, data_size);
 
     NetParams& net = ck.net;
     for (size_t l = 1;; ++l) {
@@ -334,7 +342,7 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
             PTXLAB_THROW(InputError, "{}: fc{}.weight takes {} inputs but fc{} gives {}", path, l, in, l - 1,
                          net.sizes.back());
         net.sizes.push_back(out);
-        auto read = [&](const Found& f) {
+        auto read = [&](const TensorSpan& f) {
             std::vector<float> v((f.end - f.begin) / 4);
             std::memcpy(v.data(), data + f.begin, f.end - f.begin);
             return v;

@@ -8,6 +8,10 @@
 #   steps     from the same initial weights (train --save-init, torch_reference --init-from)
 #             and the same batch order (--order ptxlab), each loss x optimizer x schedule for
 #             $STEPS steps; tools/compare_steps.py checks every step's loss to --rtol 1e-4
+#   same      from the same initial weights and batch order, the default recipe (seeds 1..$SEEDS)
+#             and Adam: test accuracy at each epoch's end, ptxlab then PyTorch
+#   f64       half-SSE with Nesterov, 200 steps: ptxlab and PyTorch float32 each against
+#             PyTorch in float64 (--dtype float64), to tell semantics from float32 rounding
 #   diverge   the 3-layer half-SSE lr 0.2 run that diverges: ptxlab must say so
 #   plot      tools/plot_curves.py of the default run next to PyTorch's
 #   tools/recipe_runs.sh OUTDIR [STAGES]   (build first: tools/device_proof.sh OUT build)
@@ -15,7 +19,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out="${1:-$root/out}"
-stages="${2:-seeds,adam,steps,diverge,plot}"
+stages="${2:-seeds,adam,steps,same,f64,diverge,plot}"
 mkdir -p "$out"
 P="${BUILD_DIR:-build-gpu}/ptxlab"
 T="python3 tools/torch_reference.py"
@@ -67,6 +71,29 @@ if has steps; then
     done
   done
   for sch in const cosine step; do run_pair "ce_nesterov_$sch" "--schedule $sch"; done
+fi
+epochs() { awk -F, -v K="$2" 'NR>1 && ($1 % K == 0) {printf "%.2f ", 100*$5}' "$1"; }
+if has same; then
+  log "from the same weights and batches: test accuracy at each epoch's end (ptxlab | PyTorch)"
+  K=$((60000 / ${BATCH:-64}))
+  for s in $(seq 1 "$SEEDS") adam; do
+    f="--seed $s"; [ "$s" = adam ] && f="--optimizer adam --lr 1e-3 --schedule cosine --warmup 0"
+    "$P" train --no-progress $f $EXTRA --save-init "$out/same_$s.safetensors" --log "$out/same_p$s.csv" >/dev/null 2>&1
+    $T $f $EXTRA --init-from "$out/same_$s.safetensors" --order ptxlab --log "$out/same_t$s.csv" >/dev/null 2>&1
+    echo "$s: $(epochs "$out/same_p$s.csv" $K)| $(epochs "$out/same_t$s.csv" $K)"
+  done
+fi
+if has f64; then
+  log "half-SSE + Nesterov, 200 steps: float32 runs against PyTorch in float64"
+  H="--loss half-sse --optimizer nesterov --lr 0.1 --max-steps 200"
+  "$P" train --no-progress --max-steps 1 --save-init "$out/init.safetensors" >/dev/null 2>&1
+  "$P" train --no-progress $H --log-steps "$out/f_p.csv" >/dev/null 2>&1
+  $T $H --init-from "$out/init.safetensors" --order ptxlab --log-steps "$out/f_t32.csv" >/dev/null 2>&1
+  $T $H --dtype float64 --init-from "$out/init.safetensors" --order ptxlab --log-steps "$out/f_t64.csv" >/dev/null 2>&1
+  for pair in "p t64" "t32 t64" "p t32"; do
+    set -- $pair
+    echo "$1 vs $2: $(python3 tools/compare_steps.py "$out/f_$1.csv" "$out/f_$2.csv" --steps 200 --rtol 1e-4 | grep -E "largest|PASS|FAIL" | paste -sd' ')"
+  done
 fi
 if has diverge; then
   log "a diverging recipe: 784,128,64,10, half-sse, sgd lr 0.2, constant, he-uniform"
