@@ -9,27 +9,40 @@
 
 namespace ptxlab {
 
-// ---- Initialisation -----------------------------------------------------------------
+namespace {
 
-Init parse_init(const std::string& name) {
-    if (name == "torch") return Init::Torch;
-    if (name == "he-uniform") return Init::HeUniform;
-    if (name == "he-normal") return Init::HeNormal;
-    if (name == "xavier") return Init::Xavier;
-    if (name == "notebook") return Init::Notebook;
-    PTXLAB_THROW(InputError, "unknown init '{}' (choose torch, he-uniform, he-normal, xavier or notebook)", name);
+// The flag names of a choice: parse_X and to_string(X) read this one table.
+template <class E> struct Named {
+    E value;
+    const char* name;
+};
+
+template <class E, size_t N> E parse_named(const Named<E> (&table)[N], const std::string& name, const char* what) {
+    std::string choices;
+    for (size_t i = 0; i < N; ++i) {
+        if (name == table[i].name) return table[i].value;
+        choices += fmt::format("{}{}", i == 0 ? "" : i + 1 == N ? " or " : ", ", table[i].name);
+    }
+    PTXLAB_THROW(InputError, "unknown {} '{}' (choose {})", what, name, choices);
 }
 
-std::string to_string(Init i) {
-    switch (i) {
-        case Init::Torch: return "torch";
-        case Init::HeUniform: return "he-uniform";
-        case Init::HeNormal: return "he-normal";
-        case Init::Xavier: return "xavier";
-        case Init::Notebook: return "notebook";
-    }
+template <class E, size_t N> std::string name_of(const Named<E> (&table)[N], E value) {
+    for (const auto& t : table)
+        if (t.value == value) return t.name;
     return "?";
 }
+
+}  // namespace
+
+
+// ---- Initialisation -----------------------------------------------------------------
+
+constexpr Named<Init> kInitNames[] = {
+    {Init::Torch, "torch"}, {Init::HeUniform, "he-uniform"}, {Init::HeNormal, "he-normal"},
+    {Init::Xavier, "xavier"}, {Init::Notebook, "notebook"}};
+Init parse_init(const std::string& name) { return parse_named(kInitNames, name, "init"); }
+std::string to_string(Init i) { return name_of(kInitNames, i); }
+
 
 std::string describe(Init i) {
     switch (i) {
@@ -84,21 +97,11 @@ NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t se
 
 // ---- Loss ----------------------------------------------------------------------------
 
-Loss parse_loss(const std::string& name) {
-    if (name == "ce") return Loss::Ce;
-    if (name == "mse") return Loss::Mse;
-    if (name == "half-sse") return Loss::HalfSse;
-    PTXLAB_THROW(InputError, "unknown loss '{}' (choose ce, mse or half-sse)", name);
-}
+constexpr Named<Loss> kLossNames[] = {
+    {Loss::Ce, "ce"}, {Loss::Mse, "mse"}, {Loss::HalfSse, "half-sse"}};
+Loss parse_loss(const std::string& name) { return parse_named(kLossNames, name, "loss"); }
+std::string to_string(Loss l) { return name_of(kLossNames, l); }
 
-std::string to_string(Loss l) {
-    switch (l) {
-        case Loss::Ce: return "ce";
-        case Loss::Mse: return "mse";
-        case Loss::HalfSse: return "half-sse";
-    }
-    return "?";
-}
 
 unsigned loss_code(Loss l) { return l == Loss::Ce ? kLossSoftmax : kLossDiff; }
 
@@ -157,27 +160,12 @@ void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy)
 
 // ---- Optimizer -----------------------------------------------------------------------
 
-OptimKind parse_optimizer(const std::string& name) {
-    if (name == "sgd") return OptimKind::Sgd;
-    if (name == "momentum") return OptimKind::Momentum;
-    if (name == "nesterov") return OptimKind::Nesterov;
-    if (name == "adam") return OptimKind::Adam;
-    if (name == "adamw") return OptimKind::AdamW;
-    if (name == "rmsprop") return OptimKind::RmsProp;
-    PTXLAB_THROW(InputError, "unknown optimizer '{}' (choose sgd, momentum, nesterov, adam, adamw or rmsprop)", name);
-}
+constexpr Named<OptimKind> kOptimKindNames[] = {
+    {OptimKind::Sgd, "sgd"}, {OptimKind::Momentum, "momentum"}, {OptimKind::Nesterov, "nesterov"},
+    {OptimKind::Adam, "adam"}, {OptimKind::AdamW, "adamw"}, {OptimKind::RmsProp, "rmsprop"}};
+OptimKind parse_optimizer(const std::string& name) { return parse_named(kOptimKindNames, name, "optimizer"); }
+std::string to_string(OptimKind k) { return name_of(kOptimKindNames, k); }
 
-std::string to_string(OptimKind k) {
-    switch (k) {
-        case OptimKind::Sgd: return "sgd";
-        case OptimKind::Momentum: return "momentum";
-        case OptimKind::Nesterov: return "nesterov";
-        case OptimKind::Adam: return "adam";
-        case OptimKind::AdamW: return "adamw";
-        case OptimKind::RmsProp: return "rmsprop";
-    }
-    return "?";
-}
 
 namespace {
 bool uses_m(OptimKind k) {
@@ -291,23 +279,12 @@ void optim_step(const OptimConfig& o, double lr, uint64_t t, double* p, const do
 
 // ---- Schedule ------------------------------------------------------------------------
 
-ScheduleKind parse_schedule(const std::string& name) {
-    if (name == "const") return ScheduleKind::Const;
-    if (name == "cosine") return ScheduleKind::Cosine;
-    if (name == "onecycle") return ScheduleKind::OneCycle;
-    if (name == "step") return ScheduleKind::Step;
-    PTXLAB_THROW(InputError, "unknown schedule '{}' (choose const, cosine, onecycle or step)", name);
-}
+constexpr Named<ScheduleKind> kScheduleKindNames[] = {
+    {ScheduleKind::Const, "const"}, {ScheduleKind::Cosine, "cosine"}, {ScheduleKind::OneCycle, "onecycle"},
+    {ScheduleKind::Step, "step"}};
+ScheduleKind parse_schedule(const std::string& name) { return parse_named(kScheduleKindNames, name, "schedule"); }
+std::string to_string(ScheduleKind k) { return name_of(kScheduleKindNames, k); }
 
-std::string to_string(ScheduleKind k) {
-    switch (k) {
-        case ScheduleKind::Const: return "const";
-        case ScheduleKind::Cosine: return "cosine";
-        case ScheduleKind::OneCycle: return "onecycle";
-        case ScheduleKind::Step: return "step";
-    }
-    return "?";
-}
 
 std::string ScheduleConfig::describe() const {
     std::string s;
@@ -349,25 +326,12 @@ double schedule_lr(const ScheduleConfig& c, double peak, uint64_t s, uint64_t S)
 
 // ---- Activation ----------------------------------------------------------------------
 
-Activation parse_activation(const std::string& name) {
-    if (name == "relu") return Activation::Relu;
-    if (name == "leaky-relu") return Activation::LeakyRelu;
-    if (name == "tanh") return Activation::Tanh;
-    if (name == "sigmoid") return Activation::Sigmoid;
-    if (name == "gelu") return Activation::Gelu;
-    PTXLAB_THROW(InputError, "unknown activation '{}' (choose relu, leaky-relu, tanh, sigmoid or gelu)", name);
-}
+constexpr Named<Activation> kActivationNames[] = {
+    {Activation::Relu, "relu"}, {Activation::LeakyRelu, "leaky-relu"}, {Activation::Tanh, "tanh"},
+    {Activation::Sigmoid, "sigmoid"}, {Activation::Gelu, "gelu"}};
+Activation parse_activation(const std::string& name) { return parse_named(kActivationNames, name, "activation"); }
+std::string to_string(Activation a) { return name_of(kActivationNames, a); }
 
-std::string to_string(Activation a) {
-    switch (a) {
-        case Activation::Relu: return "relu";
-        case Activation::LeakyRelu: return "leaky-relu";
-        case Activation::Tanh: return "tanh";
-        case Activation::Sigmoid: return "sigmoid";
-        case Activation::Gelu: return "gelu";
-    }
-    return "?";
-}
 
 namespace {
 constexpr double kLeakySlope = 0.01;

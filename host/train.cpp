@@ -22,11 +22,13 @@ namespace ptxlab {
 
 std::atomic<bool> g_stop_requested{false};
 
-std::vector<unsigned> parse_sizes(const std::string& text, const std::string& flag, unsigned long long max) {
+std::vector<unsigned> parse_sizes(const std::string& text, const std::string& flag, unsigned long long max,
+                                  unsigned long long min) {
     std::vector<unsigned> v;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
+    size_t start = 0;
+    while (true) {  // every item, an empty one before, between or after the commas included
+        const size_t comma = text.find(',', start);
+        const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         size_t used = 0;
         long long n = -1;
         try {
@@ -36,9 +38,11 @@ std::vector<unsigned> parse_sizes(const std::string& text, const std::string& fl
         }
         if (used == 0 || used != item.size())
             PTXLAB_THROW(InputError, "{}: '{}' is not a whole number (in '{}')", flag, item, text);
-        if (n < 1 || static_cast<unsigned long long>(n) > max)
-            PTXLAB_THROW(InputError, "{}: {} is out of range (1 .. {})", flag, n, max);
+        if (n < 0 || static_cast<unsigned long long>(n) < min || static_cast<unsigned long long>(n) > max)
+            PTXLAB_THROW(InputError, "{}: {} is out of range ({} .. {})", flag, n, min, max);
         v.push_back(static_cast<unsigned>(n));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
     }
     return v;
 }

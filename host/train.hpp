@@ -31,8 +31,9 @@
 
 namespace ptxlab {
 
-// "64,784,128" -> {64, 784, 128}: whole numbers in [1, max]; `flag` names the option in errors.
-std::vector<unsigned> parse_sizes(const std::string& text, const std::string& flag, unsigned long long max);
+// "64,784,128" -> {64, 784, 128}: whole numbers in [min, max]; `flag` names the option in errors.
+std::vector<unsigned> parse_sizes(const std::string& text, const std::string& flag, unsigned long long max,
+                                  unsigned long long min = 1);
 
 // "784,128,10" -> {784, 128, 10}; 2 or 3 layers (3 or 4 numbers), each >= 1.
 std::vector<unsigned> parse_layers(const std::string& text);

@@ -25,29 +25,6 @@ struct VerifyCliOptions {
 
 // "--shape" numbers: 0 .. 2^31 (the optimizers' variant may be 0; each harness says which
 // sizes must be at least 1).
-std::vector<unsigned> parse_shape(const std::string& text) {
-    std::vector<unsigned> v;
-    size_t start = 0;
-    while (true) {
-        const size_t comma = text.find(',', start);
-        const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        size_t used = 0;
-        long long n = -1;
-        try {
-            n = std::stoll(item, &used);
-        } catch (...) {
-            used = 0;
-        }
-        if (used == 0 || used != item.size())
-            PTXLAB_THROW(InputError, "--shape: '{}' is not a whole number (in '{}')", item, text);
-        if (n < 0 || n > (1ll << 31)) PTXLAB_THROW(InputError, "--shape: {} is out of range (0 .. {})", n, 1ll << 31);
-        v.push_back(static_cast<unsigned>(n));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-    }
-    return v;
-}
-
 int run_verify_cmd(const VerifyCliOptions& o) {
     if (o.shape_given && o.shape.find_first_not_of(" \t") == std::string::npos)
         PTXLAB_THROW(InputError, "--shape is empty: give the sizes, e.g. --shape 64,784,128,10 (or leave --shape out "
@@ -61,7 +38,7 @@ int run_verify_cmd(const VerifyCliOptions& o) {
             if (o.kernels.empty() || std::find(o.kernels.begin(), o.kernels.end(), c.entry) != o.kernels.end())
                 cases.push_back(c);
     } else {
-        const auto shape = parse_shape(o.shape);
+        const auto shape = parse_sizes(o.shape, "--shape", 1ull << 31, 0);
         const std::vector<std::string> names =
             o.kernels.empty() ? [] {
                 std::vector<std::string> all;

@@ -44,6 +44,7 @@ TEST_CASE("cli: bad training flags are rejected with the reason before any GPU w
                    Case{"--target 0", "--target must be in (0, 1]"},
                    Case{"--layers 784,0,10", "out of range"},
                    Case{"--layers 784,10", "give 3 (I,H,O) or 4"},
+                   Case{"--layers 784,128,10,", "'' is not a whole number (in '784,128,10,')"},
                    Case{"--hidden 0", "--hidden must be at least 1"},
                    Case{"--kernels fastest", "unknown kernel set 'fastest'"},
                    Case{"--loss hinge", "unknown loss 'hinge'"},
