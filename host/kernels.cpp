@@ -1,5 +1,7 @@
 #include "kernels.hpp"
 
+#include "files.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -73,6 +75,14 @@ const KernelSpec& kernel_spec(std::string_view entry) {
 
 KernelDirs KernelDirs::from_ptx_dir(const std::string& ptx_dir) {
     return {ptx_dir, (fs::path(ptx_dir) / "reference").string()};
+}
+
+KernelDirs KernelDirs::for_ptx_dir_flag(const std::string& dir) {
+    KernelDirs d = from_environment();
+    if (dir.empty()) return d;
+    require_directory(dir, "--ptx-dir");
+    d.ptx_dir = dir;
+    return d;
 }
 
 KernelDirs KernelDirs::from_environment() {

@@ -38,6 +38,10 @@ struct KernelDirs {
     std::string reference_dir;
     static KernelDirs from_environment();
     static KernelDirs from_ptx_dir(const std::string& ptx_dir);  // reference dir = <ptx_dir>/reference
+    // A command's --ptx-dir (train, bench, eval; check and verify read it the same way): the
+    // .ptx files from DIR, which must be a directory; the twins stay in the reference directory
+    // of from_environment(). An empty DIR gives from_environment().
+    static KernelDirs for_ptx_dir_flag(const std::string& dir);
 };
 
 // A kernel pair found on disk.

@@ -38,7 +38,7 @@ int run_bench_cmd(const BenchCliOptions& o) {
     opt.seed = o.seed;
     opt.data_dir = o.data;
     opt.json = o.json;
-    opt.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
+    opt.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
     opt.kernels = !o.no_kernels;
     opt.steps = !o.no_steps;
     opt.to_target = !o.no_target;
@@ -78,7 +78,8 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--epochs", o->epochs, "epochs of the time-to-target run (the schedule's length)")->capture_default_str();
     sub->add_option("--seed", o->seed, "seed for inputs, initialisation and shuffling")->capture_default_str();
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
-    sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory");
+    sub->add_option("--ptx-dir", o->ptx_dir,
+                    "read the PTX from this directory; the twins stay in the reference directory, as in check and verify");
     sub->add_option("--json", o->json, "also write the results to this file as JSON");
     sub->add_flag("--no-kernels", o->no_kernels, "skip the per-kernel timings");
     sub->add_flag("--no-steps", o->no_steps, "skip the training-step timings");

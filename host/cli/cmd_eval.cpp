@@ -13,7 +13,10 @@ struct EvalOptions {
 };
 
 int run_eval(const EvalOptions& o) {
-    driver();  // no GPU: say so before reading anything
+    // Everything that needs no GPU first: the flags, the checkpoint, the data, the kernel directory.
+    if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
+    const KernelChoice k0 = o.kernels == "auto" ? KernelChoice{} : parse_kernel_choice(o.kernels);
+    const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
     NetParams net = load_safetensors(o.load);
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
     Dataset data = load_dataset(dir);
@@ -21,14 +24,13 @@ int run_eval(const EvalOptions& o) {
         PTXLAB_THROW(InputError,
                      "{}: the checkpoint's network is {} but the dataset in {} has {}x{} = {} pixels and {} classes",
                      o.load, layers_text(net.sizes), dir, data.test.rows, data.test.cols, data.test.dim(), kClasses);
-    Context ctx(o.device);
     const bool three = net.sizes.size() == 4;
-    KernelDirs dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
-    const KernelChoice k = o.kernels == "auto" ? KernelChoice{three ? Design::Seed : Design::Fused, KernelSource::Ptx}
-                                               : parse_kernel_choice(o.kernels);
+    const KernelChoice k =
+        o.kernels == "auto" ? KernelChoice{three ? Design::Seed : Design::Fused, KernelSource::Ptx} : k0;
     if (uses_fused_forward(k.design) && three)
         PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks; {} has 3 layers (use --kernels ptx)",
                      to_string(k), o.load);
+    Context ctx(o.device);
     KernelSet ks(k.source, ctx.info(), dirs, forward_entries(k.design, net.sizes));
     EvalResult r = evaluate(ks, net, data.test);
     fmt::print("eval: {} ({} MLP) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
@@ -57,7 +59,8 @@ void setup_eval(CLI::App& app, Command& chosen) {
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
     sub->add_option("--kernels", o->kernels, "kernel set: fused, fast, ptx, fused-reference, fast-reference or reference; auto = fused for 2 layers, "
                     "ptx for 3 (fast evaluates with the fused forward kernels)")->capture_default_str();
-    sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory");
+    sub->add_option("--ptx-dir", o->ptx_dir,
+                    "read the PTX from this directory; the twins stay in the reference directory, as in check and verify");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
     sub->callback([o, &chosen] { chosen = [o] { return run_eval(*o); }; });
 }

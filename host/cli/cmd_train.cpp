@@ -139,7 +139,8 @@ int run_train(const TrainOptions& o) {
     cfg.one_launch = !o.three_launches;
     cfg.steps_per_launch = o.steps_per_launch;
     set_kernel_timeout(o.timeout);
-    cfg.dirs = o.ptx_dir.empty() ? KernelDirs::from_environment() : KernelDirs::from_ptx_dir(o.ptx_dir);
+    cfg.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
+    if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
     cfg.max_steps = o.max_steps;
     cfg.progress = !o.no_progress;
     cfg.log_csv = o.log;
@@ -308,7 +309,9 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
                     "this many seconds; 0: no limit")
         ->capture_default_str();
-    sub->add_option("--ptx-dir", o->ptx_dir, "kernel directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/)");
+    sub->add_option("--ptx-dir", o->ptx_dir,
+                    "read the PTX from this directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/); the twins "
+                    "stay in the reference directory, as in check and verify");
     sub->add_option("--log", o->log,
                     "write one CSV row per evaluation: step, epoch, train_loss, test_loss, test_accuracy, train_s, "
                     "elapsed_s, lr (tools/plot_curves.py draws it)");

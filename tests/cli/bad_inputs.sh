@@ -155,11 +155,11 @@ expect "flags: train --warmup 1"        2 "--warmup"                            
 expect "paths: --save in a missing dir" 2 "its directory /nonexistent does not exist"       $nogpu "$P" train --save /nonexistent/m.safetensors
 expect "paths: --log is a directory"    2 "is a directory, not a file to write"             $nogpu "$P" train --log "$t"
 expect "paths: --resume is missing"     2 "does not exist"                                  $nogpu "$P" train --resume "$t/nope.safetensors"
-# ---- checkpoints (eval looks for a GPU first: skipped without one) -------------
-expect_gpu "ckpt: a directory"          2 "is a directory"                                  "$P" eval --load "$t/ckpt_dir" --data "$t/data"
-expect_gpu "ckpt: a FIFO"               2 "is a FIFO, not a regular file"                   "$P" eval --load "$t/fifo.ptx" --data "$t/data"
-expect_gpu "ckpt: missing"              2 "does not exist"                                  "$P" eval --load "$t/none.safetensors" --data "$t/data"
-expect_gpu "ckpt: garbage"              2 "ckpt_garbage.safetensors"                        "$P" eval --load "$t/ckpt_garbage.safetensors" --data "$t/data"
+# ---- checkpoints (eval reads the checkpoint before it looks for a GPU) ----------
+expect     "ckpt: a directory"          2 "is a directory"                                  $nogpu "$P" eval --load "$t/ckpt_dir" --data "$t/data"
+expect     "ckpt: a FIFO"               2 "is a FIFO, not a regular file"                   $nogpu "$P" eval --load "$t/fifo.ptx" --data "$t/data"
+expect     "ckpt: missing"              2 "does not exist"                                  $nogpu "$P" eval --load "$t/none.safetensors" --data "$t/data"
+expect     "ckpt: garbage"              2 "ckpt_garbage.safetensors"                        $nogpu "$P" eval --load "$t/ckpt_garbage.safetensors" --data "$t/data"
 # ---- output -------------------------------------------------------------------
 expect_full "out: --help >/dev/full"    1 "writing to standard output failed"               "$P" --help
 expect_full "out: check >/dev/full"     1 "writing to standard output failed"               "$P" check --no-twins "$t/good.ptx"

@@ -1,6 +1,7 @@
 // The ptxlab executable: help, the no-GPU behaviour, data, and flag validation.
 #include "../helpers.hpp"
 #include "error.hpp"
+#include "safetensors.hpp"
 #include "train.hpp"
 
 #include <doctest/doctest.h>
@@ -18,7 +19,10 @@ TEST_CASE("cli: --help lists the commands and the exit codes") {
 
 TEST_CASE("cli: commands that need a GPU fail fast with one sentence when there is no driver") {
     const std::string env = "PTXLAB_LIBCUDA=/nonexistent/libcuda.so.1 ";
-    for (const char* cmd : {"train", "verify", "eval --load x.safetensors"}) {
+    TempDir t;  // eval reads its checkpoint before it looks for a GPU: give it a real one
+    ptxlab::save_safetensors(t.file("m.safetensors"), ptxlab::init_params({784, 16, 10}, ptxlab::Init::Torch, 1));
+    const std::string eval = "eval --load " + t.file("m.safetensors");
+    for (const char* cmd : {"train", "verify", eval.c_str()}) {
         CAPTURE(cmd);
         RunResult r = run_command(env + ptxlab_cmd(cmd));
         CHECK(r.code == 3);
@@ -146,4 +150,22 @@ TEST_CASE("train config: the classic recipe, the step schedule's interval, and t
     CHECK(ptxlab::format_ms(5.0) == "5.00 ms");
     CHECK(ptxlab::format_ms(123.6) == "124 ms");
     CHECK(ptxlab::format_ms(1234.4) == "1234 ms");
+}
+
+TEST_CASE("cli: eval checks its checkpoint, data and flags before it looks for a GPU") {
+    const std::string env = "PTXLAB_LIBCUDA=/nonexistent/libcuda.so.1 ";
+    RunResult missing = run_command(env + ptxlab_cmd("eval --load /nonexistent/m.safetensors"));
+    CHECK(missing.code == 2);
+    CHECK(missing.output.find("does not exist") != std::string::npos);
+    TempDir t;
+    ptxlab::save_safetensors(t.file("m.safetensors"), ptxlab::init_params({100, 16, 10}, ptxlab::Init::Torch, 1));
+    RunResult shape = run_command(env + ptxlab_cmd("eval --load " + t.file("m.safetensors")));
+    CHECK(shape.code == 2);
+    CHECK(shape.output.find("the checkpoint's network is 100,16,10") != std::string::npos);
+    RunResult device = run_command(env + ptxlab_cmd("eval --device -1 --load " + t.file("m.safetensors")));
+    CHECK(device.code == 2);
+    CHECK(device.output.find("--device must be a device ordinal >= 0") != std::string::npos);
+    RunResult dir = run_command(env + ptxlab_cmd("train --ptx-dir /nonexistent/ptx"));
+    CHECK(dir.code == 2);
+    CHECK(dir.output.find("--ptx-dir '/nonexistent/ptx' does not exist") != std::string::npos);
 }
