@@ -15,43 +15,30 @@ Exits 0 when every one of the first --steps common steps agrees within --rtol, 1
 malformed value. Differences in lr are reported as a warning and do not change the exit status.
 """
 import argparse
-import csv
 import math
+import os
 import sys
 
-
-class InputError(Exception):
-    pass
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from csvlog import InputError, read_rows  # noqa: E402
 
 
 def read_steps(path):
     """{step: (loss, lr or None, epoch or None)} from a --log-steps CSV, in file order."""
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise InputError(f"{path}: cannot open ({e.strerror})")
-    with f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
-            raise InputError(f"{path}: empty file (expected a header with the columns step and loss)")
-        cols = [c.strip() for c in reader.fieldnames]
-        reader.fieldnames = cols
-        missing = [c for c in ("step", "loss") if c not in cols]
-        if missing:
-            raise InputError(f"{path}: no column {' or '.join(missing)} in the header ({','.join(cols)}); "
-                             f"expected a --log-steps file (step,epoch,loss,lr)")
-        rows = {}
-        for line, row in enumerate(reader, start=2):
-            try:
-                step = int(row["step"])
-                loss = float(row["loss"])
-                lr = float(row["lr"]) if row.get("lr") not in (None, "") else None
-                epoch = int(row["epoch"]) if row.get("epoch") not in (None, "") else None
-            except (TypeError, ValueError):
-                raise InputError(f"{path}:{line}: cannot read step/loss/lr/epoch from {dict(row)}")
-            if step in rows:
-                raise InputError(f"{path}:{line}: step {step} appears twice")
-            rows[step] = (loss, lr, epoch)
+    _, lines = read_rows(path, ("step", "loss"), " (expected a header with the columns step and loss)",
+                         "; expected a --log-steps file (step,epoch,loss,lr)")
+    rows = {}
+    for line, row in lines:
+        try:
+            step = int(row["step"])
+            loss = float(row["loss"])
+            lr = float(row["lr"]) if row.get("lr") not in (None, "") else None
+            epoch = int(row["epoch"]) if row.get("epoch") not in (None, "") else None
+        except (TypeError, ValueError):
+            raise InputError(f"{path}:{line}: cannot read step/loss/lr/epoch from {dict(row)}")
+        if step in rows:
+            raise InputError(f"{path}:{line}: step {step} appears twice")
+        rows[step] = (loss, lr, epoch)
     if not rows:
         raise InputError(f"{path}: no rows after the header")
     return rows

@@ -16,41 +16,27 @@ logarithmic seconds axis (useful when one run is ten times faster). Legend entri
 --labels (comma-separated, one per log) or the file names. Needs matplotlib (Agg backend, no display).
 """
 import argparse
-import csv
 import math
 import os
 import sys
 
-
-class InputError(Exception):
-    pass
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from csvlog import InputError, read_rows  # noqa: E402
 
 
 def read_log(path):
     """Columns of a --log CSV as lists of floats; the required ones checked."""
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise InputError(f"{path}: cannot open ({e.strerror})")
-    with f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
-            raise InputError(f"{path}: empty file")
-        cols = [c.strip() for c in reader.fieldnames]
-        reader.fieldnames = cols
-        missing = [c for c in ("step", "test_accuracy") if c not in cols]
-        if missing:
-            raise InputError(f"{path}: no column {' or '.join(missing)} in the header ({','.join(cols)})")
-        if "train_s" not in cols and "elapsed_s" not in cols:
-            raise InputError(f"{path}: neither train_s nor elapsed_s in the header ({','.join(cols)})")
-        data = {c: [] for c in cols}
-        for line, row in enumerate(reader, start=2):
-            for c in cols:
-                v = row.get(c)
-                try:
-                    data[c].append(float(v) if v not in (None, "") else math.nan)
-                except ValueError:
-                    raise InputError(f"{path}:{line}: column {c}: {v!r} is not a number")
+    cols, lines = read_rows(path, ("step", "test_accuracy"))
+    if "train_s" not in cols and "elapsed_s" not in cols:
+        raise InputError(f"{path}: neither train_s nor elapsed_s in the header ({','.join(cols)})")
+    data = {c: [] for c in cols}
+    for line, row in lines:
+        for c in cols:
+            v = row.get(c)
+            try:
+                data[c].append(float(v) if v not in (None, "") else math.nan)
+            except ValueError:
+                raise InputError(f"{path}:{line}: column {c}: {v!r} is not a number")
     if not data["step"]:
         raise InputError(f"{path}: no rows after the header")
     return data
