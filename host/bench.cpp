@@ -35,7 +35,7 @@ BenchSet parse_bench_set(const std::string& full) {
         s.kernels = parse_kernel_choice(name.substr(0, name.size() - suffix.size()));
         if (s.kernels.design != Design::Fused)
             PTXLAB_THROW(InputError, "'{}': only the fused sets have a {} variant", full, suffix);
-        if (suffix == "/serial") s.overlap = false;
+        if (suffix == "/serial") s.overlap = false, s.one_launch = false;  // overlap only concerns separate launches
         else if (suffix == "/split") s.one_launch = false;
         else s.steps_per_launch = 1;
         s.recipe = recipe;
@@ -67,7 +67,9 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
     if (entry == "fused_output") return {entry, {B, kH, kO, kLossSoftmax}};  // the default recipe's loss (ce)
     if (entry == "grad2") return {entry, {B, kI, kH, kO, kLossSoftmax}};
     if (entry == "outer") return {entry, {B, kH, kI}};               // gW1 of one step
-    return {entry, {B, kI, kH, kO}};                                // forward2, fused_grad, fused_step
+    // The default recipe's step: cross-entropy, Nesterov.
+    if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov)}};
+    return {entry, {B, kI, kH, kO}};                                // forward2, fused_grad
 }
 
 // The least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) an entry must do.
@@ -85,9 +87,9 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
     if (e == "fused_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
     if (e == "fused_output") return {4 * (2 * B * H + O * H + O + 3 * B * O), 4 * B * H * O};
     if (e == "outer") return {4 * (B * H + B * I + B * H * I), B * H * I};
-    if (e == "fused_step")  // reads X, T and the parameters, writes A, Y and the parameters
-        return {4 * (B * I + B * O + 2 * params + B * H + B * O),
-                2 * B * (I * H + 2 * H * O) + 2 * B * ((I + 1) * H + (H + 1) * O) + 2 * params};
+    if (e == "fused_step")  // reads X, T, the parameters and m, writes A, Y, the parameters and m (Nesterov)
+        return {4 * (B * I + B * O + 4 * params + B * H + B * O),
+                2 * B * (I * H + 2 * H * O) + 2 * B * ((I + 1) * H + (H + 1) * O) + 7 * params};
     if (e == "fused_grad")  // reads X, A, D1, D2 once, writes the gradients; one multiply by the scale each
         return {4 * (B * I + 2 * B * H + B * O + params), 2 * B * ((I + 1) * H + (H + 1) * O) + params};
     return {0, 0};
@@ -201,7 +203,8 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
                    "GFLOP/s", "roofline");
         for (const auto& set : opt.sets) {
             const BenchSet bs = parse_bench_set(set);
-            if (!bs.overlap || !bs.one_launch || bs.steps_per_launch) continue;  // the same kernels as the plain set
+            if (!bs.overlap || !bs.one_launch || bs.steps_per_launch || !bs.recipe.empty())
+                continue;  // the same kernels as the plain set
             const KernelChoice k = bs.kernels;
             const auto entries = set_entries(k);
             KernelSet ks(k.source, ctx.info(), opt.dirs, entries);

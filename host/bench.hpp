@@ -24,8 +24,9 @@ namespace ptxlab {
 // programmatic dependent launches, as `train --no-overlap`), "/split" (the fused set's
 // separate launches, as `train --three-launches`) or "/single" (one launch of fused_step a
 // step, as `train --steps-per-launch 1`), then optionally a recipe: ":adam" (Adam, lr 1e-3)
-// or ":classic" (`train --preset classic`: MSE, plain SGD, the one-launch fused_step);
-// without one, `train`'s default recipe (cross-entropy, Nesterov, one-cycle).
+// or ":classic" (`train --preset classic`: MSE, plain SGD, a constant lr); without one,
+// `train`'s default recipe (cross-entropy, Nesterov, one-cycle). The fused set runs the
+// one-launch fused_step at batches up to 64 with every recipe.
 struct BenchSet {
     KernelChoice kernels;
     bool overlap = true;
@@ -38,10 +39,9 @@ BenchSet parse_bench_set(const std::string& name);  // InputError for an unknown
 struct BenchOptions {
     std::vector<unsigned> kernel_batches = {64, 1024};
     std::vector<unsigned> step_batches = {64, 256};
-    std::vector<std::string> sets = {"ptx",           "reference",     "fast",
-                                     "fast-reference", "fused",        "fused-reference",
-                                     "fused:adam",     "fused:classic", "fused/single:classic",
-                                     "fused/serial:classic", "fused/split:classic"};
+    std::vector<std::string> sets = {"ptx",         "reference",   "fast",       "fast-reference",   "fused",
+                                     "fused-reference", "fused:adam", "fused/single", "fused/split", "fused/split:adam",
+                                     "fused/serial", "fused:classic"};
     std::vector<std::string> target_sets = {"fused", "fused-reference", "fast"};
     double target = 0.98;
     unsigned epochs = 5;

@@ -47,10 +47,16 @@ void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s) {
         PTXLAB_THROW(Error, "internal error: fused_step launched with I = {}, O = {} (it takes I <= 800, O <= 32)", a.I,
                      a.O);
     if (a.steps == 0) PTXLAB_THROW(Error, "internal error: fused_step launched with 0 steps");
+    // The kernel finds W1 .. b2 inside P (step.ptx): they must be laid out so.
+    const CUdeviceptr b1 = a.P + size_t(a.H) * a.I * 4, W2 = b1 + size_t(a.H) * 4, b2 = W2 + size_t(a.O) * a.H * 4;
+    if (a.P == 0 || a.W1 != a.P || a.b1 != b1 || a.W2 != W2 || a.b2 != b2 || a.hyp == 0)
+        PTXLAB_THROW(Error, "internal error: fused_step takes W1, b1, W2, b2 back to back in P, and a step table");
+    const OptimConfig& o = a.optim;
     // Always a plain launch, never a programmatic dependent one: its grid barrier needs every
     // block resident, and a dependent launch's waiting blocks could take their SMs (step.ptx).
-    launch(k, false, fused_step_grid(k, a.H), s, a.X, a.T, a.W1, a.b1, a.W2, a.b2, a.A1, a.Y, a.Yp, a.sync, a.B,
-           a.I, a.H, a.O, a.lr, a.steps);
+    launch(k, false, fused_step_grid(k, a.H), s, a.X, a.T, a.P, a.M, a.V, a.A1, a.Y, a.Yp, a.sync, a.hyp, a.B, a.I,
+           a.H, a.O, a.steps, a.loss, a.scale, optim_code(o.kind), o.momentum, o.beta1, o.beta2, o.eps, o.alpha,
+           o.weight_decay);
 }
 
 void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {

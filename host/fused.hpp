@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kernels.hpp"
+#include "recipe.hpp"
 
 namespace ptxlab {
 
@@ -45,7 +46,6 @@ unsigned fused_step_grid(const Kernel& k, unsigned H);
 struct FusedArgs {
     CUdeviceptr X, T, W1, b1, W2, b2, A1, Y, D2, D1;
     unsigned B, I, H, O;
-    float lr;
     // fused_step's scratch: the partial outputs (fused_step_partials floats) and the grid
     // barrier's 64-bit arrival count (zero before the first launch; 8 bytes).
     CUdeviceptr Yp = 0, sync = 0;
@@ -62,6 +62,12 @@ struct FusedArgs {
     float scale = 0.0f;
     // The mean gradients fused_grad (or the fast set's batch_mean) writes: [H][I], [H], [O][H], [O].
     CUdeviceptr GW1 = 0, Gb1 = 0, GW2 = 0, Gb2 = 0;
+    // fused_step: the parameters as one flat array P (W1, b1, W2, b2 back to back: W1 .. b2
+    // above must point into it so), the optimizer state M and V with P's layout (0 where the
+    // optimizer keeps none; RMSprop's one buffer is V), the table of this launch's steps
+    // (hyp: steps records of recipe.hpp's StepHyper) and the optimizer.
+    CUdeviceptr P = 0, M = 0, V = 0, hyp = 0;
+    OptimConfig optim = {};
 };
 
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
@@ -69,7 +75,8 @@ void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
 // fused_grad: the batch gradients a.GW1, a.Gb1, a.GW2, a.Gb2 = a.scale * (batch sums).
 void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s);
-// fused_step: a.steps steps in one launch.
+// fused_step: a.steps steps in one launch, with the loss code a.loss, the gradient scale
+// a.scale and the optimizer a.optim (throws Error if a.P is not where a.W1 .. a.b2 say).
 void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s);
 
 // The fast set (--kernels fast) after fused_forward and fused_output: the per-sample weight

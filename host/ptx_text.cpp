@@ -360,13 +360,20 @@ AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path) 
     int depth = 0;
     bool file_emitted = false;
     bool has_file = clean.find(".file") != std::string::npos || clean.find(".loc") != std::string::npos;
+    bool continued = false;  // the last code line left a statement open (an instruction over several lines)
     for (size_t i = 0; i < raw_lines.size(); ++i) {
         const int orig = static_cast<int>(i) + 1;
         std::string_view code = i < lines.size() ? trim(lines[i]) : std::string_view{};
-        // Inside a function body, an instruction line gets a .loc before it.
-        bool instruction = !has_file && depth > 0 && !code.empty() && code[0] != '.' && code[0] != '{' &&
-                           code[0] != '}' && code.back() != ':' && code.find(':') == std::string_view::npos;
+        // Inside a function body, an instruction line gets a .loc before it (not a line that
+        // continues the instruction above it).
+        bool instruction = !has_file && depth > 0 && !continued && !code.empty() && code[0] != '.' &&
+                           code[0] != '{' && code[0] != '}' && code.back() != ':' &&
+                           code.find(':') == std::string_view::npos;
         if (instruction) emit(fmt::format(".loc 1 {} 0", orig), orig);
+        if (!code.empty()) {
+            const char last = code.back();
+            continued = depth > 0 && last != ';' && last != '{' && last != '}' && last != ':';
+        }
         emit(raw_lines[i], orig);
         if (!has_file && !file_emitted && code.rfind(".address_size", 0) == 0) {
             emit(fmt::format(".file 1 \"{}\"", escaped), orig);

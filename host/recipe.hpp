@@ -71,6 +71,9 @@ void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy)
 enum class OptimKind { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp };
 OptimKind parse_optimizer(const std::string& name);  // "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop"
 std::string to_string(OptimKind k);
+// The optimizer code the one-launch fused_step takes (its `optim` parameter, step.ptx):
+// 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop (OptimKind's order).
+inline unsigned optim_code(OptimKind k) { return static_cast<unsigned>(k); }
 
 struct OptimConfig {
     OptimKind kind = OptimKind::Nesterov;

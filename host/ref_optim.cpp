@@ -22,21 +22,27 @@ struct BV {
 
 BV exact(float x) { return {double(x), 0.0}; }
 
+// A product of magnitudes in an error term: an exact zero times an infinite bound (a value
+// at the ReLU kink) is zero, not NaN.
+double eprod(double a, double b) { return (a == 0.0 || b == 0.0) ? 0.0 : a * b; }
+
 // One .rn rounding of a result whose operands carried the propagated error `prop`.
 BV rounded(double x, double prop) { return {x, prop + kU * (std::fabs(x) + prop)}; }
 
 // a * b + c, one rounding (fma.rn).
 BV fma_rn(BV a, BV b, BV c) {
-    return rounded(a.v * b.v + c.v, std::fabs(a.v) * b.e + std::fabs(b.v) * a.e + a.e * b.e + c.e);
+    return rounded(a.v * b.v + c.v, eprod(std::fabs(a.v), b.e) + eprod(std::fabs(b.v), a.e) + eprod(a.e, b.e) + c.e);
 }
-BV mul_rn(BV a, BV b) { return rounded(a.v * b.v, std::fabs(a.v) * b.e + std::fabs(b.v) * a.e + a.e * b.e); }
+BV mul_rn(BV a, BV b) {
+    return rounded(a.v * b.v, eprod(std::fabs(a.v), b.e) + eprod(std::fabs(b.v), a.e) + eprod(a.e, b.e));
+}
 BV add_rn(BV a, BV b) { return rounded(a.v + b.v, a.e + b.e); }
 BV sub_rn(BV a, BV b) { return rounded(a.v - b.v, a.e + b.e); }
 // a / b (div.rn, correctly rounded): infinite bound when b's error could reach zero.
 BV div_rn(BV a, BV b) {
     const double x = a.v / b.v;
     if (!(b.e < std::fabs(b.v))) return {x, kInf};
-    return rounded(x, (a.e + std::fabs(x) * b.e) / (std::fabs(b.v) - b.e));
+    return rounded(x, (a.e + eprod(std::fabs(x), b.e)) / (std::fabs(b.v) - b.e));
 }
 // sqrt(a) (sqrt.rn, correctly rounded); a's computed value is never negative (a sum of
 // non-negative roundings), so the error of sqrt is at most min(sqrt(ea), ea / sqrt(a)).
@@ -77,76 +83,98 @@ Bounded ref_batch_mean(const std::vector<float>& Gs, unsigned N, unsigned B, flo
     return out;
 }
 
-RefOptim ref_optim_sgd(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& M,
-                       const StepHyper& h, float momentum, float weight_decay, bool nesterov) {
+namespace {
+
+Bounded exact_vector(const std::vector<float>& x) {
+    Bounded b;
+    b.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b.v[i] = x[i];
+    return b;
+}
+
+}  // namespace
+
+RefOptim ref_optim_bounded(const OptimConfig& o, const StepHyper& h, const std::vector<float>& P, const Bounded& G,
+                           const std::vector<float>& M, const std::vector<float>& V) {
     const size_t n = P.size();
-    check_sizes("ref_optim_sgd", n, G.size(), "G");
-    const bool use_m = momentum != 0.0f;
-    if (use_m) check_sizes("ref_optim_sgd", n, M.size(), "M");
+    const OptimKind k = o.kind;
+    const bool use_m = k == OptimKind::Momentum || k == OptimKind::Nesterov || k == OptimKind::Adam ||
+                       k == OptimKind::AdamW;
+    const bool use_v = k == OptimKind::Adam || k == OptimKind::AdamW || k == OptimKind::RmsProp;
+    check_sizes("ref_optim_bounded", n, G.size(), "G");
+    if (use_m) check_sizes("ref_optim_bounded", n, M.size(), "M");
+    if (use_v) check_sizes("ref_optim_bounded", n, V.size(), "V");
     RefOptim r;
     r.P.resize(n);
     if (use_m) r.M.resize(n);
-    const BV lr = exact(h.lr), mu = exact(momentum), wd = exact(weight_decay);
+    if (use_v) r.V.resize(n);
+    const BV one = exact(1.0f), mu = exact(o.momentum), wd = exact(o.weight_decay), eps = exact(o.eps);
+    const BV b1 = exact(o.beta1), b2 = exact(o.beta2), alpha = exact(o.alpha);
+    const BV lr = exact(h.lr), step = exact(h.step_size), bc2 = exact(h.bc2_sqrt), decay = exact(h.decay);
     for (size_t i = 0; i < n; ++i) {
-        const BV p = exact(P[i]);
-        BV g = exact(G[i]);
-        if (weight_decay != 0.0f) g = fma_rn(wd, p, g);
-        if (use_m) {
-            const BV m = add_rn(mul_rn(mu, exact(M[i])), g);
-            put(r.M, i, m);
-            g = nesterov ? fma_rn(mu, m, g) : m;
+        BV p = exact(P[i]), g = {G.v[i], G.e[i]};
+        if (k == OptimKind::AdamW) p = mul_rn(p, decay);
+        else if (o.weight_decay != 0.0f) g = fma_rn(wd, p, g);
+        switch (k) {
+            case OptimKind::Sgd: put(r.P, i, fma_rn(neg(lr), g, p)); break;
+            case OptimKind::Momentum:
+            case OptimKind::Nesterov: {
+                const BV m = add_rn(mul_rn(mu, exact(M[i])), g);
+                put(r.M, i, m);
+                put(r.P, i, fma_rn(neg(lr), k == OptimKind::Nesterov ? fma_rn(mu, m, g) : m, p));
+                break;
+            }
+            case OptimKind::Adam:
+            case OptimKind::AdamW: {
+                const BV m0 = exact(M[i]), v0 = exact(V[i]);
+                const BV m = fma_rn(sub_rn(one, b1), sub_rn(g, m0), m0);
+                const BV v = fma_rn(sub_rn(one, b2), mul_rn(g, g), mul_rn(v0, b2));
+                put(r.M, i, m);
+                put(r.V, i, v);
+                const BV denom = add_rn(div_rn(sqrt_rn(v), bc2), eps);
+                put(r.P, i, fma_rn(neg(step), div_rn(m, denom), p));
+                break;
+            }
+            case OptimKind::RmsProp: {
+                const BV v = fma_rn(sub_rn(one, alpha), mul_rn(g, g), mul_rn(exact(V[i]), alpha));
+                put(r.V, i, v);
+                put(r.P, i, fma_rn(neg(lr), div_rn(g, add_rn(sqrt_rn(v), eps)), p));
+                break;
+            }
         }
-        put(r.P, i, fma_rn(neg(lr), g, p));
     }
     return r;
+}
+
+RefOptim ref_optim_sgd(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& M,
+                       const StepHyper& h, float momentum, float weight_decay, bool nesterov) {
+    OptimConfig o;
+    o.kind = momentum == 0.0f ? OptimKind::Sgd : nesterov ? OptimKind::Nesterov : OptimKind::Momentum;
+    o.momentum = momentum;
+    o.weight_decay = weight_decay;
+    return ref_optim_bounded(o, h, P, exact_vector(G), M, {});
 }
 
 RefOptim ref_optim_adam(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& M,
                         const std::vector<float>& V, const StepHyper& h, float beta1, float beta2, float eps,
                         float weight_decay, bool decoupled) {
-    const size_t n = P.size();
-    check_sizes("ref_optim_adam", n, G.size(), "G");
-    check_sizes("ref_optim_adam", n, M.size(), "M");
-    check_sizes("ref_optim_adam", n, V.size(), "V");
-    RefOptim r;
-    r.P.resize(n);
-    r.M.resize(n);
-    r.V.resize(n);
-    const BV one = exact(1.0f), b1 = exact(beta1), b2 = exact(beta2), e = exact(eps), wd = exact(weight_decay);
-    const BV step = exact(h.step_size), bc2 = exact(h.bc2_sqrt), decay = exact(h.decay);
-    for (size_t i = 0; i < n; ++i) {
-        BV p = exact(P[i]), g = exact(G[i]);
-        if (decoupled) p = mul_rn(p, decay);
-        else if (weight_decay != 0.0f) g = fma_rn(wd, p, g);
-        const BV m0 = exact(M[i]), v0 = exact(V[i]);
-        const BV m = fma_rn(sub_rn(one, b1), sub_rn(g, m0), m0);
-        const BV v = fma_rn(sub_rn(one, b2), mul_rn(g, g), mul_rn(v0, b2));
-        put(r.M, i, m);
-        put(r.V, i, v);
-        const BV denom = add_rn(div_rn(sqrt_rn(v), bc2), e);
-        put(r.P, i, fma_rn(neg(step), div_rn(m, denom), p));
-    }
-    return r;
+    OptimConfig o;
+    o.kind = decoupled ? OptimKind::AdamW : OptimKind::Adam;
+    o.beta1 = beta1;
+    o.beta2 = beta2;
+    o.eps = eps;
+    o.weight_decay = weight_decay;
+    return ref_optim_bounded(o, h, P, exact_vector(G), M, V);
 }
 
 RefOptim ref_optim_rmsprop(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& V,
                            const StepHyper& h, float alpha, float eps, float weight_decay) {
-    const size_t n = P.size();
-    check_sizes("ref_optim_rmsprop", n, G.size(), "G");
-    check_sizes("ref_optim_rmsprop", n, V.size(), "V");
-    RefOptim r;
-    r.P.resize(n);
-    r.V.resize(n);
-    const BV one = exact(1.0f), a = exact(alpha), e = exact(eps), wd = exact(weight_decay), lr = exact(h.lr);
-    for (size_t i = 0; i < n; ++i) {
-        const BV p = exact(P[i]);
-        BV g = exact(G[i]);
-        if (weight_decay != 0.0f) g = fma_rn(wd, p, g);
-        const BV v = fma_rn(sub_rn(one, a), mul_rn(g, g), mul_rn(exact(V[i]), a));
-        put(r.V, i, v);
-        put(r.P, i, fma_rn(neg(lr), div_rn(g, add_rn(sqrt_rn(v), e)), p));
-    }
-    return r;
+    OptimConfig o;
+    o.kind = OptimKind::RmsProp;
+    o.alpha = alpha;
+    o.eps = eps;
+    o.weight_decay = weight_decay;
+    return ref_optim_bounded(o, h, P, exact_vector(G), {}, V);
 }
 
 }  // namespace ptxlab

@@ -60,14 +60,6 @@ void dense_bounded(const float* W, const float* b, const double* in, const doubl
     }
 }
 
-// p - lr * sum / B from a bounded sum: one rounding for the division, one for the fma.
-void sgd_bounded(float p0, double sum, double esum, unsigned B, double lr, double& v, double& e) {
-    const double mean = sum / B;
-    const double emean = esum / B + kU * (std::fabs(mean) + esum / B);
-    v = double(p0) - lr * mean;
-    e = lr * emean + kU * (std::fabs(v) + lr * emean);
-}
-
 // Sample s's deltas from its bounded outputs y: D2 = the output delta of the loss code
 // (ref_output_delta) and D1 = (D2 W) * [a > 0], an fma chain over the O outputs (gamma_O);
 // a unit at the ReLU kink (kink[h], when given) gets an infinite bound.
@@ -309,7 +301,7 @@ void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const 
 }
 
 RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                            float lr) {
+                            unsigned loss, float scale) {
     const unsigned I = net.sizes[0], H = net.sizes[1], O = net.sizes[2];
     RefFusedStep r;
     r.A.resize(size_t(B) * H);
@@ -329,12 +321,12 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
         double* ey = r.Y.e.data() + size_t(s) * O;
         // A 16-term chain per tile, the tiles added in order, then the bias.
         dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr, (H + 15) / 16 + 1);
-        output_deltas(kRefLossDiff, net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s);
+        output_deltas(loss, net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s);
     }
-    // p - lr * (sum_s L[s][row] R[s][col]) / B, R = nullptr for a bias (R = 1); both factors bounded.
-    auto update = [&](Bounded& out, const std::vector<float>& P0, const Bounded& L, const Bounded* R, unsigned rows,
-                      unsigned cols) {
+    // G = scale * sum_s L[s][row] R[s][col], R = nullptr for a bias (R = 1); both factors bounded.
+    auto grad = [&](Bounded& out, const Bounded& L, const Bounded* R, unsigned rows, unsigned cols) {
         out.resize(size_t(rows) * cols);
+        const double sc = scale;
         for (unsigned row = 0; row < rows; ++row)
             for (unsigned col = 0; col < cols; ++col) {
                 double sum = 0.0, mag = 0.0, prop = 0.0;
@@ -347,16 +339,18 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
                     prop += prod(std::fabs(l), er) + prod(std::fabs(rv), el) + prod(el, er);
                 }
                 const size_t i = size_t(row) * cols + col;
-                sgd_bounded(P0[i], sum, gamma(B) * mag + prop, B, lr, out.v[i], out.e[i]);
+                const double esum = gamma(B) * mag + prop, v = sc * sum, ev = std::fabs(sc) * esum;
+                out.v[i] = v;
+                out.e[i] = ev + kU * (std::fabs(v) + ev);  // the product with the scale, rounded once
             }
     };
     Bounded Xb;
     Xb.resize(size_t(B) * I);
     for (size_t i = 0; i < Xb.size(); ++i) Xb.v[i] = X[i];
-    update(r.W1, net.W[0], D1, &Xb, H, I);
-    update(r.b1, net.b[0], D1, nullptr, H, 1);
-    update(r.W2, net.W[1], D2, &r.A, O, H);
-    update(r.b2, net.b[1], D2, nullptr, O, 1);
+    grad(r.GW1, D1, &Xb, H, I);
+    grad(r.Gb1, D1, nullptr, H, 1);
+    grad(r.GW2, D2, &r.A, O, H);
+    grad(r.Gb2, D2, nullptr, O, 1);
     return r;
 }
 

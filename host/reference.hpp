@@ -114,17 +114,18 @@ RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<f
 void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const std::vector<float>& R, unsigned B,
                     unsigned rows, unsigned cols, float scale);
 
-// One whole step of fused_step (step.ptx) on a 2-layer net: A, Y, and the parameters after
-// p -= lr * (batch gradient) / B (the kernel rounds lr/B once and applies fma(-(lr/B), sum, p):
-// the same bound as rounding sum/B). Bounds: A gamma_{I+10}; Y gamma_{H+ceil(H/16)+1} (16-unit
-// tile chains, then the tiles and the bias); D1 gamma_O; each gradient gamma_B over the
-// propagated bounds of its factors. A parameter whose gradient depends on a hidden unit at
-// the ReLU kink gets an infinite bound.
+// The forward pass and mean gradient of one fused_step (step.ptx) on a 2-layer net: A, Y
+// and G = mul.rn(sum, scale) of W1, b1, W2, b2 (the loss code's deltas; the kernel never
+// stores G: ref_optim.hpp's ref_optim_bounded takes it on to the optimizer's step). Bounds:
+// A gamma_{I+10}; Y gamma_{H+ceil(H/16)+1} (16-unit tile chains, then the tiles and the
+// bias); D2 as ref_output_delta; D1 gamma_O; each gradient sum gamma_B over the propagated
+// bounds of its factors, then one rounding for the scale. A gradient that depends on a
+// hidden unit at the ReLU kink gets an infinite bound.
 struct RefFusedStep {
-    Bounded A, Y, W1, b1, W2, b2;
+    Bounded A, Y, GW1, Gb1, GW2, Gb2;
 };
 RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                            float lr);
+                            unsigned loss, float scale);
 
 // dst[r][c] = src[idx[r]][c] (exact).
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols);

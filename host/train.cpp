@@ -102,11 +102,6 @@ ScheduleConfig TrainConfig::schedule_for(unsigned steps_per_epoch) const {
     return c;
 }
 
-bool TrainConfig::classic_recipe() const {
-    return loss != Loss::Ce && optim.kind == OptimKind::Sgd && optim.weight_decay == 0.0f &&
-           schedule.kind == ScheduleKind::Const && schedule.warmup == 0.0;
-}
-
 std::string format_ms(double ms) {
     if (!(ms >= 0) || !std::isfinite(ms)) return fmt::format("{} ms", ms);
     const char* f = ms >= 100 ? "{:.0f} ms" : ms >= 10 ? "{:.1f} ms" : ms >= 1 ? "{:.2f} ms" : "{:.3f} ms";
@@ -118,9 +113,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// Whether training with `cfg` runs the one-launch fused_step.
+// Whether training with `cfg` runs the one-launch fused_step (any loss and optimizer).
 bool uses_fused_step(const TrainConfig& cfg) {
-    return cfg.kernels.design == Design::Fused && cfg.one_launch && cfg.classic_recipe() &&
+    return cfg.kernels.design == Design::Fused && cfg.one_launch &&
            fused_step_preferred(cfg.batch, cfg.layers.front(), cfg.layers.back());
 }
 
@@ -235,11 +230,23 @@ void launch_seed_means(const KernelSet& ks, const DeviceNet& n, unsigned B, floa
     }
 }
 
-FusedArgs fused_args(const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, unsigned B, float lr) {
+// The buffers of a fused pass on batch X, T (outputs to Y); with a training config, also its
+// recipe (loss code, gradient scale, optimizer) and fused_step's flat parameters and state.
+FusedArgs fused_args(const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, unsigned B,
+                     const TrainConfig* cfg = nullptr) {
     FusedArgs a{X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(), n.acts[0].ptr(), Y, n.D2.ptr(), n.D1.ptr(),
-                B, n.sizes[0], n.sizes[1], n.sizes[2], lr};
+                B, n.sizes[0], n.sizes[1], n.sizes[2]};
     a.Yp = n.Yp.ptr();
     a.sync = n.sync.ptr();
+    a.P = n.params.ptr();
+    if (cfg) {
+        a.loss = loss_code(cfg->loss);
+        a.scale = grad_scale(cfg->loss, B, n.sizes[2]);
+        a.optim = cfg->optim;
+        a.M = n.state1.ptr();
+        a.V = n.state2.ptr();
+        if (cfg->optim.kind == OptimKind::RmsProp) std::swap(a.M, a.V);  // its one buffer is its v
+    }
     if (!n.GW.empty()) {
         a.GW1 = n.GW[0].ptr();
         a.Gb1 = n.Gb[0].ptr();
@@ -307,7 +314,7 @@ public:
     void enqueue(const KernelSet& ks, DeviceNet& net, CUstream s, Loss loss) {
         const unsigned n = static_cast<unsigned>(test_.count);
         if (uses_fused_forward(design_)) {
-            FusedArgs a = fused_args(net, X_.ptr(), T_.ptr(), acts_.back().ptr(), n, 0.0f);
+            FusedArgs a = fused_args(net, X_.ptr(), T_.ptr(), acts_.back().ptr(), n);
             a.A1 = acts_[0].ptr();
             a.D1 = D1_.ptr();
             a.D2 = D2_.ptr();
@@ -487,8 +494,7 @@ Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg
       perm_(N_ * 4, "shuffle order"), Ylog_(size_t(K_) * B_ * O_ * 4, "outputs of every step of an epoch"),
       hyp_(size_t(K_) * sizeof(StepHyper), "per-step learning rates and bias corrections of an epoch"),
       evaluator_(data.test, cfg.layers, design_),
-      net_(init_params(cfg.layers, cfg.init, cfg.seed), cfg.batch, design_, one_launch_ ? 0 : cfg.optim.state_buffers(),
-           one_launch_),
+      net_(init_params(cfg.layers, cfg.init, cfg.seed), cfg.batch, design_, cfg.optim.state_buffers(), one_launch_),
       s_(stream_.get()), shuffle_rng_(cfg.seed ^ 0x5eed5eed5eed5eedull), schedule_(cfg.schedule_for(K_)),
       order_(N_), labels_shuffled_(N_), Yhost_(size_t(chunk_) * B_ * O_), lr_epoch_(K_), bar_(cfg.progress) {
     static_assert(sizeof(StepHyper) == 16, "ptx/optim.ptx reads four floats a step");
@@ -595,8 +601,9 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
         params.push_back({n.b[l].name(), &n.b[l], 0});
     }
     std::vector<StepKernel> v;
-    if (one_launch_) {  // the classic recipe's whole step in one launch
-        FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, cfg_.lr * (cfg_.loss == Loss::Mse ? 2.0f / float(O_) : 1.0f));
+    if (one_launch_) {  // the whole step in one launch
+        FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, &cfg_);
+        a.hyp = hyp_.ptr() + size_t(k) * sizeof(StepHyper);
         const Kernel& fs = ks.get("fused_step");
         std::vector<StepKernel::Write> w = {{"A1", &n.acts[0], sizes_[1]}};
         w.insert(w.end(), params.begin(), params.end());
@@ -610,9 +617,7 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
         grads.push_back({n.Gb[l].name(), &n.Gb[l], 0});
     }
     if (uses_fused_forward(design_)) {
-        FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, cfg_.lr);
-        a.loss = loss_code(cfg_.loss);
-        a.scale = scale;
+        FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, &cfg_);
         // Both 2-layer designs start with the same forward pass and deltas. Only the fused
         // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
         a.overlap = design_ == Design::Fused && cfg_.overlap;
@@ -667,8 +672,8 @@ void Trainer::enqueue_steps(unsigned a, unsigned b) {
         for (unsigned k = a; k < b; k += per) {
             const size_t first = size_t(k) * B_;
             FusedArgs fa = fused_args(net_, Xs_.ptr() + first * I_ * 4, Ts_.ptr() + first * O_ * 4,
-                                      Ylog_.ptr() + first * O_ * 4, B_,
-                                      cfg_.lr * (cfg_.loss == Loss::Mse ? 2.0f / float(O_) : 1.0f));
+                                      Ylog_.ptr() + first * O_ * 4, B_, &cfg_);
+            fa.hyp = hyp_.ptr() + size_t(k) * sizeof(StepHyper);
             fa.steps = std::min(per, b - k);
             launch_fused_step(fs, fa, s_);
         }

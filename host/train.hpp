@@ -73,8 +73,8 @@ struct TrainConfig {
     bool overlap = true;        // fused set: programmatic dependent launches (each kernel is scheduled
                                 // while the previous one drains; griddepcontrol in fused.ptx; fused_step
                                 // is always launched plainly, see step.ptx)
-    bool one_launch = true;     // fused set, classic recipe: the whole step in one launch (fused_step,
-                                // step.ptx) for batches <= 64 and I <= 800, O <= 32
+    bool one_launch = true;     // fused set: the whole step in one launch (fused_step, step.ptx) for
+                                // batches <= 64 and I <= 800, O <= 32
     unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design
     unsigned steps_per_launch = 0;  // fused_step: steps run by one launch (0: every step of a chunk;
                                     // 1: a launch a step); the results are the same bit for bit
@@ -86,8 +86,6 @@ struct TrainConfig {
     const ResumeState* resume = nullptr;  // continue this run (train --resume)
     void validate_flags() const;              // checks that need no data; throws InputError with the reason
     void validate(const Split& train) const;  // validate_flags() plus the checks against the data
-    // The recipe fused_step runs: MSE or half-SSE, plain SGD without weight decay, a constant lr.
-    bool classic_recipe() const;
     // The schedule with the step schedule's interval in steps (from step_every_epochs).
     ScheduleConfig schedule_for(unsigned steps_per_epoch) const;
 };

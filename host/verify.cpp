@@ -40,7 +40,9 @@ std::string shape_names(const std::string& entry) {
     if (entry == "fused_forward") return "B,I,H";
     if (entry == "fused_grad") return "B,I,H,O";
     if (entry == "outer") return "B,R,C";
-    if (entry == "fused_step") return "B,I,H,O";
+    // fused_step: the loss code, then the optimizer code (recipe.hpp optim_code: 0 sgd,
+    // 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop).
+    if (entry == "fused_step") return "B,I,H,O,loss,optim";
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
@@ -81,20 +83,29 @@ void validate_case(const VerifyCase& c) {
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
                      c.shape.size());
     const unsigned variants = optim_variants(c.entry);
-    // A trailing "loss" is a loss code, not a size.
-    const bool loss_last = takes_loss_code(c.entry);
+    size_t start = 0;
     for (size_t k = 0; k < c.shape.size(); ++k) {
-        if (loss_last && k + 1 == c.shape.size()) {
-            if (c.shape[k] != kLossDiff && c.shape[k] != kLossSoftmax)
+        const size_t comma = names.find(',', start);
+        const std::string name = names.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        start = comma + 1;
+        const unsigned x = c.shape[k];
+        if (name == "loss") {  // a loss code, not a size
+            if (x != kLossDiff && x != kLossSoftmax)
                 PTXLAB_THROW(InputError, "kernel '{}': the loss code must be {} (y - t) or {} (softmax(y) - t), got {}",
-                             c.entry, kLossDiff, kLossSoftmax, c.shape[k]);
-        } else if (c.shape[k] == 0 && !(variants && k == 1)) {
+                             c.entry, kLossDiff, kLossSoftmax, x);
+        } else if (name == "optim") {
+            if (x > optim_code(OptimKind::RmsProp))
+                PTXLAB_THROW(InputError, "kernel '{}': the optimizer code must be 0 (sgd), 1 (momentum), 2 (nesterov), "
+                                         "3 (adam), 4 (adamw) or 5 (rmsprop), got {}",
+                             c.entry, x);
+        } else if (name == "variant") {
+            if (x >= variants)
+                PTXLAB_THROW(InputError, "kernel '{}' has variants 0..{} ({}), got {}", c.entry, variants - 1,
+                             optim_variant_list(c.entry), x);
+        } else if (x == 0) {
             PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
         }
     }
-    if (variants && c.shape[1] >= variants)
-        PTXLAB_THROW(InputError, "kernel '{}' has variants 0..{} ({}), got {}", c.entry, variants - 1,
-                     optim_variant_list(c.entry), c.shape[1]);
 }
 
 std::string shape_text(const VerifyCase& c) {
@@ -105,6 +116,7 @@ std::string shape_text(const VerifyCase& c) {
         std::string n = names.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         out += fmt::format("{}{}={}", out.empty() ? "" : " ", n, c.shape[k]);
         if (n == "variant") out += fmt::format(" ({})", optim_variant_text(c.entry, c.shape[k]));
+        if (n == "optim") out += fmt::format(" ({})", to_string(static_cast<OptimKind>(c.shape[k])));
         ++k;
         if (comma == std::string::npos) break;
         start = comma + 1;
@@ -165,12 +177,27 @@ std::vector<VerifyCase> default_cases() {
     // (16 chunks: X restaged in phase 2); 300 hidden units (19 tiles, partial last tile) and
     // 2000 (125 tiles: more tiles than resident clusters, so clusters loop); I = 13 and 257
     // (single-float copies, ranks with few or no columns), I = 800 (the widest it takes),
-    // O = 32 (the most), 1 x 1 x 1 x 1.
-    for (const auto& s : std::vector<std::vector<unsigned>>{{64, 784, 128, 10},  {1, 784, 128, 10},  {63, 784, 128, 10},
-                                                            {1000, 784, 128, 10}, {64, 784, 300, 10}, {64, 100, 2000, 10},
-                                                            {65, 13, 5, 3},       {9, 257, 33, 17},   {64, 800, 16, 32},
-                                                            {1, 1, 1, 1}})
-        v.push_back({"fused_step", s});
+    // O = 32 (the most), 1 x 1 x 1 x 1. The first three shapes with every loss and optimizer
+    // code; the others with one pair each, in turn, so that every pair runs on some shape.
+    const std::vector<std::vector<unsigned>> step_shapes = {
+        {64, 784, 128, 10}, {65, 13, 5, 3},     {1, 1, 1, 1},      {1, 784, 128, 10}, {63, 784, 128, 10},
+        {1000, 784, 128, 10}, {64, 784, 300, 10}, {64, 100, 2000, 10}, {9, 257, 33, 17}, {64, 800, 16, 32}};
+    const unsigned optim_codes = optim_code(OptimKind::RmsProp) + 1;
+    for (size_t i = 0; i < step_shapes.size(); ++i) {
+        auto with = [&](unsigned loss, unsigned optim) {
+            std::vector<unsigned> s = step_shapes[i];
+            s.push_back(loss);
+            s.push_back(optim);
+            v.push_back({"fused_step", s});
+        };
+        if (i < 3) {
+            for (unsigned loss : {kLossDiff, kLossSoftmax})
+                for (unsigned o = 0; o < optim_codes; ++o) with(loss, o);
+        } else {
+            const unsigned pair = unsigned(i - 3) * 5;  // walks the 12 pairs
+            with(pair % 2, (pair / 2) % optim_codes);
+        }
+    }
     // The fast set's outer products: gW1 and gW2 of a batch of 64 (16-byte path), odd row
     // lengths (single floats), one element.
     for (const auto& s : std::vector<std::vector<unsigned>>{{64, 128, 784}, {64, 10, 128}, {63, 37, 13}, {5, 3, 2001}, {1, 1, 1}})
@@ -186,8 +213,8 @@ static std::vector<VerifyCase> quick_shapes() {
             {"batch_mean", {10, 63}},             {"batch_mean", {1000, 64}},             {"gather", {63, 784, 100}},
             {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
             {"fused_output", {64, 33, 17}},       {"fused_grad", {65, 13, 5, 3}},     {"fused_grad", {64, 784, 128, 10}},
-            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10}},
-            {"fused_step", {65, 13, 5, 3}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
+            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10, 1, 2}},
+            {"fused_step", {65, 13, 5, 3, 0, 4}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
             {"optim_adam", {1000, 2}},            {"optim_rmsprop", {1000, 1}}};
 }
 
@@ -217,6 +244,14 @@ struct Tensor {
     std::vector<size_t> dims;
     Role role = Role::In;
     std::vector<float> data;  // inputs (In, InOut); idx tensors are stored bit-cast
+    // A flat array of several tensors back to back (fused_step's parameters and optimizer
+    // state): their names and shapes, for messages.
+    struct Part {
+        std::string name;
+        size_t offset;
+        std::vector<size_t> dims;
+    };
+    std::vector<Part> parts = {};
     size_t count() const {
         size_t n = 1;
         for (auto d : dims) n *= d;
@@ -490,37 +525,89 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
-// fused_step: a random network and batch; Yp (scratch) starts as poison, the grid barrier's
-// 64-bit count as 0 (as train sets it).
+// fused_step: a random network, batch, optimizer state and step record; the parameters and
+// the state each in one flat array (W1, b1, W2, b2: the layout the kernel takes). Yp
+// (scratch) starts as poison, the grid barrier's 64-bit count as 0 (as train sets it). The
+// optimizer's constants are random in their ranges, with weight decay for momentum, adam,
+// adamw and rmsprop (sgd and nesterov run without).
 Harness make_step_harness(const VerifyCase& c, Rng& rng) {
-    const unsigned B = c.shape[0], I = c.shape[1], H = c.shape[2], O = c.shape[3];
+    const unsigned B = c.shape[0], I = c.shape[1], H = c.shape[2], O = c.shape[3], loss = c.shape[4];
     if (!fused_step_fits(I, O))
         PTXLAB_THROW(InputError, "fused_step takes I <= 800 and O <= 32, got I = {}, O = {}", I, O);
-    const float lr = rng.uniform(0.01f, 1.0f);
+    OptimConfig o;
+    o.kind = static_cast<OptimKind>(c.shape[5]);
+    o.momentum = rng.uniform(0.5f, 0.99f);
+    o.beta1 = rng.uniform(0.8f, 0.95f);
+    o.beta2 = rng.uniform(0.9f, 0.9999f);
+    o.eps = rng.uniform(1e-8f, 1e-6f);
+    o.alpha = rng.uniform(0.9f, 0.999f);
+    const bool wd_on = o.kind != OptimKind::Sgd && o.kind != OptimKind::Nesterov;
+    o.weight_decay = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
+    const StepHyper hy = step_hyper(o, rng.uniform(0.01f, 0.5f), 1 + rng.below(1000));
+    const float scale = grad_scale(loss == kLossSoftmax ? Loss::Ce : Loss::Mse, B, O);
     NetParams net = random_net(rng, {I, H, O});
     std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
     std::vector<float> T = random_targets(rng, B, O);
-    RefFusedStep r = ref_fused_step(net, X, T, B, lr);
+    RefFusedStep r = ref_fused_step(net, X, T, B, loss, scale);
+
+    // The flat arrays: parameters, their gradient (the reference's), the state.
+    std::vector<float> P;
+    Bounded G;
+    std::vector<Tensor::Part> parts;
+    const Bounded* grads[] = {&r.GW1, &r.Gb1, &r.GW2, &r.Gb2};
+    const std::vector<float>* params[] = {&net.W[0], &net.b[0], &net.W[1], &net.b[1]};
+    const std::vector<std::vector<size_t>> dims = {{H, I}, {H}, {O, H}, {O}};
+    for (int t = 0; t < 4; ++t) {
+        parts.push_back({t % 2 ? fmt::format("b{}", t / 2 + 1) : fmt::format("W{}", t / 2 + 1), P.size(), dims[t]});
+        P.insert(P.end(), params[t]->begin(), params[t]->end());
+        G.v.insert(G.v.end(), grads[t]->v.begin(), grads[t]->v.end());
+        G.e.insert(G.e.end(), grads[t]->e.begin(), grads[t]->e.end());
+    }
+    const size_t N = P.size();
+    const bool use_m = o.state_buffers() == 2 || o.kind == OptimKind::Momentum || o.kind == OptimKind::Nesterov;
+    const bool use_v = o.state_buffers() == 2 || o.kind == OptimKind::RmsProp;
+    std::vector<float> M = use_m ? random_vector(rng, N, -0.5f, 0.5f) : std::vector<float>{};
+    std::vector<float> V = use_v ? random_vector(rng, N, 0.0f, 0.5f) : std::vector<float>{};
+    RefOptim after = ref_optim_bounded(o, hy, P, G, M, V);
+
     Harness h;
-    h.expected = {{"A", std::move(r.A)},   {"Y", std::move(r.Y)},   {"W1", std::move(r.W1)},
-                  {"b1", std::move(r.b1)}, {"W2", std::move(r.W2)}, {"b2", std::move(r.b2)}};
+    h.expected = {{"A", std::move(r.A)}, {"Y", std::move(r.Y)}, {"P", std::move(after.P)}};
+    auto state_parts = [&parts](const char* name) {
+        std::vector<Tensor::Part> v = parts;
+        for (auto& p : v) p.name = fmt::format("{}({})", name, p.name);
+        return v;
+    };
     const std::vector<float> sync = {0.0f, 0.0f};
     h.tensors = {{"X", {B, I}, Role::In, X},
                  {"T", {B, O}, Role::In, T},
-                 {"W1", {H, I}, Role::InOut, net.W[0]},
-                 {"b1", {H}, Role::InOut, net.b[0]},
-                 {"W2", {O, H}, Role::InOut, net.W[1]},
-                 {"b2", {O}, Role::InOut, net.b[1]},
+                 {"P", {N}, Role::InOut, std::move(P), parts},
                  {"A", {B, H}, Role::Out, {}},
                  {"Y", {B, O}, Role::Out, {}},
                  {"Yp", {fused_step_partials(B, H, O)}, Role::In,
                   std::vector<float>(fused_step_partials(B, H, O), std::bit_cast<float>(kPoison))},
-                 {"sync", {2}, Role::In, sync}};
-    h.launch = [B, I, H, O, lr](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
-        FusedArgs a{ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"), ptr(m, "A"),
-                    ptr(m, "Y"), 0, 0, B, I, H, O, lr};
+                 {"sync", {2}, Role::In, sync},
+                 {"hyp", {4}, Role::In, {hy.lr, hy.step_size, hy.bc2_sqrt, hy.decay}}};
+    if (use_m) {
+        h.expected["M"] = std::move(after.M);
+        h.tensors.push_back({"M", {N}, Role::InOut, std::move(M), state_parts("M")});
+    }
+    if (use_v) {
+        h.expected["V"] = std::move(after.V);
+        h.tensors.push_back({"V", {N}, Role::InOut, std::move(V), state_parts("V")});
+    }
+    h.launch = [=](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+        const CUdeviceptr dP = ptr(m, "P");
+        FusedArgs a{ptr(m, "X"), ptr(m, "T"), dP, dP + size_t(H) * I * 4, dP + (size_t(H) * I + H) * 4,
+                    dP + (size_t(H) * I + H + size_t(O) * H) * 4, ptr(m, "A"), ptr(m, "Y"), 0, 0, B, I, H, O};
+        a.P = dP;
+        a.M = use_m ? ptr(m, "M") : 0;
+        a.V = use_v ? ptr(m, "V") : 0;
+        a.hyp = ptr(m, "hyp");
         a.Yp = ptr(m, "Yp");
         a.sync = ptr(m, "sync");
+        a.loss = loss;
+        a.scale = scale;
+        a.optim = o;
         launch_fused_step(k, a, s);
     };
     return h;
@@ -594,15 +681,21 @@ RunOutput run_once(const Kernel& k, const Harness& h, const Stream& stream) {
     return r;
 }
 
-std::string coords(const Tensor& t, size_t flat) {
-    std::vector<size_t> idx(t.dims.size());
-    for (size_t d = t.dims.size(); d-- > 0;) {
-        idx[d] = flat % t.dims[d];
-        flat /= t.dims[d];
+std::string index_text(const std::string& name, const std::vector<size_t>& dims, size_t flat) {
+    std::vector<size_t> idx(dims.size());
+    for (size_t d = dims.size(); d-- > 0;) {
+        idx[d] = flat % dims[d];
+        flat /= dims[d];
     }
-    std::string s = t.name;
+    std::string s = name;
     for (auto i : idx) s += fmt::format("[{}]", i);
     return s;
+}
+
+std::string coords(const Tensor& t, size_t flat) {
+    for (auto p = t.parts.rbegin(); p != t.parts.rend(); ++p)
+        if (flat >= p->offset) return index_text(p->name, p->dims, flat - p->offset);
+    return index_text(t.name, t.dims, flat);
 }
 
 std::string show(float f) { return fmt::format("{:.9g} (0x{:08x})", f, std::bit_cast<uint32_t>(f)); }

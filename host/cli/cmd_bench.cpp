@@ -67,11 +67,11 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
     sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference "
-                    "fused:adam fused:classic fused/single:classic fused/serial:classic fused/split:classic; "
-                    "NAME/single: one launch of fused_step a step, as train --steps-per-launch 1; NAME/serial: the "
-                    "fused set without programmatic dependent launches, as train --no-overlap; NAME/split: the "
-                    "fused set's separate launches, as train --three-launches; :adam: Adam at lr 1e-3; :classic: "
-                    "train --preset classic (MSE, plain SGD: the one-launch fused_step); no recipe: train's "
+                    "fused:adam fused/single fused/split fused/split:adam fused/serial fused:classic; "
+                    "NAME/single: one launch of fused_step a step, as train --steps-per-launch 1; NAME/split: the "
+                    "fused set's separate launches, as train --three-launches; NAME/serial: those separate launches "
+                    "without programmatic dependent launches, as train --three-launches --no-overlap; :adam: Adam at "
+                    "lr 1e-3; :classic: train --preset classic (MSE, plain SGD, constant lr); no recipe: train's "
                     "default, cross-entropy and Nesterov)");
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();

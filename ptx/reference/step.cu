@@ -1,13 +1,54 @@
 // CUDA C twin of ptx/step.ptx, compiled at run time by NVRTC.
 //
-// Whole SGD steps of the 2-layer MLP, `steps` of them in one launch: phase 1 (A and the
-// per-tile partial outputs Yp), a grid barrier, phase 2 (D2, D1, the gradients, the
-// in-place update), a cluster barrier before the next step. See the header of step.ptx
-// for the maths, the launch shape, the limits and the summation order. The sums follow the PTX's order exactly and are written with
-// fmaf / __fadd_rn so that NVRTC cannot contract or reorder them: the two agree bit for
-// bit. The work is laid out more plainly here: one thread per output, every block
+// Whole training steps of the 2-layer MLP, `steps` of them in one launch: phase 1 (A and
+// the per-tile partial outputs Yp), a grid barrier, phase 2 (D2 for the loss code, D1, the
+// gradient sums, then every parameter's optimizer step), a cluster barrier before the next
+// step. See the header of step.ptx for the maths, the launch shape, the limits and the
+// summation order. The sums follow the PTX's order exactly and are written with fmaf /
+// __fadd_rn and friends so that NVRTC cannot contract or reorder them: the two agree bit
+// for bit. The work is laid out more plainly here: one thread per output, every block
 // computes the chunk's D2 and D1 itself (no slices swapped between ranks) and keeps its
-// own copy of b2 (updated by itself), and phase 2 reads X from global memory.
+// own copy of b2 and of its optimizer state (updated by itself), and phase 2 reads X from
+// global memory.
+
+// One parameter's optimizer step, PyTorch's rules, the instruction sequence of optim.cu
+// (and of step.ptx's optimizer_update). kind: recipe.hpp's optim_code (0 sgd, 1 momentum,
+// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop); h: this step's {lr, step_size, bc2_sqrt, decay}.
+__device__ __forceinline__ void optimizer_update(float& p, float& m, float& v, float g, unsigned kind, float4 h,
+                                                 float mu, float beta1, float beta2, float eps, float alpha,
+                                                 float wd)
+{
+    if (kind == 4) p = __fmul_rn(p, h.w);
+    else if (wd != 0.0f) g = __fmaf_rn(wd, p, g);
+    if (kind <= 2) {
+        if (kind >= 1) {
+            m = __fadd_rn(__fmul_rn(mu, m), g);
+            g = kind == 2 ? __fmaf_rn(mu, m, g) : m;
+        }
+        p = __fmaf_rn(-h.x, g, p);
+    } else if (kind <= 4) {
+        m = __fmaf_rn(__fsub_rn(1.0f, beta1), __fsub_rn(g, m), m);
+        v = __fmaf_rn(__fsub_rn(1.0f, beta2), __fmul_rn(g, g), __fmul_rn(v, beta2));
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), h.z), eps);
+        p = __fmaf_rn(-h.y, __fdiv_rn(m, denom), p);
+    } else {
+        v = __fmaf_rn(__fsub_rn(1.0f, alpha), __fmul_rn(g, g), __fmul_rn(v, alpha));
+        p = __fmaf_rn(-h.x, __fdiv_rn(g, __fadd_rn(__fsqrt_rn(v), eps)), p);
+    }
+}
+
+// p's optimizer step with its state at the same index in M and V (a null buffer: no state).
+__device__ __forceinline__ float step_param(float* P, float* M, float* V, size_t i, float p, float sum, float scale,
+                                            unsigned kind, float4 h, float mu, float beta1, float beta2, float eps,
+                                            float alpha, float wd)
+{
+    float m = M ? M[i] : 0.0f, v = V ? V[i] : 0.0f;
+    optimizer_update(p, m, v, __fmul_rn(sum, scale), kind, h, mu, beta1, beta2, eps, alpha, wd);
+    P[i] = p;
+    if (M) M[i] = m;
+    if (V) V[i] = v;
+    return p;
+}
 
 // griddepcontrol and the grid barrier's memory orders have no CUDA C spelling in NVRTC
 // without extra headers: inline PTX, as in fused.cu.
@@ -38,8 +79,10 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256)
-fused_step(const float* X, const float* T, float* W1, float* b1, float* W2, float* b2, float* A, float* Y,
-           float* Yp, unsigned long long* sync, unsigned B, unsigned I, unsigned H, unsigned O, float lr, unsigned steps)
+fused_step(const float* X, const float* T, float* P, float* M, float* V, float* A, float* Y, float* Yp,
+           unsigned long long* sync, const float* hyp, unsigned B, unsigned I, unsigned H, unsigned O, unsigned steps,
+           unsigned loss, float scale, unsigned optim, float momentum, float beta1, float beta2, float eps,
+           float alpha, float weight_decay)
 {
     __shared__ __align__(16) float pool[6400];  // phase 1: xs [64][kc]; phase 2: d2c, d1c, ac
     __shared__ float ws[1600];                  // W1 tile [16][kc]
@@ -51,17 +94,32 @@ fused_step(const float* X, const float* T, float* W1, float* b1, float* W2, floa
     float* d2c = pool;                          // D2 chunk [64][O]
     float* d1c = pool + 2048;                   // D1 chunk [64][16]
     float* ac = pool + 3072;                    // A chunk [64][16]
+    float* yc = pool + 4096;                    // softmax: Y chunk [64][O]
+    __shared__ float m2s[32], v2s[32];          // b2's optimizer state
 
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const unsigned tid = threadIdx.x, rank = __clusterRelativeBlockRank();
     const unsigned G = gridDim.x / 8, tiles = (H + 15) / 16, TP = (tiles + 7) / 8 * 8;
     const unsigned kc = ((I + 7) / 8 + 3) / 4 * 4;
     const unsigned k_lo = min(rank * kc, I), k_hi = min(k_lo + kc, I);
-    if (tid < O) b2s[tid] = b2[tid];
+    // The tensors inside P; the state buffers the optimizer keeps (null: none).
+    float* const W1 = P;
+    float* const b1 = W1 + (size_t)H * I;
+    float* const W2 = b1 + H;
+    float* const b2 = W2 + (size_t)O * H;
+    const size_t b2i = b2 - P;  // b2's index in P, M, V
+    if (!(optim >= 1 && optim <= 4)) M = nullptr;
+    if (optim < 3) V = nullptr;
+    if (tid < O) {
+        b2s[tid] = b2[tid];
+        m2s[tid] = M ? M[b2i + tid] : 0.0f;
+        v2s[tid] = V ? V[b2i + tid] : 0.0f;
+    }
     const size_t ypb = (size_t)B * O * TP;  // floats of one Yp buffer
 
     for (unsigned step = 0; step < steps; ++step, X += (size_t)B * I, T += (size_t)B * O, Y += (size_t)B * O) {
         float* const Ypk = Yp + (step & 1) * ypb;  // this step's partials (buffer step % 2)
+        const float4 hs = reinterpret_cast<const float4*>(hyp)[step];  // {lr, step_size, bc2_sqrt, decay}
 
         // ---- Phase 1 ----
         for (unsigned tile = blockIdx.x / 8; tile < tiles; tile += G) {
@@ -138,8 +196,27 @@ fused_step(const float* X, const float* T, float* W1, float* b1, float* W2, floa
                         y = __fadd_rn(y, b2s[o]);
                         d = __fsub_rn(y, T[(size_t)(c0 + s) * O + o]);
                         if (tile == 0 && rank == 0) Y[(size_t)(c0 + s) * O + o] = y;
+                        yc[e] = y;
                     }
                     d2c[e] = d;
+                }
+                if (loss == 1u) {
+                    // Softmax cross-entropy, the sequence of fused.cu's fused_output: the max of
+                    // the row, e = 2^((y - m) * log2(e) as a float) (exp2f is ex2.approx.f32
+                    // with ptxlab's NVRTC options), summed from +0 in output order; d = e / sum - t.
+                    __syncthreads();
+                    for (unsigned e = tid; e < 64 * O; e += 256) {
+                        const unsigned s = e / O, o = e % O;
+                        if (s >= n) continue;
+                        const float* y = yc + s * O;
+                        float m = y[0];
+                        for (unsigned q = 1; q < O; ++q) m = fmaxf(m, y[q]);
+                        float sum = 0.0f;
+                        for (unsigned q = 0; q < O; ++q)
+                            sum = __fadd_rn(sum, exp2f(__fmul_rn(__fsub_rn(y[q], m), 1.44269502162933349609375f)));
+                        const float eo = exp2f(__fmul_rn(__fsub_rn(y[o], m), 1.44269502162933349609375f));
+                        d2c[e] = __fsub_rn(__fdiv_rn(eo, sum), T[(size_t)(c0 + s) * O + o]);
+                    }
                 }
                 for (unsigned e = tid; e < 1024; e += 256) {
                     const unsigned s = e / 16, h = h0 + e % 16;
@@ -166,20 +243,32 @@ fused_step(const float* X, const float* T, float* W1, float* b1, float* W2, floa
                 }
                 __syncthreads();
             }
-            const float nscale = -__fdiv_rn(lr, (float)B);  // the step on a sum, rounded once
+            // The update: g = sum * scale, then the optimizer, each parameter by one thread.
             for (unsigned i = 0, e = tid; i < 7 && e < 16 * kc; ++i, e += 256) {
                 const unsigned h = h0 + e / kc, k = k_lo + e % kc;
                 if (h >= H || k >= k_hi) continue;
-                float* p = &W1[(size_t)h * I + k];
-                *p = fmaf(nscale, g[i], *p);
+                const size_t pi = (size_t)h * I + k;
+                step_param(P, M, V, pi, W1[pi], g[i], scale, optim, hs, momentum, beta1, beta2, eps, alpha,
+                           weight_decay);
             }
-            float* p = nullptr;
-            if (is_b1 && h0 + tid < H) p = &b1[h0 + tid];
-            else if (is_w2 && h0 + ew % 16 < H) p = &W2[(size_t)(ew / 16) * H + h0 + ew % 16];
-            if (p) *p = fmaf(nscale, ge, *p);
+            size_t pi = (size_t)-1;
+            if (is_b1 && h0 + tid < H) pi = (b1 - P) + h0 + tid;
+            else if (is_w2 && h0 + ew % 16 < H) pi = (W2 - P) + (size_t)(ew / 16) * H + h0 + ew % 16;
+            if (pi != (size_t)-1)
+                step_param(P, M, V, pi, P[pi], ge, scale, optim, hs, momentum, beta1, beta2, eps, alpha, weight_decay);
             if (b2now) {
-                nb2 = fmaf(nscale, gb2, b2s[tid]);
-                if (tile == 0 && rank == 0) b2[tid] = nb2;
+                // This block's copies of b2 and its state; tile 0's cluster also writes memory.
+                float p = b2s[tid], m = m2s[tid], v = v2s[tid];
+                optimizer_update(p, m, v, __fmul_rn(gb2, scale), optim, hs, momentum, beta1, beta2, eps, alpha,
+                                 weight_decay);
+                nb2 = p;
+                m2s[tid] = m;
+                v2s[tid] = v;
+                if (tile == 0 && rank == 0) {
+                    b2[tid] = p;
+                    if (M) M[b2i + tid] = m;
+                    if (V) V[b2i + tid] = v;
+                }
             }
         }
         __syncthreads();

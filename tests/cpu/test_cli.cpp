@@ -124,18 +124,8 @@ TEST_CASE("cli: verify --list names the optimizer variants and refuses shapes a 
     CHECK(empty.output.find("shape sizes must be >= 1") != std::string::npos);
 }
 
-TEST_CASE("train config: the classic recipe, the step schedule's interval, and times in milliseconds") {
+TEST_CASE("train config: the step schedule's interval, and times in milliseconds") {
     ptxlab::TrainConfig cfg;  // the default recipe: cross-entropy, Nesterov, one-cycle
-    CHECK_FALSE(cfg.classic_recipe());
-    cfg.loss = ptxlab::Loss::Mse;
-    cfg.optim.kind = ptxlab::OptimKind::Sgd;
-    cfg.schedule.kind = ptxlab::ScheduleKind::Const;
-    CHECK_FALSE(cfg.classic_recipe());  // the warm-up is still on
-    cfg.schedule.warmup = 0;
-    CHECK(cfg.classic_recipe());
-    cfg.optim.weight_decay = 1e-4f;
-    CHECK_FALSE(cfg.classic_recipe());
-
     cfg.schedule.kind = ptxlab::ScheduleKind::Step;
     cfg.epochs = 9;
     CHECK(cfg.schedule_for(100).step_every == 300);  // a third of the epochs

@@ -85,6 +85,17 @@ TEST_CASE("ptx_text: line info is added before instructions and maps back to the
           "ptx input, line 8; error : x");
 }
 
+TEST_CASE("ptx_text: an instruction written over several lines gets one .loc, before its first line") {
+    // A .loc between the lines of one statement is a syntax error for the JIT.
+    const std::string ptx = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n"
+                            "    .reg .u32 a,\n              b;\n    add.u32 a,\n            a, 1;\n    ret;\n}\n";
+    AnnotatedPtx an = annotate_line_info(ptx, "k.ptx");
+    CHECK(an.text.find(".loc 1 8 0\n    add.u32 a,\n            a, 1;") != std::string::npos);
+    CHECK(an.text.find(".loc 1 9 0") == std::string::npos);
+    CHECK(an.text.find(".loc 1 7 0") == std::string::npos);  // the declaration's second line
+    CHECK(an.text.find(".loc 1 10 0\n    ret;") != std::string::npos);
+}
+
 TEST_CASE("ptx_text: source files that are empty, binary or missing are refused") {
     CHECK_THROWS_WITH_AS(read_source_file("/nonexistent/k.ptx"), doctest::Contains("/nonexistent/k.ptx: does not exist"),
                          InputError);

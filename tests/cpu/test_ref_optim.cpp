@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 using namespace ptxlab;
 
@@ -249,4 +250,30 @@ TEST_CASE("ref_optim: the bounds hold for the kernels' float32 sequences and cat
         return Emu{std::fma(-lr, g / (std::sqrt(v) + eps), p), 0.0f, v};
     };
     CHECK(count_misses("rmsprop", swapped, 0.0f, wd, false, seed).V > 19000);
+}
+
+TEST_CASE("ref_optim: a gradient with an infinite bound (a ReLU kink) gives infinite bounds, never NaN") {
+    // fused_step's reference passes the bounds of its in-kernel gradient on to the optimizer;
+    // a gradient at the ReLU kink has an infinite bound, and 0 * inf must not turn it into NaN.
+    const std::vector<float> P = {0.5f, -0.25f, 0.0f}, M = {0.0f, 0.1f, -0.2f}, V = {0.0f, 0.01f, 0.02f};
+    Bounded G;
+    G.v = {0.0, 0.3, -0.7};
+    G.e = {std::numeric_limits<double>::infinity(), 1e-9, std::numeric_limits<double>::infinity()};
+    for (OptimKind k : {OptimKind::Sgd, OptimKind::Momentum, OptimKind::Nesterov, OptimKind::Adam, OptimKind::AdamW,
+                        OptimKind::RmsProp}) {
+        CAPTURE(to_string(k));
+        OptimConfig o;
+        o.kind = k;
+        o.weight_decay = 0.01f;
+        const StepHyper h = step_hyper(o, 0.1, 3);
+        const RefOptim r = ref_optim_bounded(o, h, P, G, M, V);
+        for (const Bounded* b : {&r.P, &r.M, &r.V})
+            for (size_t i = 0; i < b->size(); ++i) {
+                CAPTURE(i);
+                CHECK_FALSE(std::isnan(b->e[i]));
+                if (i != 1) CHECK(std::isinf(b->e[i]));
+                else CHECK(b->e[i] < 1e-6);
+            }
+        CHECK(r.P.size() == 3);
+    }
 }

@@ -1,5 +1,6 @@
 // The float64 reference: a hand-checked training run, and error bounds that hold
 // for a correct float32 computation and fail for a wrong one.
+#include "ref_optim.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
 
@@ -59,29 +60,49 @@ TEST_CASE("reference: the one-launch step's reference is the hand-checked batch 
     net.W = {{1, -1, 0.5f, 0.5f}, {1, 0, -1, 2}};
     net.b = {{0, 0.5f}, {0, 0}};
     const std::vector<float> X = {1, 2, 0, 1}, T = {0, 1, 1, 0};
-    RefFusedStep r = ref_fused_step(net, X, T, 2, 0.1f);
+    RefFusedStep r = ref_fused_step(net, X, T, 2, kRefLossDiff, 0.5f);
     check_all(r.A.v, {0, 2, 0, 1});
     check_all(r.Y.v, {0, 4, 0, 2});
-    // 0.1f is not 0.1: compare the updates with the float lr, to 1e-7.
-    const double lr = 0.1f;
-    const std::vector<double> W1 = {1, -1, 0.5 - lr * 3, 0.5 - lr * 8}, b1 = {0, 0.5 - lr * 5};
-    const std::vector<double> W2 = {1, 0 + lr * 0.5, -1, 2 - lr * 4}, b2 = {0 + lr * 0.5, 0 - lr * 2.5};
-    for (size_t i = 0; i < 4; ++i) CHECK(r.W1.v[i] == doctest::Approx(W1[i]).epsilon(1e-12));
-    for (size_t i = 0; i < 2; ++i) CHECK(r.b1.v[i] == doctest::Approx(b1[i]).epsilon(1e-12));
-    for (size_t i = 0; i < 4; ++i) CHECK(r.W2.v[i] == doctest::Approx(W2[i]).epsilon(1e-12));
-    for (size_t i = 0; i < 2; ++i) CHECK(r.b2.v[i] == doctest::Approx(b2[i]).epsilon(1e-12));
+    // The batch means of the test above, exactly (every product and sum is exact).
+    check_all(r.GW1.v, {0, 0, 3, 8});
+    check_all(r.Gb1.v, {0, 5});
+    check_all(r.GW2.v, {0, -0.5, 0, 4});
+    check_all(r.Gb2.v, {-0.5, 2.5});
     // Unit 0 is off with z = -1 and -1: far from the kink, so every bound is finite and small.
-    for (const Bounded* b : {&r.A, &r.Y, &r.W1, &r.b1, &r.W2, &r.b2})
+    for (const Bounded* b : {&r.A, &r.Y, &r.GW1, &r.Gb1, &r.GW2, &r.Gb2})
         for (size_t i = 0; i < b->size(); ++i) {
             CHECK(std::isfinite(b->e[i]));
             CHECK(b->e[i] <= 1e-5 * (1.0 + std::fabs(b->v[i])));
         }
+    // Plain SGD on that gradient is the hand-checked update; 0.1f is not 0.1: compare with
+    // the float lr, to 1e-12.
+    OptimConfig o;
+    o.kind = OptimKind::Sgd;
+    StepHyper h{0.1f, 0.1f, 1.0f, 1.0f};
+    Bounded G;
+    for (const Bounded* g : {&r.GW1, &r.Gb1, &r.GW2, &r.Gb2}) {
+        G.v.insert(G.v.end(), g->v.begin(), g->v.end());
+        G.e.insert(G.e.end(), g->e.begin(), g->e.end());
+    }
+    std::vector<float> P;
+    for (int l = 0; l < 2; ++l) {
+        P.insert(P.end(), net.W[size_t(l)].begin(), net.W[size_t(l)].end());
+        P.insert(P.end(), net.b[size_t(l)].begin(), net.b[size_t(l)].end());
+    }
+    RefOptim after = ref_optim_bounded(o, h, P, G, {}, {});
+    const double lr = 0.1f;
+    const std::vector<double> want = {1,           -1,         0.5 - lr * 3, 0.5 - lr * 8, 0,  0.5 - lr * 5,
+                                      1,           lr * 0.5,   -1,           2 - lr * 4,   lr * 0.5, -lr * 2.5};
+    for (size_t i = 0; i < want.size(); ++i) {
+        CHECK(after.P.v[i] == doctest::Approx(want[i]).epsilon(1e-12));
+        CHECK(after.P.e[i] <= 1e-5 * (1.0 + std::fabs(after.P.v[i])));
+    }
     // A pre-activation of exactly 0 sits at the kink: the W1 row and b1 of that unit are not comparable.
     net.b[0] = {1, 0.5f};  // z of unit 0 for sample 0: 1 - 2 + 1 = 0
-    RefFusedStep k = ref_fused_step(net, X, T, 2, 0.1f);
-    CHECK(std::isinf(k.W1.e[0]));
-    CHECK(std::isinf(k.b1.e[0]));
-    CHECK(std::isfinite(k.W1.e[2]));
+    RefFusedStep k = ref_fused_step(net, X, T, 2, kRefLossDiff, 0.5f);
+    CHECK(std::isinf(k.GW1.e[0]));
+    CHECK(std::isinf(k.Gb1.e[0]));
+    CHECK(std::isfinite(k.GW1.e[2]));
 }
 
 namespace {

@@ -85,52 +85,73 @@ TEST_CASE("kernels: fused_output, both sets, both loss codes") {
 }
 TEST_CASE("kernels: fused_grad, both sets") { check_both_sets("fused_grad", {65, 784, 128, 10}); }
 TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}); }
-TEST_CASE("kernels: fused_step, both sets") {
-    check_both_sets("fused_step", {64, 784, 128, 10});  // one chunk, one tile a cluster
-    check_both_sets("fused_step", {130, 257, 300, 17}); // three chunks, single-float copies, 19 tiles
+// fused_step's shape ends in the loss code and the optimizer code (0 sgd, 1 momentum,
+// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop).
+TEST_CASE("kernels: fused_step, both sets, every loss and optimizer") {
+    for (unsigned loss : {0u, 1u})
+        for (unsigned optim = 0; optim < 6; ++optim) {
+            CAPTURE(loss);
+            CAPTURE(optim);
+            check_both_sets("fused_step", {64, 784, 128, 10, loss, optim});  // one chunk, one tile a cluster
+        }
+    check_both_sets("fused_step", {130, 257, 300, 17, 1, 3});  // three chunks, single-float copies, 19 tiles
+    check_both_sets("fused_step", {130, 257, 300, 17, 0, 2});
 }
 
 namespace {
 // fused_step with S steps in one launch, and as S launches of one step, on S random
-// batches from one random network; every output of each run, as bits.
+// batches from one random network and optimizer state, with a different learning rate
+// each step; every output of each run, as bits.
 struct StepRun {
-    std::vector<std::vector<float>> out;  // W1 b1 W2 b2 A Y
+    std::vector<std::vector<float>> out;  // P (W1 b1 W2 b2) M V A Y
 };
-StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, bool one_launch,
-                  uint64_t seed) {
+StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, Loss loss,
+                  OptimKind kind, bool one_launch, uint64_t seed) {
     Rng rng(seed);  // the same inputs for every run of one seed
     auto rand = [&](size_t n, float lo, float hi) {
         std::vector<float> v(n);
         for (auto& x : v) x = rng.uniform(lo, hi);
         return v;
     };
-    const float w1 = std::sqrt(6.0f / float(I)), w2 = std::sqrt(6.0f / float(H));
-    const std::vector<std::vector<float>> init = {rand(size_t(H) * I, -w1, w1), rand(H, -0.1f, 0.1f),
-                                                  rand(size_t(O) * H, -w2, w2), rand(O, -0.1f, 0.1f),
-                                                  rand(size_t(B) * H, -1.0f, 1.0f), rand(size_t(S) * B * O, -1.0f, 1.0f)};
+    const size_t N = size_t(H) * I + H + size_t(O) * H + O;
+    const std::vector<std::vector<float>> init = {rand(N, -0.1f, 0.1f), rand(N, -0.01f, 0.01f),
+                                                  rand(N, 0.0f, 1e-4f), rand(size_t(B) * H, -1.0f, 1.0f),
+                                                  rand(size_t(S) * B * O, -1.0f, 1.0f)};
     std::vector<float> X = rand(size_t(S) * B * I, 0.0f, 1.0f), T(size_t(S) * B * O, 0.0f);
     for (size_t s = 0; s < size_t(S) * B; ++s) T[s * O + rng.below(O)] = 1.0f;
-    const float lr = rng.uniform(0.05f, 1.0f);
+    OptimConfig o;
+    o.kind = kind;
+    o.weight_decay = 1e-3f;
+    std::vector<StepHyper> hyp;
+    for (unsigned j = 0; j < S; ++j) hyp.push_back(step_hyper(o, rng.uniform(0.01f, 0.3f), 10 + j));
 
     KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), {"fused_step"});
     const Kernel& k = ks.get("fused_step");
-    std::vector<DeviceBuffer> p;  // W1 b1 W2 b2 A Y: A and Y start as poison (random bits here)
+    std::vector<DeviceBuffer> p;  // P M V A Y: A and Y start as poison (random bits here)
     for (size_t i = 0; i < init.size(); ++i) {
         p.emplace_back(init[i].size() * 4, "p");
         p.back().upload(init[i]);
     }
     DeviceBuffer dX(X.size() * 4, "X"), dT(T.size() * 4, "T"), Yp(fused_step_partials(B, H, O) * 4, "Yp"),
-        sync(8, "sync");
+        sync(8, "sync"), dh(S * sizeof(StepHyper), "hyp");
     dX.upload(X);
     dT.upload(T);
+    CU(cuMemcpyHtoD, dh.ptr(), hyp.data(), S * sizeof(StepHyper));
     Yp.fill_u32(0x7fc00bad);
     sync.fill_u32(0);
     Stream st;
-    FusedArgs a{dX.ptr(), dT.ptr(), p[0].ptr(), p[1].ptr(), p[2].ptr(), p[3].ptr(), p[4].ptr(), p[5].ptr(), 0, 0,
-                B, I, H, O, lr};
+    const CUdeviceptr P = p[0].ptr();
+    FusedArgs a{dX.ptr(), dT.ptr(), P, P + size_t(H) * I * 4, P + (size_t(H) * I + H) * 4,
+                P + (size_t(H) * I + H + size_t(O) * H) * 4, p[3].ptr(), p[4].ptr(), 0, 0, B, I, H, O};
+    a.P = P;
+    a.M = p[1].ptr();
+    a.V = p[2].ptr();
+    a.hyp = dh.ptr();
     a.Yp = Yp.ptr();
     a.sync = sync.ptr();
-    a.overlap = true;
+    a.loss = loss_code(loss);
+    a.scale = grad_scale(loss, B, O);
+    a.optim = o;
     if (one_launch) {
         a.steps = S;
         launch_fused_step(k, a, st.get());
@@ -140,6 +161,7 @@ StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned
             b.X += size_t(j) * B * I * 4;
             b.T += size_t(j) * B * O * 4;
             b.Y += size_t(j) * B * O * 4;
+            b.hyp += size_t(j) * sizeof(StepHyper);
             launch_fused_step(k, b, st.get());
         }
     }
@@ -147,7 +169,7 @@ StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned
     StepRun r;
     for (const auto& b : p) r.out.push_back(b.download_vector<float>());
     // Every step changed the parameters: the run did S real steps.
-    for (size_t i = 0; i < 4; ++i) CHECK(r.out[i] != init[i]);
+    CHECK(r.out[0] != init[0]);
     return r;
 }
 
@@ -155,15 +177,16 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-void check_steps_in_one_launch(unsigned B, unsigned I, unsigned H, unsigned O, unsigned S) {
+void check_steps_in_one_launch(unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, Loss loss, OptimKind kind) {
     const uint64_t seed = std::random_device{}();
-    INFO("B=", B, " I=", I, " H=", H, " O=", O, " steps=", S, " seed ", seed);
-    const StepRun ptx_one = run_steps(KernelSource::Ptx, B, I, H, O, S, true, seed);
-    const StepRun ptx_many = run_steps(KernelSource::Ptx, B, I, H, O, S, false, seed);
-    const StepRun ref_one = run_steps(KernelSource::Reference, B, I, H, O, S, true, seed);
-    const StepRun ref_many = run_steps(KernelSource::Reference, B, I, H, O, S, false, seed);
-    const char* names[] = {"W1", "b1", "W2", "b2", "A", "Y"};
-    for (size_t i = 0; i < 6; ++i) {
+    INFO("B=", B, " I=", I, " H=", H, " O=", O, " steps=", S, " loss ", to_string(loss), " optimizer ", to_string(kind),
+         " seed ", seed);
+    const StepRun ptx_one = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, true, seed);
+    const StepRun ptx_many = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, false, seed);
+    const StepRun ref_one = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, true, seed);
+    const StepRun ref_many = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, false, seed);
+    const char* names[] = {"P", "M", "V", "A", "Y"};
+    for (size_t i = 0; i < 5; ++i) {
         INFO(names[i]);
         CHECK(same_bits(ptx_one.out[i], ptx_many.out[i]));
         CHECK(same_bits(ref_one.out[i], ref_many.out[i]));
@@ -173,10 +196,14 @@ void check_steps_in_one_launch(unsigned B, unsigned I, unsigned H, unsigned O, u
 }  // namespace
 
 TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launches of one step, both sets") {
-    check_steps_in_one_launch(64, 784, 128, 10, 5);   // the MNIST step: one chunk, one tile a cluster
-    check_steps_in_one_launch(65, 13, 5, 3, 4);       // two chunks (X restaged), single-float copies
-    check_steps_in_one_launch(9, 257, 33, 17, 3);     // partial chunk and tile, O > 16
-    check_steps_in_one_launch(64, 100, 2000, 10, 3);  // 125 tiles: clusters loop over tiles
+    // The MNIST step (one chunk, one tile a cluster: the parameters stay on chip), with the
+    // default recipe's loss and optimizer, Adam, and the classic recipe.
+    check_steps_in_one_launch(64, 784, 128, 10, 5, Loss::Ce, OptimKind::Nesterov);
+    check_steps_in_one_launch(64, 784, 128, 10, 5, Loss::Ce, OptimKind::Adam);
+    check_steps_in_one_launch(64, 784, 128, 10, 3, Loss::Mse, OptimKind::Sgd);
+    check_steps_in_one_launch(65, 13, 5, 3, 4, Loss::Ce, OptimKind::AdamW);       // two chunks (X restaged), single-float copies
+    check_steps_in_one_launch(9, 257, 33, 17, 3, Loss::HalfSse, OptimKind::RmsProp);  // partial chunk and tile, O > 16
+    check_steps_in_one_launch(64, 100, 2000, 10, 3, Loss::Ce, OptimKind::Momentum);  // 125 tiles: clusters loop over tiles
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {

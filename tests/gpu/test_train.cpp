@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -41,8 +43,7 @@ TrainResult run(const TrainConfig& cfg) {
 TrainResult run(KernelChoice k, unsigned steps, uint64_t seed, const Tweak& tweak = {}) {
     return run(config(k, steps, seed, tweak));
 }
-// The classic recipe (train --preset classic: MSE, plain SGD at lr 0.2, constant lr): the
-// one the one-launch fused_step runs.
+// The classic recipe (train --preset classic: MSE, plain SGD at lr 0.2, constant lr).
 void classic(TrainConfig& c) {
     c.loss = Loss::Mse;
     c.optim.kind = OptimKind::Sgd;
@@ -56,6 +57,9 @@ void steady(TrainConfig& c) {
     c.schedule.warmup = 0;
     c.lr = 0.05f;
 }
+// The fused set's separate launches (train --three-launches) instead of the one-launch
+// fused_step, which it runs at batch 64 by default.
+void split(TrainConfig& c) { c.one_launch = false; }
 const std::vector<unsigned> kThree = {784, 64, 32, 10};
 }  // namespace
 
@@ -107,10 +111,10 @@ TEST_CASE("train: a checkpoint whose shapes do not fit the data is refused") {
                          InputError);
 }
 
-TEST_CASE("train: the fused set gives the same losses as its twins, with and without graphs and overlap") {
-    TrainResult a = run(kFusedPtx, 300, 3), b = run(kFusedRef, 300, 3);
-    TrainResult c = run(kFusedPtx, 300, 3, [](TrainConfig& t) { t.graphs = false; });
-    TrainResult d = run(kFusedPtx, 300, 3, [](TrainConfig& t) { t.overlap = false; });
+TEST_CASE("train: the fused set's separate launches give the same losses as their twins, with and without graphs and overlap") {
+    TrainResult a = run(kFusedPtx, 300, 3, split), b = run(kFusedRef, 300, 3, split);
+    TrainResult c = run(kFusedPtx, 300, 3, [](TrainConfig& t) { split(t); t.graphs = false; });
+    TrainResult d = run(kFusedPtx, 300, 3, [](TrainConfig& t) { split(t); t.overlap = false; });
     REQUIRE(a.step_losses.size() == 300);
     CHECK(a.step_losses == b.step_losses);
     CHECK(a.step_losses == c.step_losses);  // graph replay == plain launches
@@ -120,11 +124,11 @@ TEST_CASE("train: the fused set gives the same losses as its twins, with and wit
     CHECK(a.accuracy == b.accuracy);
 }
 
-TEST_CASE("train: fused_step (classic recipe) gives the same losses however many steps a launch runs") {
-    TrainResult a = run(kFusedPtx, 300, 3, classic), b = run(kFusedRef, 300, 3, classic);
+TEST_CASE("train: fused_step gives the same losses however many steps a launch runs") {
+    TrainResult a = run(kFusedPtx, 300, 3), b = run(kFusedRef, 300, 3);
     // One launch a step, and 7 steps a launch, instead of every step of a chunk (128, 128, 44).
-    TrainResult e = run(kFusedPtx, 300, 3, [](TrainConfig& t) { classic(t); t.steps_per_launch = 1; });
-    TrainResult f = run(kFusedPtx, 300, 3, [](TrainConfig& t) { classic(t); t.steps_per_launch = 7; });
+    TrainResult e = run(kFusedPtx, 300, 3, [](TrainConfig& t) { t.steps_per_launch = 1; });
+    TrainResult f = run(kFusedPtx, 300, 3, [](TrainConfig& t) { t.steps_per_launch = 7; });
     REQUIRE(a.step_losses.size() == 300);
     CHECK(a.step_losses == b.step_losses);
     CHECK(a.step_losses == e.step_losses);  // steps back to back in one launch == a launch a step
@@ -150,8 +154,15 @@ TEST_CASE("train: every optimizer and loss gives the same losses as the twins") 
     };
     for (const auto& v : variants) {
         CAPTURE(v.name);
-        for (auto [ptx, ref] : {std::pair{kFusedPtx, kFusedRef}, std::pair{kSeedPtx, kSeedRef}}) {
-            TrainResult a = run(ptx, 60, 2, v.tweak), b = run(ref, 60, 2, v.tweak);
+        // The fused set runs fused_step, then its separate launches; then the seed set.
+        for (auto [ptx, ref, one] : {std::tuple{kFusedPtx, kFusedRef, true}, std::tuple{kFusedPtx, kFusedRef, false},
+                                    std::tuple{kSeedPtx, kSeedRef, true}}) {
+            CAPTURE(one);
+            auto tweak = [&v, one = one](TrainConfig& c) {
+                v.tweak(c);
+                c.one_launch = one;
+            };
+            TrainResult a = run(ptx, 60, 2, tweak), b = run(ref, 60, 2, tweak);
             REQUIRE(a.step_losses.size() == 60);
             CHECK(a.step_losses == b.step_losses);
             CHECK(a.model.W == b.model.W);
@@ -180,15 +191,17 @@ TEST_CASE("train: the fused set learns like the seed set") {
     check_learns_like(run(kFusedPtx, 400, 4, steady), run(kSeedPtx, 400, 4, steady));
 }
 
-TEST_CASE("train: the classic recipe's separate launches match their twins and learn like the one-launch step") {
-    auto split = [](TrainConfig& t) { classic(t); t.one_launch = false; };
-    TrainResult a = run(kFusedPtx, 400, 5, split), b = run(kFusedRef, 400, 5, split);
-    REQUIRE(a.step_losses.size() == 400);
-    CHECK(a.step_losses == b.step_losses);
-    CHECK(a.model.W == b.model.W);
-    TrainResult one = run(kFusedPtx, 400, 5, classic);
-    CHECK(one.step_losses != a.step_losses);  // the two steps sum in different orders
-    check_learns_like(one, a);
+TEST_CASE("train: the fused set's separate launches match their twins and learn like the one-launch step") {
+    for (const Tweak& recipe : {Tweak(steady), Tweak(classic)}) {
+        auto separate = [&recipe](TrainConfig& t) { recipe(t); split(t); };
+        TrainResult a = run(kFusedPtx, 400, 5, separate), b = run(kFusedRef, 400, 5, separate);
+        REQUIRE(a.step_losses.size() == 400);
+        CHECK(a.step_losses == b.step_losses);
+        CHECK(a.model.W == b.model.W);
+        TrainResult one = run(kFusedPtx, 400, 5, recipe);
+        CHECK(one.step_losses != a.step_losses);  // the two steps sum in different orders
+        check_learns_like(one, a);
+    }
 }
 
 TEST_CASE("train: the fast set gives the same losses as its twins, and learns like the seed set") {
@@ -237,8 +250,8 @@ TEST_CASE("train: a diverging recipe is told apart from a wrong kernel") {
 
 TEST_CASE("train: a run interrupted and resumed from its checkpoint ends bit for bit where an uninterrupted one does") {
     const std::vector<std::pair<KernelChoice, Tweak>> runs = {
-        {kFusedPtx, {}},                                                                 // Nesterov, one-cycle
-        {kFusedPtx, classic},                                                            // fused_step
+        {kFusedPtx, {}},                                                                 // fused_step: Nesterov, one-cycle
+        {kFusedPtx, [](TrainConfig& c) { split(c); c.optim.kind = OptimKind::AdamW; c.lr = 1e-3f; }},  // separate launches
         {kSeedPtx, [](TrainConfig& c) { c.optim.kind = OptimKind::Adam; c.lr = 1e-3f; }},  // Adam's m and v
     };
     for (const auto& [k, tweak] : runs) {
@@ -275,8 +288,8 @@ TEST_CASE("train: a run interrupted and resumed from its checkpoint ends bit for
 
 TEST_CASE("train: a kernel that writes NaN is named, with the element") {
     // One injected fault in each fused step: unit 3 of every sample's hidden layer becomes NaN,
-    // in fused_forward (fused.ptx, the default recipe's step) and in fused_step (step.ptx, the
-    // classic recipe's one-launch step). The twins stay right, so the PTX is blamed.
+    // in fused_forward (fused.ptx, the separate launches) and in fused_step (step.ptx, the
+    // one-launch step). The twins stay right, so the PTX is blamed.
     TempDir t;
     std::filesystem::copy(std::string(PTXLAB_SOURCE_DIR) + "/ptx", t.path, std::filesystem::copy_options::recursive);
     auto inject = [&](const char* file, const std::string& relu, const std::string& fault) {
@@ -292,7 +305,7 @@ TEST_CASE("train: a kernel that writes NaN is named, with the element") {
     for (const bool one_launch : {false, true}) {
         const std::string kernel = one_launch ? "fused_step" : "fused_forward";
         TrainResult r = run(kFusedPtx, 100, 1, [&](TrainConfig& c) {
-            if (one_launch) classic(c);
+            c.one_launch = one_launch;
             c.dirs = KernelDirs::from_ptx_dir(t.path.string());
         });
         CAPTURE(kernel);
