@@ -61,6 +61,16 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
         // X T W1 b1 W2 b2 A Y Yp sync | B I H O | lr | steps
         {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, F, U}},
+        // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
+        {"conv_fwd", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
+        // dX dY Y Wt | N C H W K KS act
+        {"conv_bwd_data", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
+        // dW db X dY Y | N C H W K KS act | scale
+        {"conv_bwd_weights", "conv", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
+        // Y idx X | P H W
+        {"pool_fwd", "pool", {P, P, P, U, U, U}},
+        // dX dY idx | P H W
+        {"pool_bwd", "pool", {P, P, P, U, U, U}},
     };
     return specs;
 }

@@ -195,8 +195,9 @@ Bounded ref_conv_bwd_data(const ConvDims& d, const std::vector<float>& dY, const
 void ref_conv_bwd_weights(const ConvDims& d, const std::vector<float>& Xf, const std::vector<float>& dY,
                           const std::vector<float>& Y, unsigned act, float scale, Bounded& dW, Bounded& db) {
     const auto G = masked(dY, Y, act), X = widen(Xf);
-    const size_t pixels = size_t(d.N) * d.H * d.W;
-    const double g = gamma_n((pixels + 31) / 32 + 6), sc = double(scale);
+    // A lane's chain: ceil(H W / 32) pixels of each of the N images.
+    const size_t chain = size_t(d.N) * ((size_t(d.H) * d.W + 31) / 32);
+    const double g = gamma_n(chain + 6), sc = double(scale);
     dW.resize(d.w_size());
     db.resize(d.K);
     for (unsigned k = 0; k < d.K; ++k) {

@@ -5,6 +5,7 @@
 #include "ref_optim.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
+#include "verify_harness.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -26,7 +27,10 @@ uint64_t ulp_distance(float a, float b) {
     return static_cast<uint64_t>(d < 0 ? -d : d);
 }
 
+using namespace verify_detail;
+
 std::string shape_names(const std::string& entry) {
+    if (is_conv_entry(entry)) return conv_shape_names(entry);
     // The kernels with a loss-code parameter take it as the last number of the shape:
     // 0 (kLossDiff, d = y - t) or 1 (kLossSoftmax, d = softmax(y) - t).
     if (entry == "grad2") return "B,I,H,O,loss";
@@ -75,6 +79,7 @@ std::string optim_variant_list(const std::string& entry) {
 }
 
 void validate_case(const VerifyCase& c) {
+    if (is_conv_entry(c.entry)) return validate_conv_case(c);
     const std::string names = shape_names(c.entry);
     const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
     if (c.shape.size() != want)
@@ -175,6 +180,7 @@ std::vector<VerifyCase> default_cases() {
     // lengths (single floats), one element.
     for (const auto& s : std::vector<std::vector<unsigned>>{{64, 128, 784}, {64, 10, 128}, {63, 37, 13}, {5, 3, 2001}, {1, 1, 1}})
         v.push_back({"outer", s});
+    for (auto& c : conv_default_cases()) v.push_back(std::move(c));
     return v;
 }
 
@@ -205,37 +211,11 @@ std::vector<VerifyCase> quick_cases() {
             out.back().shape.push_back(loss);
         }
     }
+    for (auto& c : conv_quick_cases()) out.push_back(std::move(c));
     return out;
 }
 
 namespace {
-
-enum class Role { In, Out, InOut };
-
-struct Tensor {
-    std::string name;
-    std::vector<size_t> dims;
-    Role role = Role::In;
-    std::vector<float> data;  // inputs (In, InOut); idx tensors are stored bit-cast
-    size_t count() const {
-        size_t n = 1;
-        for (auto d : dims) n *= d;
-        return n;
-    }
-};
-
-// Everything one case needs: its tensors, the f64 reference of its outputs, and how to launch it.
-struct Harness {
-    std::vector<Tensor> tensors;
-    std::map<std::string, Bounded> expected;
-    std::function<void(const Kernel&, const std::map<std::string, CUdeviceptr>&, CUstream)> launch;
-};
-
-std::vector<float> random_vector(Rng& rng, size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = rng.uniform(lo, hi);
-    return v;
-}
 
 // A random network of the given sizes: He-uniform weights, small random biases.
 NetParams random_net(Rng& rng, const std::vector<unsigned>& sizes) {
@@ -529,6 +509,7 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
 Harness make_harness(const VerifyCase& c, Rng& rng) {
     validate_case(c);
     const unsigned variants = optim_variants(c.entry);
+    if (is_conv_entry(c.entry)) return make_conv_harness(c, rng);
     if (c.entry == "batch_mean") return make_mean_harness(c, rng);
     if (variants) return make_optim_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);
@@ -676,8 +657,9 @@ std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyC
                 if (std::isinf(e.e[i])) {
                     ++r.kink_skipped;
                 } else if (!un_a && !un_b) {
-                    const bool ok_a = within_bound(a[i], e.v[i], e.e[i]);
-                    const bool ok_b = within_bound(b[i], e.v[i], e.e[i]);
+                    // An integer tensor (bits) must equal its reference exactly.
+                    const bool ok_a = t.bits ? ab == uint32_t(e.v[i]) : within_bound(a[i], e.v[i], e.e[i]);
+                    const bool ok_b = t.bits ? bb == uint32_t(e.v[i]) : within_bound(b[i], e.v[i], e.e[i]);
                     r.f64_fail_ptx += !ok_a;
                     r.f64_fail_ref += !ok_b;
                     for (float g : {a[i], b[i]}) {
