@@ -31,6 +31,11 @@ std::string conv_unfit(const ConvDims& d) {
         return fmt::format("the conv kernels stage 8 channels of {} rows of {} with their halo: {} floats, more than "
                            "the {} they hold",
                            s.rows, d.W, staged, kConvStaged);
+    // conv_bwd_weights stages G of 8 channels and X with its halo for one image.
+    if (size_t(d.H) * d.W > 1024 || size_t(d.H + d.KS - 1) * (d.W + d.KS - 1) > 1536)
+        return fmt::format("conv_bwd_weights stages whole images: H*W <= 1024 and (H+KS-1)*(W+KS-1) <= 1536, got "
+                           "{}x{} with KS {}",
+                           d.H, d.W, d.KS);
     return {};
 }
 
@@ -51,8 +56,9 @@ void launch_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CU
 void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X,
                              CUdeviceptr dY, CUdeviceptr Y, unsigned act, float scale, CUstream s) {
     require_fit(d);
-    // A warp per tap and one for the bias.
-    k.launch(d.K * d.C, 32 * (d.KS * d.KS + 1), s, dW, db, X, dY, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act, scale);
+    // Clusters of 8 blocks, one per (8 output channels, input channel); a warp per tap and
+    // one for the bias.
+    k.launch(div_up(d.K, kConvGroup) * d.C * 8, 32 * (d.KS * d.KS + 1), s, dW, db, X, dY, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act, scale);
 }
 
 void launch_pool_fwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx,

@@ -21,7 +21,8 @@ struct ConvStrips {
 ConvStrips conv_strips(unsigned H, unsigned W);
 
 // Why the conv kernels cannot take these dimensions (empty when they can): every size
-// >= 1, KS 1, 3 or 5, W <= 256, and 8 channels of a strip with halo in kConvStaged floats.
+// >= 1, KS 1, 3 or 5, W <= 256, 8 channels of a strip with halo in kConvStaged floats, and
+// (conv_bwd_weights) H*W <= 1024, (H+KS-1)*(W+KS-1) <= 1536.
 std::string conv_unfit(const ConvDims& d);
 
 // The launches; act is the kernels' code (0 none, 1 ReLU), scale the factor from the batch

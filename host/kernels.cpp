@@ -215,9 +215,11 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
         if (entries.empty() || std::find(entries.begin(), entries.end(), s.entry) != entries.end())
             wanted.push_back(&s);
     for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
-    // fused_forward and fused_step run as 8-block thread-block clusters (.reqnctapercluster), new in sm_90.
-    if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(),
-                                        [](const KernelSpec* s) { return s->file == "fused" || s->file == "step"; }))
+    // fused_forward, fused_step and conv_bwd_weights run as 8-block thread-block clusters
+    // (.reqnctapercluster), new in sm_90.
+    if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
+            return s->file == "fused" || s->file == "step" || s->file == "conv";
+        }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "
                      "(use --kernels ptx)",

@@ -6,7 +6,8 @@
 // __fmul_rn so that NVRTC can neither contract nor reorder, and the two agree bit for bit:
 //   conv_fwd          acc = 0; fma over c, ky, kx (padding taps multiply 0); + b; max(z, 0) for act 1
 //   conv_bwd_data     acc = 0; fma over k, ky, kx of G = dY (masked by Y > 0 for act 1)
-//   conv_bwd_weights  per lane: over n, then pixels lane, lane+32, ...; butterfly 16..1; * scale
+//   conv_bwd_weights  per lane: over the rank's images n = rank, rank+8, ..., then pixels lane,
+//                     lane+32, ...; butterfly 16..1; then the 8 ranks in order; * scale
 // conv_fwd and conv_bwd_data decode the block index as the PTX does: strips of whole rows,
 // block = (n * ceil(OC/8) + group) * strips + strip, thread = pixel of the strip, 8 channels.
 
@@ -75,34 +76,49 @@ extern "C" __global__ void conv_bwd_data(float* dX, const float* dY, const float
     }
 }
 
-extern "C" __global__ void conv_bwd_weights(float* dW, float* db, const float* X, const float* dY, const float* Y,
-                                            unsigned N, unsigned C, unsigned H, unsigned W, unsigned K, unsigned KS,
-                                            unsigned act, float scale)
+// conv_bwd_weights: a cluster of 8 blocks per (8 output channels, input channel); rank r
+// sums the images r, r+8, ...; lane l the pixels l, l+32, ...; warp w < T a tap, warp T
+// the bias. Butterfly in the warp, then rank r adds channel k0 + r over the ranks in order.
+extern "C" __global__ void __cluster_dims__(8, 1, 1)
+conv_bwd_weights(float* dW, float* db, const float* X, const float* dY, const float* Y, unsigned N, unsigned C,
+                 unsigned H, unsigned W, unsigned K, unsigned KS, unsigned act, float scale)
 {
-    const unsigned k = blockIdx.x / C, c = blockIdx.x % C, T = KS * KS, HW = H * W, pad = KS / 2;
-    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (k >= K || warp > T) return;
+    __shared__ float part[26 * 8];
+    const unsigned rank = __clusterRelativeBlockRank(), pair = blockIdx.x / 8;
+    const unsigned c = pair % C, k0 = pair / C * 8, T = KS * KS, HW = H * W, pad = KS / 2;
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, tap = (warp < T ? warp : T) % T;
     const bool bias = warp == T;
-    if (bias && c != 0) return;
-    const unsigned ky = bias ? 0 : warp / KS, kx = bias ? 0 : warp % KS;
-    float acc = 0.0f;
-    for (unsigned n = 0; n < N; ++n) {
-        const size_t gplane = (size_t)(n * K + k) * HW, xplane = (size_t)(n * C + c) * HW;
+    const unsigned ky = tap / KS, kx = tap % KS;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (unsigned n = rank; n < N; n += 8)
         for (unsigned q = lane; q < HW; q += 32) {
-            float gv = dY[gplane + q];
-            if (act == 1) gv = Y[gplane + q] > 0.0f ? gv : 0.0f;
-            if (bias) {
-                acc = __fadd_rn(acc, gv);
-            } else {
-                const unsigned iy = q / W + ky - pad, ix = q % W + kx - pad;  // wraps below 0
-                const float xv = (iy < H && ix < W) ? X[xplane + iy * W + ix] : 0.0f;
-                acc = __fmaf_rn(gv, xv, acc);
+            const unsigned iy = q / W + ky - pad, ix = q % W + kx - pad;  // wraps below 0
+            const float xv = (iy < H && ix < W) ? X[((size_t)(n * C + c) * H + iy) * W + ix] : 0.0f;
+            for (unsigned j = 0; j < 8; ++j) {
+                float g = 0.0f;
+                if (k0 + j < K) {
+                    const size_t o = (size_t)(n * K + k0 + j) * HW + q;
+                    g = dY[o];
+                    if (act == 1) g = Y[o] > 0.0f ? g : 0.0f;
+                }
+                acc[j] = bias ? __fadd_rn(acc[j], g) : __fmaf_rn(g, xv, acc[j]);
             }
         }
+    for (unsigned j = 0; j < 8; ++j)
+        for (int m = 16; m >= 1; m /= 2) acc[j] = __fadd_rn(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], m));
+    if (lane == 0)
+        for (unsigned j = 0; j < 8; ++j) part[warp * 8 + j] = acc[j];
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    const unsigned k = k0 + rank, w = threadIdx.x;
+    if (k < K && w <= T && !(w == T && c != 0)) {
+        float sum = *static_cast<float*>(__cluster_map_shared_rank(&part[w * 8 + rank], 0));
+        for (unsigned peer = 1; peer < 8; ++peer)
+            sum = __fadd_rn(sum, *static_cast<float*>(__cluster_map_shared_rank(&part[w * 8 + rank], peer)));
+        const float out = __fmul_rn(sum, scale);
+        if (w == T) db[k] = out;
+        else dW[((size_t)k * C + c) * T + w] = out;
     }
-    for (int m = 16; m >= 1; m /= 2) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, m));
-    if (lane != 0) return;
-    acc = __fmul_rn(acc, scale);
-    if (bias) db[k] = acc;
-    else dW[((size_t)k * C + c) * T + warp] = acc;
+    __cluster_barrier_arrive();  // no block leaves while another still reads its part[]
+    __cluster_barrier_wait();
 }

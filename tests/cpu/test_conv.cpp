@@ -194,5 +194,5 @@ TEST_CASE("conv: bounded backward references mask by the layer's output and scal
     CHECK(db.v == std::vector<double>{0.5 * (1 + 3 + 4 + 5 + 7 + 8)});
     CHECK(dW.v[4] == db.v[0]);  // the centre tap sees every pixel of an all-ones X
     CHECK(dW.e[4] > 0);
-    CHECK(dW.e[4] < 1e-5);
+    CHECK(dW.e[4] < 2e-5);
 }
