@@ -1,8 +1,11 @@
 // The float64 reference of convolution and max-pool (host/ref_conv.hpp): hand-computed small
 // cases (orientation, padding, bias, ties), finite differences for the backward passes, and
 // the bounded versions that verify uses.
+#include "conv.hpp"
+#include "error.hpp"
 #include "ref_conv.hpp"
 #include "rng.hpp"
+#include "verify.hpp"
 
 #include <doctest/doctest.h>
 
@@ -195,4 +198,27 @@ TEST_CASE("conv: bounded backward references mask by the layer's output and scal
     CHECK(dW.v[4] == db.v[0]);  // the centre tap sees every pixel of an all-ones X
     CHECK(dW.e[4] > 0);
     CHECK(dW.e[4] < 2e-5);
+}
+
+TEST_CASE("conv: launch shapes and the sizes the kernels take") {
+    // Strips of whole rows, at most 256 pixels each (conv.ptx's header).
+    CHECK(conv_strips(28, 28).strips == 4);
+    CHECK(conv_strips(28, 28).rows == 7);
+    CHECK(conv_strips(14, 14).strips == 1);
+    CHECK(conv_strips(14, 14).rows == 14);
+    CHECK(conv_strips(9, 9).rows == 9);
+    CHECK(conv_strips(1, 256).rows == 1);
+    CHECK(conv_unfit({64, 1, 28, 28, 32, 3}).empty());
+    CHECK(conv_unfit({64, 32, 14, 14, 64, 5}).empty());
+    CHECK(conv_unfit({1, 1, 28, 28, 1, 4}).find("kernel sizes 1, 3 and 5") != std::string::npos);
+    CHECK(conv_unfit({1, 1, 1, 300, 1, 3}).find("up to 256 wide") != std::string::npos);
+    CHECK(conv_unfit({1, 1, 40, 40, 1, 3}).find("H*W <= 1024") != std::string::npos);
+    CHECK(conv_unfit({1, 0, 28, 28, 1, 3}).find(">= 1") != std::string::npos);
+    // verify refuses what the kernels cannot take, and an act code other than 0 and 1.
+    CHECK_THROWS_AS(validate_case({"conv_fwd", {1, 1, 28, 28, 1, 3, 2}}), InputError);
+    CHECK_THROWS_AS(validate_case({"conv_fwd", {1, 1, 28, 28, 1, 3}}), InputError);
+    CHECK_THROWS_AS(validate_case({"conv_bwd_weights", {1, 1, 40, 40, 1, 3, 1}}), InputError);
+    CHECK_THROWS_AS(validate_case({"pool_fwd", {1, 1, 1, 8}}), InputError);
+    CHECK_NOTHROW(validate_case({"pool_bwd", {3, 3, 7, 7}}));
+    CHECK(shape_text({"conv_fwd", {64, 1, 28, 28, 32, 3, 1}}) == "N=64 C=1 H=28 W=28 K=32 KS=3 act=1");
 }
