@@ -180,6 +180,67 @@ extern "C" __global__ void fma_ceiling(float* out, float a, float b, int iters) 
     return 2.0 * 8 * iters * double(grid) * block / (ms * 1e-3) / 1e9;
 }
 
+// ---- The CNN's layers (conv.ptx, pool.ptx) -----------------------------------------
+// Each conv and pool kernel at the shapes of `--model cnn` (conv32,pool,conv64,pool,fc128,
+// fc10) at batch kCnnBatch, PTX and twin. (verify's float64 reference is computed for each
+// case when it is prepared, so larger batches would spend seconds on the CPU.)
+constexpr unsigned kCnnBatch = 64;
+
+struct CnnCase {
+    const char* layer;
+    VerifyCase c;
+};
+
+std::vector<CnnCase> cnn_cases(unsigned B) {
+    const std::vector<unsigned> conv1 = {B, 1, 28, 28, 32, 3, 1}, conv2 = {B, 32, 14, 14, 64, 3, 1};
+    return {{"conv1", {"conv_fwd", conv1}},         {"conv2", {"conv_fwd", conv2}},
+            {"conv2", {"conv_bwd_data", conv2}},    {"conv1", {"conv_bwd_weights", conv1}},
+            {"conv2", {"conv_bwd_weights", conv2}}, {"pool1", {"pool_fwd", {B, 32, 28, 28}}},
+            {"pool2", {"pool_fwd", {B, 64, 14, 14}}}, {"pool1", {"pool_bwd", {B, 32, 28, 28}}},
+            {"pool2", {"pool_bwd", {B, 64, 14, 14}}}};
+}
+
+// Least traffic (bytes) and arithmetic (flops, an FMA = 2) of a conv or pool case; the
+// backward passes read the layer's output Y for the ReLU mask.
+std::pair<double, double> cnn_work(const VerifyCase& c) {
+    const auto& z = c.shape;
+    const double N = z[0], C = z[1], H = z[2], W = z[3];
+    if (c.entry == "pool_fwd") return {4 * (N * C * H * W + 2 * N * C * (H / 2) * (W / 2)), 0};
+    if (c.entry == "pool_bwd") return {4 * (N * C * H * W + 2 * N * C * (H / 2) * (W / 2)), 0};
+    const double K = z[4], T = double(z[5]) * z[5], x = N * C * H * W, y = N * K * H * W, w = K * C * T;
+    const double macs = 2 * N * K * C * H * W * T;
+    if (c.entry == "conv_fwd") return {4 * (x + w + K + y), macs + y};
+    if (c.entry == "conv_bwd_data") return {4 * (2 * y + w + x), macs};
+    return {4 * (x + 2 * y + w + K), macs + y};  // conv_bwd_weights: dW and db
+}
+
+void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
+    fmt::print(out, "CNN kernels (--model cnn's layers, batch {}; GFLOP/s against the FMA loop's {:.0f})\n",
+               kCnnBatch, r.fma_gflops);
+    fmt::print(out, "{:<16} {:<17} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set:layer", "kernel", "batch", "us", "GB/s",
+               "GFLOP/s", "roofline");
+    const std::vector<std::string> entries = {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd"};
+    for (const KernelSource src : {KernelSource::Ptx, KernelSource::Reference}) {
+        KernelSet ks(src, ctx.info(), opt.dirs, entries);
+        for (const auto& [layer, c] : cnn_cases(kCnnBatch)) {
+            PreparedCase pc(c, opt.seed);
+            const Kernel& kern = ks.get(c.entry);
+            KernelTiming t{fmt::format("cnn-{}:{}", to_string(src), layer), c.entry, kCnnBatch};
+            t.us = 1e3 * time_launches([&](CUstream st) { pc.launch(kern, st); }, s);
+            std::tie(t.bytes, t.flops) = cnn_work(c);
+            t.gbps = t.bytes / (t.us * 1e-6) / 1e9;
+            t.gflops = t.flops / (t.us * 1e-6) / 1e9;
+            const double attainable = std::min(r.fma_gflops, t.flops / t.bytes * r.copy_gbps);
+            t.roofline_pct = t.flops > 0 ? 100.0 * t.gflops / attainable : 100.0 * t.gbps / r.copy_gbps;
+            fmt::print(out, "{:<16} {:<17} {:>6} {:>10.2f} {:>9.1f} {:>10.1f} {:>8.2f}%\n", t.set, t.entry, t.batch,
+                       t.us, t.gbps, t.gflops, t.roofline_pct);
+            out.flush();
+            r.kernels.push_back(t);
+        }
+    }
+    fmt::print(out, "\n");
+}
+
 }  // namespace
 
 BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out) {
@@ -227,6 +288,7 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
             }
         }
         fmt::print(out, "\n");
+        bench_cnn_kernels(ctx, opt, r, out, s);
     }
 
     if (!opt.steps && !opt.to_target) return r;

@@ -61,6 +61,16 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
         // X T P M V A Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
         {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F}},
+        // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
+        {"conv_fwd", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
+        // dX dY Y Wt | N C H W K KS act
+        {"conv_bwd_data", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
+        // dW db X dY Y | N C H W K KS act | scale
+        {"conv_bwd_weights", "conv", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
+        // Y idx X | P H W
+        {"pool_fwd", "pool", {P, P, P, U, U, U}},
+        // dX dY idx | P H W
+        {"pool_bwd", "pool", {P, P, P, U, U, U}},
     };
     return specs;
 }
@@ -205,9 +215,11 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
         if (entries.empty() || std::find(entries.begin(), entries.end(), s.entry) != entries.end())
             wanted.push_back(&s);
     for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
-    // fused_forward and fused_step run as 8-block thread-block clusters (.reqnctapercluster), new in sm_90.
-    if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(),
-                                        [](const KernelSpec* s) { return s->file == "fused" || s->file == "step"; }))
+    // fused_forward, fused_step and conv_bwd_weights run as 8-block thread-block clusters
+    // (.reqnctapercluster), new in sm_90.
+    if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
+            return s->file == "fused" || s->file == "step" || s->file == "conv";
+        }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "
                      "(use --kernels ptx)",

@@ -5,6 +5,7 @@
 #include "ref_optim.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
+#include "verify_harness.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -26,7 +27,10 @@ uint64_t ulp_distance(float a, float b) {
     return static_cast<uint64_t>(d < 0 ? -d : d);
 }
 
+using namespace verify_detail;
+
 std::string shape_names(const std::string& entry) {
+    if (is_conv_entry(entry)) return conv_shape_names(entry);
     // The kernels with a loss-code parameter take it as the last number of the shape:
     // 0 (kLossDiff, d = y - t) or 1 (kLossSoftmax, d = softmax(y) - t).
     if (entry == "grad2") return "B,I,H,O,loss";
@@ -77,6 +81,7 @@ std::string optim_variant_list(const std::string& entry) {
 }
 
 void validate_case(const VerifyCase& c) {
+    if (is_conv_entry(c.entry)) return validate_conv_case(c);
     const std::string names = shape_names(c.entry);
     const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
     if (c.shape.size() != want)
@@ -202,6 +207,7 @@ std::vector<VerifyCase> default_cases() {
     // lengths (single floats), one element.
     for (const auto& s : std::vector<std::vector<unsigned>>{{64, 128, 784}, {64, 10, 128}, {63, 37, 13}, {5, 3, 2001}, {1, 1, 1}})
         v.push_back({"outer", s});
+    for (auto& c : conv_default_cases()) v.push_back(std::move(c));
     return v;
 }
 
@@ -232,45 +238,11 @@ std::vector<VerifyCase> quick_cases() {
             out.back().shape.push_back(loss);
         }
     }
+    for (auto& c : conv_quick_cases()) out.push_back(std::move(c));
     return out;
 }
 
 namespace {
-
-enum class Role { In, Out, InOut };
-
-struct Tensor {
-    std::string name;
-    std::vector<size_t> dims;
-    Role role = Role::In;
-    std::vector<float> data;  // inputs (In, InOut); idx tensors are stored bit-cast
-    // A flat array of several tensors back to back (fused_step's parameters and optimizer
-    // state): their names and shapes, for messages.
-    struct Part {
-        std::string name;
-        size_t offset;
-        std::vector<size_t> dims;
-    };
-    std::vector<Part> parts = {};
-    size_t count() const {
-        size_t n = 1;
-        for (auto d : dims) n *= d;
-        return n;
-    }
-};
-
-// Everything one case needs: its tensors, the f64 reference of its outputs, and how to launch it.
-struct Harness {
-    std::vector<Tensor> tensors;
-    std::map<std::string, Bounded> expected;
-    std::function<void(const Kernel&, const std::map<std::string, CUdeviceptr>&, CUstream)> launch;
-};
-
-std::vector<float> random_vector(Rng& rng, size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = rng.uniform(lo, hi);
-    return v;
-}
 
 // A random network of the given sizes: He-uniform weights, small random biases.
 NetParams random_net(Rng& rng, const std::vector<unsigned>& sizes) {
@@ -580,20 +552,23 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
     const std::vector<float> sync = {0.0f, 0.0f};
     h.tensors = {{"X", {B, I}, Role::In, X},
                  {"T", {B, O}, Role::In, T},
-                 {"P", {N}, Role::InOut, std::move(P), parts},
+                 {"P", {N}, Role::InOut, std::move(P)},
                  {"A", {B, H}, Role::Out, {}},
                  {"Y", {B, O}, Role::Out, {}},
                  {"Yp", {fused_step_partials(B, H, O)}, Role::In,
                   std::vector<float>(fused_step_partials(B, H, O), std::bit_cast<float>(kPoison))},
                  {"sync", {2}, Role::In, sync},
                  {"hyp", {4}, Role::In, {hy.lr, hy.step_size, hy.bc2_sqrt, hy.decay}}};
+    h.tensors[2].parts = parts;  // P
     if (use_m) {
         h.expected["M"] = std::move(after.M);
-        h.tensors.push_back({"M", {N}, Role::InOut, std::move(M), state_parts("M")});
+        h.tensors.push_back({"M", {N}, Role::InOut, std::move(M)});
+        h.tensors.back().parts = state_parts("M");
     }
     if (use_v) {
         h.expected["V"] = std::move(after.V);
-        h.tensors.push_back({"V", {N}, Role::InOut, std::move(V), state_parts("V")});
+        h.tensors.push_back({"V", {N}, Role::InOut, std::move(V)});
+        h.tensors.back().parts = state_parts("V");
     }
     h.launch = [=](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
         const CUdeviceptr dP = ptr(m, "P");
@@ -616,6 +591,7 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
 Harness make_harness(const VerifyCase& c, Rng& rng) {
     validate_case(c);
     const unsigned variants = optim_variants(c.entry);
+    if (is_conv_entry(c.entry)) return make_conv_harness(c, rng);
     if (c.entry == "batch_mean") return make_mean_harness(c, rng);
     if (variants) return make_optim_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);
@@ -769,11 +745,13 @@ std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyC
                 if (std::isinf(e.e[i])) {
                     ++r.kink_skipped;
                 } else if (!un_a && !un_b) {
-                    const bool ok_a = within_bound(a[i], e.v[i], e.e[i]);
-                    const bool ok_b = within_bound(b[i], e.v[i], e.e[i]);
+                    // An integer tensor (bits) must equal its reference exactly.
+                    const bool ok_a = t.bits ? ab == uint32_t(e.v[i]) : within_bound(a[i], e.v[i], e.e[i]);
+                    const bool ok_b = t.bits ? bb == uint32_t(e.v[i]) : within_bound(b[i], e.v[i], e.e[i]);
                     r.f64_fail_ptx += !ok_a;
                     r.f64_fail_ref += !ok_b;
                     for (float g : {a[i], b[i]}) {
+                        if (t.bits) break;  // integers: compared exactly above
                         double err = std::fabs(double(g) - e.v[i]);
                         if (e.e[i] > 0) r.worst_of_bound = std::max(r.worst_of_bound, err / e.e[i]);
                         else if (err > 0) r.worst_of_bound = INFINITY;

@@ -1,6 +1,7 @@
 // ptxlab train: train the MLP on MNIST with the hand-written PTX kernels.
 #include "commands.hpp"
 #include "files.hpp"
+#include "model.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
 
@@ -15,6 +16,7 @@ namespace {
 struct TrainOptions {
     std::string data;
     std::string layers = "784,128,10";
+    std::string model;  // --model: a layer list (model.hpp); fc-only lists train as --layers
     unsigned hidden = 0;
     unsigned batch = 64;
     float lr = 0.1f;
@@ -118,7 +120,10 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
 
 int run_train(const TrainOptions& o) {
     TrainConfig cfg;
-    cfg.layers = parse_layers(o.layers);
+    if (o.given("--model") && (o.given("--layers") || o.given("--hidden")))
+        PTXLAB_THROW(InputError, "--model and --{} both set the network: give one of them",
+                     o.given("--layers") ? "layers" : "hidden");
+    cfg.layers = o.given("--model") ? trainable_layers(o.model) : parse_layers(o.layers);
     if (o.given("--hidden")) {
         if (o.given("--layers"))
             PTXLAB_THROW(InputError, "--hidden {} and --layers {} both set the network: give one of them", o.hidden,
@@ -237,6 +242,11 @@ void setup_train(CLI::App& app, Command& chosen) {
     o->sub = sub;
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
     sub->add_option("--layers", o->layers, "layer sizes: I,H,O or I,H1,H2,O")->capture_default_str();
+    sub->add_option("--model", o->model,
+                    "the network as a layer list: conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, "
+                    "K = 1, 3, 5), pool (2x2 max, stride 2), fc<N> (dense; the first flattens); the last is fc10, "
+                    "without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. Today only fc lists train "
+                    "(fc128,fc10 is --layers 784,128,10); conv and pool are refused (#15)");
     sub->add_option("--hidden", o->hidden, "hidden width of the 2-layer network (shorthand for --layers 784,N,10)");
     sub->add_option("--batch", o->batch, "batch size")->capture_default_str();
     sub->add_option("--lr", o->lr, "the learning rate; the peak of the schedule")->capture_default_str();

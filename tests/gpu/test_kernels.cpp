@@ -206,6 +206,48 @@ TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launc
     check_steps_in_one_launch(64, 100, 2000, 10, 3, Loss::Ce, OptimKind::Momentum);  // 125 tiles: clusters loop over tiles
 }
 
+// The CNN's kernels (conv.ptx, pool.ptx): the issue's network's layers at batch 64, and odd
+// sizes. Shapes: N,C,H,W,K,KS,act (act 0 none, 1 ReLU) and N,C,H,W.
+TEST_CASE("kernels: conv_fwd, conv_bwd_data, conv_bwd_weights, both sets") {
+    for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights"}) {
+        CAPTURE(e);
+        check_both_sets(e, {64, 1, 28, 28, 32, 3, 1});   // conv1
+        check_both_sets(e, {64, 32, 14, 14, 64, 3, 1});  // conv2
+        check_both_sets(e, {3, 9, 9, 9, 17, 5, 0});      // odd everything, 5x5
+    }
+}
+TEST_CASE("kernels: pool_fwd and pool_bwd, both sets") {
+    for (const char* e : {"pool_fwd", "pool_bwd"}) {
+        CAPTURE(e);
+        check_both_sets(e, {64, 32, 28, 28});
+        check_both_sets(e, {3, 3, 7, 7});
+    }
+}
+
+TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
+    // tests/fixtures/conv/conv.ptx: conv_fwd stages its input one column off.
+    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("conv"));
+    CaseResult r = verify_one("conv_fwd", {3, 3, 9, 9, 5, 3, 0}, bad);
+    INFO(format_result(r));
+    CHECK_FALSE(r.pass());
+    CHECK(r.differing > 0);
+    CHECK(r.f64_fail_ptx > 0);   // the broken PTX misses the float64 reference ...
+    CHECK(r.f64_fail_ref == 0);  // ... while its twin does not
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find("Y[") == 0);
+    // The other entries of the file are intact.
+    CaseResult ok = verify_one("conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    RunResult run = run_command(
+        ptxlab_cmd("verify --kernel conv_fwd --shape 3,3,9,9,5,3,0 --ptx-dir " + fixture("conv")));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("FAIL") != std::string::npos);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));
     // tests/fixtures/wrong/mean.ptx is batch_mean that skips the last row of the batch.

@@ -1,0 +1,75 @@
+// A network as a list of layers: the `--model` grammar, every layer's shapes, and the
+// parameter layout (PyTorch's order and shapes).
+//
+// Grammar: a comma-separated list of layers, read left to right from a 1x28x28 image:
+//   conv<N>       3x3 convolution to N channels, stride 1, same padding (1), bias, then the
+//                 hidden activation
+//   conv<N>k<K>   the same with a KxK kernel, K odd: 1, 3 or 5 (same padding K/2)
+//   pool          2x2 max-pool, stride 2 (the size must be even and at least 2)
+//   fc<N>         dense layer to N units; the first fc flattens its input in NCHW order
+//   cnn           (alone) conv32,pool,conv64,pool,fc128,fc10
+// The last layer is fc10 (MNIST's 10 classes) and has no activation; every other conv and
+// fc has the hidden activation; no conv or pool may follow an fc. A list of fc layers only
+// (e.g. fc128,fc10) is the MLP of `--layers 784,128,10`.
+//
+// Parameters live in one flat array, tensors back to back in layer order, each layer its
+// weight then its bias (the MLP's W1, b1, W2, b2 order):
+//   conv  weight [out][in][k][k], bias [out]       (nn.Conv2d)
+//   fc    weight [out][in],       bias [out]       (nn.Linear; `in` indexes the flattened
+//                                                   NCHW input: c * H * W + y * W + x)
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+// Channels x height x width; an fc layer's output is {units, 1, 1}.
+struct Shape3 {
+    unsigned c = 0, h = 0, w = 0;
+    size_t size() const { return size_t(c) * h * w; }
+    bool operator==(const Shape3&) const = default;
+};
+
+enum class LayerKind { Conv, Pool, Fc };
+
+struct LayerSpec {
+    LayerKind kind = LayerKind::Fc;
+    unsigned width = 0;       // conv: output channels; fc: units; pool: 0
+    unsigned ksize = 0;       // conv: kernel size (3 by default); else 0
+    Shape3 in, out;
+    bool activation = false;  // the hidden activation after this layer (conv and fc, not the last)
+    std::string name;         // "conv1", "pool1", "fc2": numbered per kind, from 1
+    // Parameters (conv, fc): the weight's and the bias's shape and offset in the flat
+    // array, in floats. Pool layers have none (empty dims, count 0).
+    std::vector<unsigned> weight_dims, bias_dims;
+    size_t weight_offset = 0, bias_offset = 0;
+    size_t weight_count() const;
+    size_t bias_count() const;
+    std::string text() const;  // the layer as the grammar writes it: "conv32", "conv32k5", "pool", "fc10"
+};
+
+struct Model {
+    std::vector<LayerSpec> layers;
+    size_t param_count = 0;  // floats in the flat parameter array
+    bool fc_only() const;
+    // The --layers sizes of an fc-only model: {784, widths...}.
+    std::vector<unsigned> fc_sizes() const;
+    std::string text() const;         // "conv32,pool,conv64,pool,fc128,fc10"
+    std::string shapes_text() const;  // "1x28x28 -conv32-> 32x28x28 -pool-> 32x14x14 ..."
+};
+
+inline constexpr Shape3 kMnistInput{1, 28, 28};
+inline constexpr unsigned kMnistClasses = 10;
+inline constexpr unsigned kMaxWidth = 1u << 20;  // the largest channel count or fc width taken
+
+// Parses a --model spec; throws InputError naming the layer (its position, from 1) and what
+// is wrong with it.
+Model parse_model(const std::string& spec);
+
+// What `ptxlab train --model SPEC` trains today: the --layers sizes of an fc-only model; a
+// model with conv or pool layers is refused (not trained yet, issue #15).
+std::vector<unsigned> trainable_layers(const std::string& spec);
+
+}  // namespace ptxlab

@@ -1,0 +1,193 @@
+// verify harnesses of the conv and pool kernels (ptx/conv.ptx, ptx/pool.ptx): fresh
+// random inputs, the float64 reference with its bound (ref_conv.hpp), the launch (conv.hpp).
+// Shapes: conv_* take N,C,H,W,K,KS,act (act 0 none, 1 ReLU); pool_* take N,C,H,W.
+#include "conv.hpp"
+#include "recipe.hpp"
+#include "ref_conv.hpp"
+#include "verify_harness.hpp"
+
+#include <bit>
+#include <cmath>
+
+namespace ptxlab::verify_detail {
+
+namespace {
+
+bool is_pool(const std::string& e) { return e == "pool_fwd" || e == "pool_bwd"; }
+
+ConvDims dims_of(const VerifyCase& c) {
+    const auto& z = c.shape;
+    return {z[0], z[1], z[2], z[3], z[4], z[5]};
+}
+
+// Activations as a ReLU layer leaves them: about half exact zeros.
+std::vector<float> relu_outputs(Rng& rng, size_t n) {
+    std::vector<float> a = random_vector(rng, n, -1.0f, 1.0f);
+    for (auto& x : a) x = std::max(x, 0.0f);
+    return a;
+}
+
+// Pool inputs on a grid of 9 levels in [-1, 1], so that windows often hold equal maxima
+// (the first in row-major order must win).
+std::vector<float> tied_values(Rng& rng, size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = std::round(rng.uniform(-1.0f, 1.0f) * 4.0f) / 4.0f;
+    return v;
+}
+
+Bounded exact(const std::vector<double>& v) {
+    Bounded b;
+    b.v = v;
+    b.e.assign(v.size(), 0.0);
+    return b;
+}
+
+Harness make_conv_fwd(const ConvDims& d, unsigned act, Rng& rng) {
+    const float w = 1.0f / std::sqrt(float(d.C * d.KS * d.KS));  // nn.Conv2d's init bound
+    Harness h;
+    std::vector<float> X = random_vector(rng, d.x_size(), -1.0f, 1.0f);
+    std::vector<float> Wt = random_vector(rng, d.w_size(), -w, w);
+    std::vector<float> b = random_vector(rng, d.K, -w, w);
+    h.expected["Y"] = ref_conv_fwd(d, X, Wt, b, act);
+    h.tensors = {{"X", {d.N, d.C, d.H, d.W}, Role::In, X},
+                 {"Wt", {d.K, d.C, d.KS, d.KS}, Role::In, Wt},
+                 {"b", {d.K}, Role::In, b},
+                 {"Y", {d.N, d.K, d.H, d.W}, Role::Out, {}}};
+    h.launch = [d, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s);
+    };
+    return h;
+}
+
+Harness make_conv_bwd_data(const ConvDims& d, unsigned act, Rng& rng) {
+    const float w = 1.0f / std::sqrt(float(d.C * d.KS * d.KS));
+    Harness h;
+    std::vector<float> dY = random_vector(rng, d.y_size(), -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, d.y_size());
+    std::vector<float> Wt = random_vector(rng, d.w_size(), -w, w);
+    h.expected["dX"] = ref_conv_bwd_data(d, dY, Y, Wt, act);
+    h.tensors = {{"dX", {d.N, d.C, d.H, d.W}, Role::Out, {}},
+                 {"dY", {d.N, d.K, d.H, d.W}, Role::In, dY},
+                 {"Y", {d.N, d.K, d.H, d.W}, Role::In, Y},
+                 {"Wt", {d.K, d.C, d.KS, d.KS}, Role::In, Wt}};
+    h.launch = [d, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_conv_bwd_data(k, d, m.at("dX"), m.at("dY"), m.at("Y"), m.at("Wt"), act, s);
+    };
+    return h;
+}
+
+Harness make_conv_bwd_weights(const ConvDims& d, unsigned act, Rng& rng) {
+    const float scale = rng.uniform(0.5f, 2.0f) / float(d.N);  // about 1/N, the batch mean
+    Harness h;
+    std::vector<float> X = relu_outputs(rng, d.x_size());
+    std::vector<float> dY = random_vector(rng, d.y_size(), -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, d.y_size());
+    ref_conv_bwd_weights(d, X, dY, Y, act, scale, h.expected["dW"], h.expected["db"]);
+    h.tensors = {{"dW", {d.K, d.C, d.KS, d.KS}, Role::Out, {}},
+                 {"db", {d.K}, Role::Out, {}},
+                 {"X", {d.N, d.C, d.H, d.W}, Role::In, X},
+                 {"dY", {d.N, d.K, d.H, d.W}, Role::In, dY},
+                 {"Y", {d.N, d.K, d.H, d.W}, Role::In, Y}};
+    h.launch = [d, act, scale](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_conv_bwd_weights(k, d, m.at("dW"), m.at("db"), m.at("X"), m.at("dY"), m.at("Y"), act, scale, s);
+    };
+    return h;
+}
+
+std::vector<float> as_floats(const std::vector<uint32_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = std::bit_cast<float>(v[i]);
+    return f;
+}
+
+Harness make_pool(const VerifyCase& c, Rng& rng) {
+    const unsigned N = c.shape[0], C = c.shape[1], H = c.shape[2], W = c.shape[3], P = N * C;
+    const size_t Ho = H / 2, Wo = W / 2;
+    std::vector<float> X = tied_values(rng, size_t(P) * H * W);
+    const PoolResult r = maxpool2_forward(P, H, W, {X.begin(), X.end()});
+    Harness h;
+    if (c.entry == "pool_fwd") {
+        h.expected["Y"] = exact(r.Y);
+        h.expected["idx"] = exact({r.idx.begin(), r.idx.end()});
+        h.tensors = {{"Y", {N, C, Ho, Wo}, Role::Out, {}},
+                     {"idx", {N, C, Ho, Wo}, Role::Out, {}, true},
+                     {"X", {N, C, H, W}, Role::In, X}};
+        h.launch = [P, H, W](const Kernel& k, const DevicePtrs& m, CUstream s) {
+            launch_pool_fwd(k, P, H, W, m.at("Y"), m.at("idx"), m.at("X"), s);
+        };
+    } else {
+        std::vector<float> dY = random_vector(rng, size_t(P) * Ho * Wo, -1.0f, 1.0f);
+        h.expected["dX"] = exact(maxpool2_backward(P, H, W, {dY.begin(), dY.end()}, r.idx));
+        h.tensors = {{"dX", {N, C, H, W}, Role::Out, {}},
+                     {"dY", {N, C, Ho, Wo}, Role::In, dY},
+                     {"idx", {N, C, Ho, Wo}, Role::In, as_floats(r.idx), true}};
+        h.launch = [P, H, W](const Kernel& k, const DevicePtrs& m, CUstream s) {
+            launch_pool_bwd(k, P, H, W, m.at("dX"), m.at("dY"), m.at("idx"), s);
+        };
+    }
+    return h;
+}
+
+}  // namespace
+
+bool is_conv_entry(const std::string& e) {
+    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e);
+}
+
+std::string conv_shape_names(const std::string& e) { return is_pool(e) ? "N,C,H,W" : "N,C,H,W,K,KS,act"; }
+
+void validate_conv_case(const VerifyCase& c) {
+    const std::string names = conv_shape_names(c.entry);
+    const size_t want = is_pool(c.entry) ? 4 : 7;
+    if (c.shape.size() != want)
+        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
+                     c.shape.size());
+    for (size_t k = 0; k < 4; ++k)
+        if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
+    if (is_pool(c.entry)) {
+        if (c.shape[2] < 2 || c.shape[3] < 2)
+            PTXLAB_THROW(InputError, "kernel '{}': a 2x2 pool needs H, W >= 2, got {}x{}", c.entry, c.shape[2],
+                         c.shape[3]);
+        return;
+    }
+    if (c.shape[6] > 1)
+        PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[6]);
+    if (std::string why = conv_unfit(dims_of(c)); !why.empty())
+        PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
+}
+
+// The CNN's layers (conv1 1->32 on 28x28, conv2 32->64 on 14x14, at batch 64 and 1) and
+// the edges: batches 1, 3, 64; channels 1, 3, 32, 64 and counts that leave a group of 8
+// part-empty (5, 17, 9); images 28, 14, 7 and 9 (odd); kernels 1, 3 and 5; both act codes.
+std::vector<VerifyCase> conv_default_cases() {
+    const std::vector<std::vector<unsigned>> conv = {
+        {64, 1, 28, 28, 32, 3, 1}, {64, 32, 14, 14, 64, 3, 1}, {1, 1, 28, 28, 32, 3, 1}, {3, 3, 9, 9, 5, 3, 0},
+        {3, 3, 7, 7, 17, 5, 1},    {1, 64, 7, 7, 3, 5, 0},     {3, 32, 28, 28, 64, 3, 1}, {2, 3, 9, 9, 8, 1, 1},
+        {1, 9, 14, 14, 3, 3, 1},   {64, 1, 28, 28, 32, 5, 1},  {3, 64, 9, 9, 32, 5, 0}};
+    std::vector<VerifyCase> v;
+    for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights"})
+        for (const auto& s : conv) v.push_back({e, s});
+    const std::vector<std::vector<unsigned>> pool = {{64, 32, 28, 28}, {64, 64, 14, 14}, {1, 1, 28, 28}, {3, 3, 7, 7},
+                                                     {3, 3, 9, 9},     {1, 1, 2, 2},     {64, 3, 28, 28}};
+    for (const char* e : {"pool_fwd", "pool_bwd"})
+        for (const auto& s : pool) v.push_back({e, s});
+    return v;
+}
+
+std::vector<VerifyCase> conv_quick_cases() {
+    return {{"conv_fwd", {3, 3, 9, 9, 17, 3, 1}},         {"conv_fwd", {1, 9, 7, 7, 5, 5, 0}},
+            {"conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},     {"conv_bwd_data", {1, 3, 7, 7, 17, 5, 0}},
+            {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
+            {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7}}};
+}
+
+Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
+    if (is_pool(c.entry)) return make_pool(c, rng);
+    const ConvDims d = dims_of(c);
+    const unsigned act = c.shape[6];
+    if (c.entry == "conv_fwd") return make_conv_fwd(d, act, rng);
+    if (c.entry == "conv_bwd_data") return make_conv_bwd_data(d, act, rng);
+    return make_conv_bwd_weights(d, act, rng);
+}
+
+}  // namespace ptxlab::verify_detail

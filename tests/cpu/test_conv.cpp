@@ -1,0 +1,224 @@
+// The float64 reference of convolution and max-pool (host/ref_conv.hpp): hand-computed small
+// cases (orientation, padding, bias, ties), finite differences for the backward passes, and
+// the bounded versions that verify uses.
+#include "conv.hpp"
+#include "error.hpp"
+#include "ref_conv.hpp"
+#include "rng.hpp"
+#include "verify.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace ptxlab;
+
+namespace {
+std::vector<double> iota(size_t n, double from) {
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = from + double(i);
+    return v;
+}
+std::vector<double> random_doubles(Rng& rng, size_t n) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = rng.uniform(-1.0f, 1.0f);
+    return v;
+}
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+}
+}  // namespace
+
+TEST_CASE("conv: forward is a cross-correlation with zero padding and a bias") {
+    // X = 1..9 (3x3); the only nonzero weight is Wt[0][0][1][2]: Z[y][x] = X[y][x+1] + b.
+    const ConvDims d{1, 1, 3, 3, 1, 3};
+    std::vector<double> Wt(9, 0.0);
+    Wt[1 * 3 + 2] = 2.0;
+    const auto Y = conv2d_forward(d, iota(9, 1), Wt, {0.5}, std::nullopt);
+    CHECK(Y == std::vector<double>{4.5, 6.5, 0.5, 10.5, 12.5, 0.5, 16.5, 18.5, 0.5});
+    // All-ones 3x3 filter: the corner sums four pixels, the edge six, the centre nine; ReLU of
+    // a negative bias.
+    const auto S = conv2d_forward(d, iota(9, 1), std::vector<double>(9, 1.0), {-13.0}, Activation::Relu);
+    CHECK(S == std::vector<double>{0, 8, 3, 14, 32, 20, 11, 26, 15});
+    // Two channels in, two out, 1x1 kernel: a per-pixel matrix product.
+    const ConvDims d1{1, 2, 1, 2, 2, 1};
+    const auto P = conv2d_forward(d1, {1, 2, 3, 4}, {1, 10, 100, 1000}, {0, 1}, std::nullopt);
+    CHECK(P == std::vector<double>{31, 42, 3101, 4201});
+}
+
+TEST_CASE("conv: 5x5 kernels pad by 2") {
+    // 1 x 1 image: only the centre tap sees it.
+    const ConvDims d{1, 1, 1, 1, 1, 5};
+    std::vector<double> Wt = iota(25, 0);
+    CHECK(conv2d_forward(d, {3}, Wt, {0}, std::nullopt) == std::vector<double>{36});  // 3 * Wt[2][2] = 3 * 12
+}
+
+TEST_CASE("conv: backward to the input and the weights, by hand") {
+    const ConvDims d{1, 1, 3, 3, 1, 3};
+    std::vector<double> Wt(9, 0.0);
+    Wt[1 * 3 + 2] = 2.0;  // Z[y][x] = 2 X[y][x+1]: so dX[y][x] = 2 G[y][x-1]
+    const auto dX = conv2d_backward_input(d, iota(9, 1), Wt);
+    CHECK(dX == std::vector<double>{0, 2, 4, 0, 8, 10, 0, 14, 16});
+    std::vector<double> dW, db;
+    conv2d_backward_weights(d, iota(9, 1), std::vector<double>(9, 1.0), dW, db);
+    // dW[ky][kx] = sum of X over the pixels that tap sees: the corner taps see a 2x2 block.
+    CHECK(dW == std::vector<double>{12, 21, 16, 27, 45, 33, 24, 39, 28});
+    CHECK(db == std::vector<double>{9});
+}
+
+TEST_CASE("conv: the backward passes match finite differences (tanh activation, odd sizes, two kernels sizes)") {
+    Rng rng(7);
+    for (const ConvDims d : {ConvDims{2, 3, 5, 4, 2, 3}, ConvDims{1, 2, 3, 5, 3, 5}}) {
+        CAPTURE(d.KS);
+        auto X = random_doubles(rng, d.x_size()), Wt = random_doubles(rng, d.w_size());
+        auto b = random_doubles(rng, d.K), R = random_doubles(rng, d.y_size());
+        // L = sum R * tanh(Z); G = dL/dZ = R * tanh'(Z).
+        auto loss = [&] { return dot(R, conv2d_forward(d, X, Wt, b, Activation::Tanh)); };
+        const auto Z = conv2d_forward(d, X, Wt, b, std::nullopt);
+        std::vector<double> G(Z.size());
+        for (size_t i = 0; i < G.size(); ++i) G[i] = R[i] * activate_grad(Activation::Tanh, Z[i]);
+        const auto dX = conv2d_backward_input(d, G, Wt);
+        std::vector<double> dW, db;
+        conv2d_backward_weights(d, X, G, dW, db);
+        auto check = [&](std::vector<double>& v, const std::vector<double>& grad) {
+            for (size_t i = 0; i < v.size(); ++i) {
+                const double h = 1e-6, keep = v[i];
+                v[i] = keep + h;
+                const double up = loss();
+                v[i] = keep - h;
+                const double down = loss();
+                v[i] = keep;
+                CAPTURE(i);
+                CHECK(grad[i] == doctest::Approx((up - down) / (2 * h)).epsilon(1e-6));
+            }
+        };
+        check(X, dX);
+        check(Wt, dW);
+        check(b, db);
+    }
+}
+
+TEST_CASE("pool: max, its index in the plane, first in row-major order on ties; backward scatters") {
+    // One 4x4 plane: windows {1,5,2,6}, {3,7,4,8} (max last), a tie of three 9s (first wins),
+    // and a window whose max is at (1,0).
+    const std::vector<double> X = {1, 2, 3, 4,   //
+                                   5, 6, 7, 8,   //
+                                   9, 9, 0, 0,   //
+                                   9, 1, 6, 0};
+    PoolResult r = maxpool2_forward(1, 4, 4, X);
+    CHECK(r.Y == std::vector<double>{6, 8, 9, 6});
+    CHECK(r.idx == std::vector<uint32_t>{5, 7, 8, 14});
+    // All equal: index of (0, 0).
+    CHECK(maxpool2_forward(1, 2, 2, {-1, -1, -1, -1}).idx == std::vector<uint32_t>{0});
+    const auto dX = maxpool2_backward(1, 4, 4, {10, 20, 30, 40}, r.idx);
+    CHECK(dX == std::vector<double>{0, 0, 0, 0, 0, 10, 0, 20, 30, 0, 0, 0, 0, 0, 40, 0});
+    // Odd sizes: floor; the last row and column are dropped (and get 0 gradient).
+    PoolResult o = maxpool2_forward(2, 3, 3, iota(18, 0));
+    CHECK(o.Y == std::vector<double>{4, 13});
+    CHECK(o.idx == std::vector<uint32_t>{4, 4});
+    CHECK(maxpool2_backward(2, 3, 3, {1, 2}, o.idx) ==
+          std::vector<double>{0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0});
+}
+
+TEST_CASE("pool: backward matches finite differences") {
+    Rng rng(3);
+    const unsigned P = 3, H = 6, W = 4;
+    auto X = random_doubles(rng, size_t(P) * H * W), R = random_doubles(rng, size_t(P) * 3 * 2);
+    const auto grad = maxpool2_backward(P, H, W, R, maxpool2_forward(P, H, W, X).idx);
+    for (size_t i = 0; i < X.size(); ++i) {
+        const double h = 1e-7, keep = X[i];
+        X[i] = keep + h;
+        const double up = dot(R, maxpool2_forward(P, H, W, X).Y);
+        X[i] = keep - h;
+        const double down = dot(R, maxpool2_forward(P, H, W, X).Y);
+        X[i] = keep;
+        CHECK(grad[i] == doctest::Approx((up - down) / (2 * h)).epsilon(1e-6));
+    }
+}
+
+TEST_CASE("conv: bounded references hold a float32 emulation of the kernels' order and catch an off-by-one") {
+    Rng rng(11);
+    const ConvDims d{2, 3, 7, 9, 4, 3};
+    std::vector<float> X(d.x_size()), Wt(d.w_size()), b(d.K);
+    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+    for (auto& w : Wt) w = rng.uniform(-0.5f, 0.5f);
+    for (auto& v : b) v = rng.uniform(-0.1f, 0.1f);
+    const Bounded ref = ref_conv_fwd(d, X, Wt, b, 0);
+    // The kernels' order: fma from +0 over c, ky, kx, then + b; and the same with the padding
+    // off by one (taps shifted one pixel), which must leave the bound.
+    auto emulate = [&](int shift) {
+        std::vector<float> Y(d.y_size());
+        const int p = int(d.pad()) + shift;
+        for (unsigned n = 0; n < d.N; ++n)
+            for (unsigned k = 0; k < d.K; ++k)
+                for (unsigned y = 0; y < d.H; ++y)
+                    for (unsigned x = 0; x < d.W; ++x) {
+                        float acc = 0.0f;
+                        for (unsigned c = 0; c < d.C; ++c)
+                            for (unsigned ky = 0; ky < d.KS; ++ky)
+                                for (unsigned kx = 0; kx < d.KS; ++kx) {
+                                    const int iy = int(y + ky) - p, ix = int(x + kx) - p;
+                                    const bool in = iy >= 0 && ix >= 0 && iy < int(d.H) && ix < int(d.W);
+                                    const float xv = in ? X[((size_t(n) * d.C + c) * d.H + iy) * d.W + ix] : 0.0f;
+                                    acc = std::fma(xv, Wt[((size_t(k) * d.C + c) * d.KS + ky) * d.KS + kx], acc);
+                                }
+                        Y[((size_t(n) * d.K + k) * d.H + y) * d.W + x] = acc + b[k];
+                    }
+        return Y;
+    };
+    size_t good_fail = 0, bad_fail = 0;
+    const auto good = emulate(0), bad = emulate(1);
+    for (size_t i = 0; i < good.size(); ++i) {
+        CHECK(std::isfinite(ref.e[i]));
+        good_fail += !within_bound(good[i], ref.v[i], ref.e[i]);
+        bad_fail += !within_bound(bad[i], ref.v[i], ref.e[i]);
+    }
+    CHECK(good_fail == 0);
+    CHECK(bad_fail > good.size() / 2);
+    // The ReLU version: outputs at the kink are not compared; negatives are exactly 0.
+    const Bounded relu = ref_conv_fwd(d, X, Wt, b, 1);
+    for (size_t i = 0; i < good.size(); ++i)
+        if (std::isfinite(relu.e[i])) CHECK(within_bound(std::max(good[i], 0.0f), relu.v[i], relu.e[i]));
+}
+
+TEST_CASE("conv: bounded backward references mask by the layer's output and scale the weight gradient") {
+    const ConvDims d{1, 1, 3, 3, 1, 3};
+    std::vector<float> W(9, 0.0f);
+    W[1 * 3 + 2] = 2.0f;
+    const std::vector<float> dY = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const std::vector<float> Y = {1, 0, 1, 1, 1, -1, 1, 1, 0};  // mask out dY[1], dY[5], dY[8]
+    const Bounded dX = ref_conv_bwd_data(d, dY, Y, W, 1);
+    CHECK(dX.v == std::vector<double>{0, 2, 0, 0, 8, 10, 0, 14, 16});
+    CHECK(ref_conv_bwd_data(d, dY, Y, W, 0).v == std::vector<double>{0, 2, 4, 0, 8, 10, 0, 14, 16});
+    Bounded dW, db;
+    ref_conv_bwd_weights(d, std::vector<float>(9, 1.0f), dY, Y, 1, 0.5f, dW, db);
+    CHECK(db.v == std::vector<double>{0.5 * (1 + 3 + 4 + 5 + 7 + 8)});
+    CHECK(dW.v[4] == db.v[0]);  // the centre tap sees every pixel of an all-ones X
+    CHECK(dW.e[4] > 0);
+    CHECK(dW.e[4] < 2e-5);
+}
+
+TEST_CASE("conv: launch shapes and the sizes the kernels take") {
+    // Strips of whole rows, at most 256 pixels each (conv.ptx's header).
+    CHECK(conv_strips(28, 28).strips == 4);
+    CHECK(conv_strips(28, 28).rows == 7);
+    CHECK(conv_strips(14, 14).strips == 1);
+    CHECK(conv_strips(14, 14).rows == 14);
+    CHECK(conv_strips(9, 9).rows == 9);
+    CHECK(conv_strips(1, 256).rows == 1);
+    CHECK(conv_unfit({64, 1, 28, 28, 32, 3}).empty());
+    CHECK(conv_unfit({64, 32, 14, 14, 64, 5}).empty());
+    CHECK(conv_unfit({1, 1, 28, 28, 1, 4}).find("kernel sizes 1, 3 and 5") != std::string::npos);
+    CHECK(conv_unfit({1, 1, 1, 300, 1, 3}).find("up to 256 wide") != std::string::npos);
+    CHECK(conv_unfit({1, 1, 40, 40, 1, 3}).find("H*W <= 1024") != std::string::npos);
+    CHECK(conv_unfit({1, 0, 28, 28, 1, 3}).find(">= 1") != std::string::npos);
+    // verify refuses what the kernels cannot take, and an act code other than 0 and 1.
+    CHECK_THROWS_AS(validate_case({"conv_fwd", {1, 1, 28, 28, 1, 3, 2}}), InputError);
+    CHECK_THROWS_AS(validate_case({"conv_fwd", {1, 1, 28, 28, 1, 3}}), InputError);
+    CHECK_THROWS_AS(validate_case({"conv_bwd_weights", {1, 1, 40, 40, 1, 3, 1}}), InputError);
+    CHECK_THROWS_AS(validate_case({"pool_fwd", {1, 1, 1, 8}}), InputError);
+    CHECK_NOTHROW(validate_case({"pool_bwd", {3, 3, 7, 7}}));
+    CHECK(shape_text({"conv_fwd", {64, 1, 28, 28, 32, 3, 1}}) == "N=64 C=1 H=28 W=28 K=32 KS=3 act=1");
+}
