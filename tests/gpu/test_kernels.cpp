@@ -28,6 +28,16 @@ CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, con
     return r.at(0);
 }
 
+// A planted fixture on the command line: verify says FAIL and exits 1.
+void check_cli_fails(const std::string& entry, const std::string& shape, const std::string& fixture_dir) {
+    RunResult run = run_command(
+        ptxlab_cmd("verify --kernel " + entry + " --shape " + shape + " --ptx-dir " + fixture(fixture_dir)));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("FAIL") != std::string::npos);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
 void check_both_sets(const std::string& entry, const std::vector<unsigned>& shape) {
     CaseResult r = verify_one(entry, shape, KernelDirs::from_environment());
     INFO(format_result(r));
@@ -240,12 +250,7 @@ TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
     CaseResult ok = verify_one("conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, bad);
     INFO(format_result(ok));
     CHECK(ok.pass());
-    RunResult run = run_command(
-        ptxlab_cmd("verify --kernel conv_fwd --shape 3,3,9,9,5,3,0 --ptx-dir " + fixture("conv")));
-    CAPTURE(run.output);
-    CHECK(run.code == 1);
-    CHECK(run.output.find("FAIL") != std::string::npos);
-    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+    check_cli_fails("conv_fwd", "3,3,9,9,5,3,0", "conv");
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
@@ -259,11 +264,7 @@ TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     CHECK(r.f64_fail_ref == 0);  // ... while its twin does not
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("G[") == 0);
-    // The command line says FAIL and exits 1.
-    RunResult run = run_command(ptxlab_cmd("verify --kernel batch_mean --shape 1000,64 --ptx-dir " + fixture("wrong")));
-    CHECK(run.code == 1);
-    CHECK(run.output.find("FAIL") != std::string::npos);
-    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+    check_cli_fails("batch_mean", "1000,64", "wrong");
 }
 
 TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify with loss code 1") {
@@ -284,13 +285,7 @@ TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify
     CaseResult r0 = verify_one("fused_output", {64, 128, 10, 0}, bad);
     INFO(format_result(r0));
     CHECK(r0.pass());
-    // The command line says FAIL and exits 1.
-    RunResult run = run_command(
-        ptxlab_cmd("verify --kernel fused_output --shape 64,128,10,1 --ptx-dir " + fixture("softmax")));
-    CAPTURE(run.output);
-    CHECK(run.code == 1);
-    CHECK(run.output.find("FAIL") != std::string::npos);
-    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+    check_cli_fails("fused_output", "64,128,10,1", "softmax");
 }
 
 TEST_CASE("kernels: an out-of-bounds write is caught by verify's guard bands and named") {
