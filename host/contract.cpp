@@ -23,10 +23,8 @@ namespace {
 
 Rational make_q(int64_t n, int64_t d) {
     if (d == 0) PTXLAB_THROW(InputError, "division by zero");
-    if (d < 0) {
-        if (n == INT64_MIN || d == INT64_MIN) PTXLAB_THROW(InputError, "overflow");
-        n = -n, d = -d;
-    }
+    if (n == INT64_MIN || d == INT64_MIN) PTXLAB_THROW(InputError, "overflow (a value past 2^63)");
+    if (d < 0) n = -n, d = -d;
     const int64_t g = std::gcd(n < 0 ? -n : n, d);
     return {n / (g ? g : 1), d / (g ? g : 1)};
 }
@@ -50,7 +48,7 @@ Rational q_div(Rational a, Rational b) {
     if (b.num == 0) PTXLAB_THROW(InputError, "division by zero");
     return make_q(mul_checked(a.num, b.den), mul_checked(a.den, b.num));
 }
-int64_t q_floor(Rational a) { return a.num >= 0 ? a.num / a.den : -((-a.num + a.den - 1) / a.den); }
+int64_t q_floor(Rational a) { return a.num / a.den - (a.num % a.den != 0 && a.num < 0); }
 bool q_less(Rational a, Rational b) { return q_add(a, b, -1).num < 0; }
 
 // Recursive descent: sum := term (('+'|'-') term)*; term := unary (('*'|'/') unary)*;
@@ -119,6 +117,7 @@ private:
         };
         take(false);
         if (p_ < t_.size() && t_[p_] == '.') ++p_, take(true);
+        if (digits == 0) fail("a number without digits");
         Rational v = make_q(mant, den);
         if (p_ < t_.size() && (t_[p_] == 'e' || t_[p_] == 'E')) {
             ++p_;
@@ -412,9 +411,9 @@ private:
         std::smatch m;
         ContractParam p;
         p.line = l.no;
+        const std::string first = l.rest.substr(0, l.rest.find_first_of(" \t"));
         for (const auto& q : c_->params)
-            if (std::regex_search(l.rest, m, std::regex(R"(^(\w+))")) && m[1] == q.name)
-                fail(fmt::format("parameter '{}' is listed twice", q.name));
+            if (q.name == first) fail(fmt::format("parameter '{}' is listed twice (line {})", q.name, q.line));
         if (std::regex_match(l.rest, m, scalar)) {
             p.name = m[1], p.role = ParamRole::Scalar;
             if (!parse_type(m[2], p.type)) fail(fmt::format("parameter '{}': scalar type '{}' (u32, s32 or f32)", p.name, m[2].str()));

@@ -17,8 +17,8 @@ Contract read_contract_file(const std::string& path, SourceFile* src_out) {
     ContractParse cp = parse_contract(src);
     if (!cp.contract && cp.problems.empty())
         PTXLAB_THROW(InputError,
-                     "{}: no contract header: `verify FILE.ptx` needs a `// @contract ... // @end` block saying how to "
-                     "run the kernel (see `ptxlab new NAME` for an example, or the lessons in ptx/lessons)",
+                     "{}: no contract header: `verify FILE.ptx` and `bench FILE.ptx` need a `// @contract ... // @end` "
+                     "block saying how to run the kernel (see `ptxlab new NAME` for an example, or the lessons in ptx/lessons)",
                      path);
     throw_if_problems(src, cp.problems);
     throw_if_problems(src, check_contract(*cp.contract, info));

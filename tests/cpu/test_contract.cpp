@@ -4,6 +4,7 @@
 #include "../helpers.hpp"
 #include "contract.hpp"
 #include "error.hpp"
+#include "kernels.hpp"
 #include "ptx_lint.hpp"
 
 #include <doctest/doctest.h>
@@ -242,4 +243,23 @@ TEST_CASE("check: a non-ASCII character and a missing .version are named with fi
     CAPTURE(v.output);
     CHECK(v.code == 1);
     CHECK(v.output.find("no .version directive") != std::string::npos);
+}
+
+TEST_CASE("contract: verify and bench FILE.ptx need a header; the lessons stay out of the trainer's kernels") {
+    TempDir t;
+    std::filesystem::copy_file(KernelDirs::from_environment().ptx_dir + "/mean.ptx", t.file("plain.ptx"));
+    for (const char* cmd : {"verify ", "bench "}) {
+        RunResult r = run_command(ptxlab_cmd(cmd + t.file("plain.ptx")));
+        CAPTURE(r.output);
+        CHECK(r.code == 2);
+        CHECK(r.output.find("plain.ptx: no contract header") != std::string::npos);
+    }
+    CHECK(run_command(ptxlab_cmd("verify --kernel gather " + t.file("plain.ptx"))).code == 2);
+    CHECK(run_command(ptxlab_cmd("bench --shape N=5")).code == 2);
+    // find_kernel_pairs reads ptx/ only, not ptx/lessons: check over ptx/ is unchanged.
+    for (const auto& p : find_kernel_pairs(KernelDirs::from_environment())) {
+        CAPTURE(p.ptx_path);
+        CHECK(p.ptx_path.find("lessons") == std::string::npos);
+        CHECK(p.stem.find("_") != 2);  // no "01_..." lesson stems
+    }
 }
