@@ -73,7 +73,8 @@ void setup_bench(CLI::App& app, Command& chosen) {
         "Time every kernel (PTX and NVRTC twin side by side, 784-128-10, median of device-event timings after "
         "warm-up), with achieved GB/s and GFLOP/s against a device-to-device copy and an FMA loop measured in the "
         "same run; then the GPU time per training step of `ptxlab train`'s graph-replayed loop, and the training "
-        "time to the target accuracy (data loading and JIT reported apart). Needs a GPU.");
+        "time to the target accuracy (data loading and JIT reported apart). `bench FILE.ptx` times a kernel with a contract header and its twin "
+        "instead. Needs a GPU.");
     sub->add_option("file", o->file,
                     "time this .ptx (with a contract header) and its twin instead, at the contract's shapes; GB/s and "
                     "GFLOP/s when the header gives bytes and flops");

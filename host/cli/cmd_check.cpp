@@ -218,7 +218,8 @@ void setup_check(CLI::App& app, Command& chosen) {
                                    "(count, order, type and size) with its CUDA C twin (NAME.cu in the reference "
                                    "directory, compiled by NVRTC) and with what the host launches. Every file is "
                                    "checked; errors go to stderr as file:line: error: with the source line, then a "
-                                   "summary line; exit 1 when any file fails.");
+                                   "summary line; exit 1 when any file fails. A contract header (// @contract) is "
+                                   "checked against the entry and its twin; ld.param of the wrong width is a warning.");
     sub->add_option("files", o->files,
                     "PTX files (or directories of them) to check (default: every .ptx in the kernel directory); a "
                     "file with a contract header (// @contract) is checked against it and uses the twin it names");

@@ -119,7 +119,8 @@ void setup_verify(CLI::App& app, Command& chosen) {
         "(batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes). Outputs are poisoned with NaN before each "
         "launch. Kernels that sum in another order than the float64 reference (the fused set) are held to a bound that "
         "grows with the sum length (gamma_n, n = terms + extra roundings). One line per kernel and shape: max abs difference, max ULP distance, unwritten elements, the "
-        "float64 check, PASS/FAIL; the first mismatches with their coordinates. Needs a GPU.");
+        "float64 check, PASS/FAIL; the first mismatches with their coordinates. `verify FILE.ptx` runs any kernel with a contract header "
+        "(// @contract ... // @end) against its twin instead. Needs a GPU.");
     sub->add_option("file", o->file,
                     "a .ptx file with a contract header (// @contract): run it and its twin on the contract's shapes "
                     "(or --shape N=1000,M=3) and compare as the contract says");
