@@ -1,6 +1,6 @@
-// Twin of 10_mma_tf32.ptx in plain CUDA C: one thread per element of D. tf32(x) is
-// cvt.rna.tf32.f32 done with bits (add half of the 13 dropped bits, then clear them:
-// nearest, ties away from zero). A product of two tf32 values is exact in float, so the
+// Twin of 10_mma_tf32.ptx in plain CUDA C, no tensor core: each lane of warp w computes 4 of the
+// 128 elements of tile w. tf32(x) is cvt.rna.tf32.f32 done with bits (add half of the 13
+// dropped bits, then clear them: nearest, ties away from zero). A product of two tf32 values is exact in float, so the
 // only roundings are the 8 additions, done here as fmas in k order onto C.
 __device__ float tf32(float x)
 {
