@@ -2,6 +2,7 @@
 #include "bench.hpp"
 #include "commands.hpp"
 #include "train.hpp"
+#include "verify_file.hpp"
 
 #include <fstream>
 #include <iostream>
@@ -20,9 +21,18 @@ struct BenchCliOptions {
     bool no_kernels = false, no_steps = false, no_target = false;
     double timeout = 120;
     int device = 0;
+    std::string file, shape;  // bench FILE.ptx [--shape N=...]: a kernel with a contract header
 };
 
 int run_bench_cmd(const BenchCliOptions& o) {
+    if (!o.file.empty()) {
+        contract_shapes(read_contract_file(o.file), o.shape);  // header and --shape before the GPU
+        set_kernel_timeout(o.timeout);
+        Context ctx(o.device);
+        bench_file(o.file, ctx, o.shape, o.seed);
+        return kExitOk;
+    }
+    if (!o.shape.empty()) PTXLAB_THROW(InputError, "--shape goes with a FILE.ptx (bench FILE.ptx --shape N=1000)");
     BenchOptions opt;
     opt.kernel_batches = parse_sizes(o.batches, "--batches", 1u << 20);
     opt.step_batches = parse_sizes(o.step_batches, "--step-batches", 60000);
@@ -63,7 +73,12 @@ void setup_bench(CLI::App& app, Command& chosen) {
         "Time every kernel (PTX and NVRTC twin side by side, 784-128-10, median of device-event timings after "
         "warm-up), with achieved GB/s and GFLOP/s against a device-to-device copy and an FMA loop measured in the "
         "same run; then the GPU time per training step of `ptxlab train`'s graph-replayed loop, and the training "
-        "time to the target accuracy (data loading and JIT reported apart). Needs a GPU.");
+        "time to the target accuracy (data loading and JIT reported apart). `bench FILE.ptx` times a kernel with a contract header and its twin "
+        "instead. Needs a GPU.");
+    sub->add_option("file", o->file,
+                    "time this .ptx (with a contract header) and its twin instead, at the contract's shapes; GB/s and "
+                    "GFLOP/s when the header gives bytes and flops");
+    sub->add_option("--shape", o->shape, "with FILE.ptx: one shape instead of the contract's, e.g. N=1000000");
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
     sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference "

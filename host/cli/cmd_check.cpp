@@ -3,8 +3,10 @@
 // `file:line: error: ...`, the per-entry report and the summary to stdout.
 #include "commands.hpp"
 #include "compile.hpp"
+#include "contract.hpp"
 #include "files.hpp"
 #include "kernels.hpp"
+#include "ptx_lint.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -42,7 +44,7 @@ void diag(const std::string& text) {
 }
 
 // Checks one PTX file; returns the number of errors.
-int check_file(const std::string& path, const std::string& twin_path, const CheckOptions& o) {
+int check_file(const std::string& path, std::string twin_path, const CheckOptions& o) {
     int errors = 0;
     SourceFile src;
     PtxInfo info;
@@ -71,6 +73,17 @@ int check_file(const std::string& path, const std::string& twin_path, const Chec
         ++errors;
     }
 
+    // The contract header (contract.hpp), if any: its problems, its entry against the file's, its twin.
+    ContractParse contract = parse_contract(src);
+    if (contract.contract) {
+        for (const auto& d : check_contract(*contract.contract, info)) contract.problems.push_back(d);
+        twin_path = contract.contract->twin_path();
+    }
+    for (const auto& d : contract.problems) diag(format_diagnostic(src, d));
+    errors += static_cast<int>(contract.problems.size());
+    // What ptxas accepts silently: warnings, not errors.
+    for (const auto& d : param_width_warnings(src.text, info)) diag(format_diagnostic(src, d));
+
     const std::string stem = fs::path(path).stem().string();
     // What the host launches must match what the file declares.
     for (const auto& p : check_against_specs(info, path, stem)) {
@@ -80,7 +93,8 @@ int check_file(const std::string& path, const std::string& twin_path, const Chec
     // The twin's parameter lists, from the PTX that NVRTC emits.
     PtxInfo twin;
     bool have_twin = false;
-    if (!o.no_twin) {
+    // A broken contract header names no twin that can be trusted: its errors come first.
+    if (!o.no_twin && (contract.contract || contract.problems.empty())) {
         std::string why = unusable_file_reason(twin_path);
         if (!why.empty()) {
             diag(fmt::format("{}: error: no CUDA C twin: {} {} (twins come from $PTXLAB_REFERENCE_DIR, else "
@@ -93,6 +107,11 @@ int check_file(const std::string& path, const std::string& twin_path, const Chec
                 if (!out.log.empty()) diag(fmt::format("{}: warning: NVRTC log:\n{}\n", twin_path, out.log));
                 twin = parse_ptx(out.ptx);
                 have_twin = true;
+                if (contract.contract)
+                    for (const auto& d : check_contract_twin(*contract.contract, twin, twin_path)) {
+                        diag(format_diagnostic(src, d));
+                        ++errors;
+                    }
             } catch (const InputError& e) {
                 diag(tag_error(e.what(), twin_path));
                 ++errors;
@@ -166,7 +185,17 @@ int run_check(const CheckOptions& o) {
         for (const auto& p : find_kernel_pairs(dirs)) work.push_back(p.ptx_path);
         if (work.empty()) PTXLAB_THROW(InputError, "no .ptx files in {}", dirs.ptx_dir);
     } else {
-        work = o.files;
+        // A directory among the FILEs stands for its .ptx files (not its subdirectories).
+        for (const auto& f : o.files) {
+            std::error_code ec;
+            if (!fs::is_directory(f, ec)) {
+                work.push_back(f);
+                continue;
+            }
+            const size_t before = work.size();
+            for (const auto& p : find_kernel_pairs(KernelDirs::from_ptx_dir(f))) work.push_back(p.ptx_path);
+            if (work.size() == before) work.push_back(f);  // no .ptx in it: reported as a directory
+        }
     }
     int errors = 0, failed = 0;
     for (const auto& ptx : work) {
@@ -189,8 +218,11 @@ void setup_check(CLI::App& app, Command& chosen) {
                                    "(count, order, type and size) with its CUDA C twin (NAME.cu in the reference "
                                    "directory, compiled by NVRTC) and with what the host launches. Every file is "
                                    "checked; errors go to stderr as file:line: error: with the source line, then a "
-                                   "summary line; exit 1 when any file fails.");
-    sub->add_option("files", o->files, "PTX files to check (default: every .ptx in the kernel directory)");
+                                   "summary line; exit 1 when any file fails. A contract header (// @contract) is "
+                                   "checked against the entry and its twin; ld.param of the wrong width is a warning.");
+    sub->add_option("files", o->files,
+                    "PTX files (or directories of them) to check (default: every .ptx in the kernel directory); a "
+                    "file with a contract header (// @contract) is checked against it and uses the twin it names");
     sub->add_option("--arch", o->arch, "target architecture (sm_NN; those this nvJitLink accepts)")->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir,
                     "check every .ptx in this directory (default: $PTXLAB_PTX_DIR or the tree's ptx/); the twins "

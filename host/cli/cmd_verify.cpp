@@ -3,6 +3,7 @@
 #include "files.hpp"
 #include "train.hpp"
 #include "verify.hpp"
+#include "verify_file.hpp"
 
 #include <random>
 
@@ -21,7 +22,21 @@ struct VerifyCliOptions {
     bool list = false;
     bool quick = false;
     double timeout = 120;
+    std::string file;  // verify FILE.ptx: a kernel with a contract header (verify_file.hpp)
 };
+
+// verify FILE.ptx: the header and --shape are read before the GPU is looked for.
+int run_verify_file_cmd(const VerifyCliOptions& o) {
+    if (!o.kernels.empty()) PTXLAB_THROW(InputError, "--kernel and a FILE.ptx together: give one or the other");
+    const Contract c = read_contract_file(o.file);
+    contract_shapes(c, o.shape);
+    FileVerifyOptions f;
+    f.seed = o.seed_given ? o.seed : std::random_device{}();
+    f.shape = o.shape;
+    set_kernel_timeout(o.timeout);
+    Context ctx(o.device);
+    return verify_file(o.file, ctx, f) ? kExitFailure : kExitOk;
+}
 
 // "--shape" numbers: 0 .. 2^31 (the optimizers' variant may be 0; each harness says which
 // sizes must be at least 1).
@@ -29,6 +44,7 @@ int run_verify_cmd(const VerifyCliOptions& o) {
     if (o.shape_given && o.shape.find_first_not_of(" \t") == std::string::npos)
         PTXLAB_THROW(InputError, "--shape is empty: give the sizes, e.g. --shape 64,784,128,10 (or leave --shape out "
                                  "for the default set)");
+    if (!o.file.empty()) return run_verify_file_cmd(o);
     // --ptx-dir means the same as in check: where the .ptx files are read; the twins stay in the
     // reference directory ($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, else the tree's).
     if (!o.ptx_dir.empty()) require_directory(o.ptx_dir, "--ptx-dir");
@@ -103,7 +119,11 @@ void setup_verify(CLI::App& app, Command& chosen) {
         "(batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes). Outputs are poisoned with NaN before each "
         "launch. Kernels that sum in another order than the float64 reference (the fused set) are held to a bound that "
         "grows with the sum length (gamma_n, n = terms + extra roundings). One line per kernel and shape: max abs difference, max ULP distance, unwritten elements, the "
-        "float64 check, PASS/FAIL; the first mismatches with their coordinates. Needs a GPU.");
+        "float64 check, PASS/FAIL; the first mismatches with their coordinates. `verify FILE.ptx` runs any kernel with a contract header "
+        "(// @contract ... // @end) against its twin instead. Needs a GPU.");
+    sub->add_option("file", o->file,
+                    "a .ptx file with a contract header (// @contract): run it and its twin on the contract's shapes "
+                    "(or --shape N=1000,M=3) and compare as the contract says");
     sub->add_option("--kernel", o->kernels,
                     "only these kernels: forward2 forward3 grad2 grad3 batch_mean optim_sgd optim_adam optim_rmsprop "
                     "gather fused_forward fused_output fused_grad outer fused_step conv_fwd conv_bwd_data conv_bwd_weights "

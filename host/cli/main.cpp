@@ -37,6 +37,7 @@ int run(int argc, char** argv) {
     cli::setup_train(app, chosen);
     cli::setup_eval(app, chosen);
     cli::setup_bench(app, chosen);
+    cli::setup_new(app, chosen);
 
     // An unknown first word: name it and list the commands (CLI11 would say only that one is required).
     if (argc > 1 && argv[1][0] != '-') {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time.
 #
-#   tests/fuzz/run.sh [TARGET...] [SECONDS]     TARGET: idx, ptx (default: both); SECONDS default 60
+#   tests/fuzz/run.sh [TARGET...] [SECONDS]     TARGET: idx, ptx, contract (default: all); SECONDS default 60
 #
 # Each target starts from its seed corpus in tests/fuzz/corpus/TARGET (plus, for ptx, the
 # kernels in ptx/ and the PTX fixtures); inputs it discovers go to a temporary directory,
@@ -17,12 +17,12 @@ cd "$root"
 targets=(); seconds=60
 for a in "$@"; do
   case "$a" in
-    idx|ptx) targets+=("$a") ;;
-    ''|*[!0-9]*) echo "fuzz/run.sh: unknown argument '$a' (targets: idx, ptx; or a number of seconds)" >&2; exit 2 ;;
+    idx|ptx|contract) targets+=("$a") ;;
+    ''|*[!0-9]*) echo "fuzz/run.sh: unknown argument '$a' (targets: idx, ptx, contract; or a number of seconds)" >&2; exit 2 ;;
     *) seconds="$a" ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(idx ptx)
+[ ${#targets[@]} -gt 0 ] || targets=(idx ptx contract)
 
 cxx="${CXX:-clang++}"
 if ! command -v "$cxx" >/dev/null; then
@@ -42,6 +42,7 @@ for t in "${targets[@]}"; do
   # (issue #17), against millions for the IDX reader.
   seeds=("tests/fuzz/corpus/$t"); max_len=65536
   [ "$t" = ptx ] && { seeds+=(ptx ptx/reference tests/fixtures/ptx); max_len=8192; }
+  [ "$t" = contract ] && { seeds+=(ptx/lessons tests/fixtures/contract); max_len=8192; }
   mkdir -p "$work/$t"
   echo "== fuzz_$t: ${seconds} s from ${seeds[*]}"
   rc=0

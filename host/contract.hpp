@@ -1,0 +1,140 @@
+// The contract header: what `verify FILE.ptx` and `bench FILE.ptx` need to run any kernel
+// against its CUDA C twin, written in comments at the top of the .ptx file.
+//
+//   // @contract
+//   //   entry    leaky_relu
+//   //   vars     N
+//   //   shape    N=1000
+//   //   shape    N=1
+//   //   param    y      out  f32[N]
+//   //   param    x      in   f32[N]   -4 .. 4
+//   //   param    n      u32 = N
+//   //   param    alpha  f32 = 0.125
+//   //   grid     ceil(N / 256)
+//   //   block    256
+//   //   twin     reference/01_predicates.cu
+//   //   compare  bitwise
+//   //   bytes    8 * N
+//   //   flops    N
+//   // @end
+//
+// One key a line, in any order:
+//   entry NAME                the .entry the contract describes (the file may hold others)
+//   vars A B ...              the shape variables (identifiers); every expression uses only these
+//   shape A=1, B=64           a default shape: every variable given once, each >= 1 (repeatable, >= 1 line)
+//   param NAME in|inout TYPE[LEN] LO .. HI
+//                             a buffer the kernel reads, filled with fresh uniform random values in
+//                             [LO, HI) (integers: LO..HI inclusive); TYPE f32, u32 or s32
+//   param NAME out TYPE[LEN]  a buffer the kernel writes: poisoned before the launch, compared after
+//   param NAME TYPE = EXPR    a scalar: u32, s32 (an expression over the variables) or f32 (a number)
+//                             The params are listed in the entry's order, with the entry's names.
+//   grid X[, Y[, Z]]          the launch shape as expressions (block likewise; default 1 for Y, Z)
+//   block X[, Y[, Z]]
+//   shared EXPR               dynamic shared memory in bytes (default 0)
+//   twin PATH                 the CUDA C twin, relative to the .ptx file's directory
+//   compare bitwise | ulp N | rel X
+//                             how outputs must agree; anything but bitwise needs a `why` line
+//   why TEXT                  the reason for the comparison (continues on following `why` lines)
+//   bytes EXPR, flops EXPR    optional: the least traffic and arithmetic, for bench's GB/s, GFLOP/s
+// Expressions: integers, decimals (f32 scalars, bytes, flops), the variables, + - * /, parentheses,
+// ceil(E), floor(E), min(A, B), max(A, B). Division is exact (rational); a length, launch size or
+// integer scalar must come out whole: write ceil(N / 256), not N / 256.
+// Anything else in the block (an unknown key, a length over undeclared names, a parameter list
+// that disagrees with the .entry) is an error at file:line.
+#pragma once
+
+#include "ptx_text.hpp"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+// A shape: a value for each variable.
+using ShapeVars = std::map<std::string, int64_t>;
+
+// Evaluates an expression over `vars` exactly (rational arithmetic). Throws InputError
+// ("unknown name 'M'", "division by zero", "overflow", a syntax error with its column).
+struct Rational {
+    int64_t num = 0, den = 1;
+    double value() const { return double(num) / double(den); }
+};
+Rational eval_expr(const std::string& text, const ShapeVars& vars);
+// The same, but the result must be a whole number in [lo, hi]; `what` names it in messages.
+int64_t eval_whole(const std::string& text, const ShapeVars& vars, const std::string& what, int64_t lo, int64_t hi);
+// The identifiers an expression uses (function names excluded); throws on a syntax error.
+std::vector<std::string> expr_names(const std::string& text);
+
+enum class ElemType { F32, U32, S32 };
+enum class ParamRole { In, Out, InOut, Scalar };
+std::string to_string(ElemType t);   // "f32"
+std::string to_string(ParamRole r);  // "in"
+
+struct ContractParam {
+    std::string name;
+    int line = 0;
+    ParamRole role = ParamRole::In;
+    ElemType type = ElemType::F32;
+    std::string length;     // buffers: the element count
+    double lo = 0, hi = 0;  // in, inout: the random range
+    std::string value;      // scalars: the expression
+    bool buffer() const { return role != ParamRole::Scalar; }
+    std::string ptx_type() const;  // what the .entry must declare: ".u64" for buffers, else ".u32" ...
+};
+
+enum class CompareKind { Bitwise, Ulp, Rel };
+
+struct Contract {
+    std::string path;  // the .ptx file
+    int line = 0;      // of `@contract`
+    std::string entry;
+    int entry_line = 0;
+    std::vector<std::string> vars;
+    std::vector<ShapeVars> shapes;
+    std::vector<ContractParam> params;
+    std::array<std::string, 3> grid{"1", "1", "1"}, block{"1", "1", "1"};
+    std::string shared = "0";
+    std::string twin;  // as written
+    int twin_line = 0;
+    CompareKind compare = CompareKind::Bitwise;
+    double tolerance = 0;  // ulp count or relative bound
+    std::string why;
+    std::string bytes, flops;  // empty when not given
+    std::string twin_path() const;  // resolved against the .ptx file's directory
+    std::string compare_text() const;  // "bitwise", "within 16 ulp", "relative 1e-06"
+};
+
+struct ContractParse {
+    std::optional<Contract> contract;  // empty when the file has no `@contract` block (or it is broken)
+    std::vector<Diagnostic> problems;  // errors at the line of the header they concern
+};
+
+// Reads the contract block of a .ptx file, if it has one.
+ContractParse parse_contract(const SourceFile& src);
+
+// Compares the contract with the file's entries: the entry exists, the same parameters in the
+// same order with the same names, buffers declared .u64 and scalars with their types.
+std::vector<Diagnostic> check_contract(const Contract& c, const PtxInfo& info);
+// Compares the contract's parameter types with the twin's entry (from NVRTC's PTX).
+std::vector<Diagnostic> check_contract_twin(const Contract& c, const PtxInfo& twin, const std::string& twin_path);
+
+// "N=1000,M=3" (the --shape flag) -> a shape; every variable once, each >= 1. InputError otherwise.
+ShapeVars parse_shape(const std::string& text, const Contract& c, const std::string& what);
+std::string shape_text(const ShapeVars& s);  // "N=1000 M=3"
+
+// Sizes for one shape (InputError with the param's name when an expression misbehaves).
+struct LaunchShape {
+    std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
+    unsigned shared = 0;
+};
+LaunchShape launch_shape(const Contract& c, const ShapeVars& s);
+size_t buffer_length(const Contract& c, const ContractParam& p, const ShapeVars& s);
+
+// Throws InputError with every problem formatted (file:line, the source line) when there are any.
+void throw_if_problems(const SourceFile& src, const std::vector<Diagnostic>& problems);
+
+}  // namespace ptxlab
