@@ -108,13 +108,14 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "only these kernels: forward2 forward3 grad2 grad3 batch_mean optim_sgd optim_adam optim_rmsprop "
                     "gather fused_forward fused_output fused_grad outer fused_step");
     auto* shape_opt = sub->add_option("--shape", o->shape,
-                    "one shape instead of the default set: B,I,H,O (forward2), B,I,H,O,loss (grad2), B,I,H1,H2,O "
-                    "(forward3), B,I,H1,H2,O,loss (grad3), N,B (batch_mean), N,variant (optim_sgd: 0 plain, 1 "
-                    "momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain + weight decay; optim_adam: 0 adam, 1 "
-                    "adam + weight decay, 2 adamw; optim_rmsprop: 0 plain, 1 + weight decay), rows,cols,src_rows "
-                    "(gather), B,I,H (fused_forward), B,H,O,loss (fused_output), B,I,H,O (fused_grad, fused_step), "
-                    "B,R,C (outer); loss is the output-delta code: 0 = y - t, 1 = softmax(y) - t (the default set "
-                    "runs both)");
+                    "one shape instead of the default set: B,I,H,O,act (forward2), B,I,H,O,loss,act (grad2), "
+                    "B,I,H1,H2,O,act (forward3), B,I,H1,H2,O,loss,act (grad3), N,B (batch_mean), N,variant "
+                    "(optim_sgd: 0 plain, 1 momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain + weight decay; "
+                    "optim_adam: 0 adam, 1 adam + weight decay, 2 adamw; optim_rmsprop: 0 plain, 1 + weight decay), "
+                    "rows,cols,src_rows (gather), B,I,H,act (fused_forward), B,H,O,loss,act (fused_output), B,I,H,O "
+                    "(fused_grad, fused_step), B,R,C (outer); loss is the output-delta code: 0 = y - t, 1 = "
+                    "softmax(y) - t; act the hidden activation: 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu (the "
+                    "default set runs every activation and both loss codes; --quick relu, tanh and gelu)");
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when one runs longer than this many seconds; 0: no "
                     "limit")

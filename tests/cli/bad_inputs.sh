@@ -152,6 +152,8 @@ expect "flags: train --seed -1"         2 "--seed must be a whole number >= 0, g
 expect "flags: --hidden with --layers"  2 "both set the network: give one of them"          $nogpu "$P" train --layers 784,64,10 --hidden 32
 expect "flags: train --optimizer"       2 "unknown optimizer 'lbfgs'"                       $nogpu "$P" train --optimizer lbfgs
 expect "flags: train --warmup 1"        2 "--warmup"                                        $nogpu "$P" train --warmup 1
+expect "flags: train --activation"      2 "unknown activation 'bogus' (choose relu, leaky-relu, tanh, sigmoid or gelu)" $nogpu "$P" train --activation bogus
+expect "flags: verify activation code"  2 "the activation code must be 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid or 4 gelu, got 5" $nogpu "$P" verify --kernel grad2 --shape 1,2,3,4,1,5 --list
 expect "paths: --save in a missing dir" 2 "its directory /nonexistent does not exist"       $nogpu "$P" train --save /nonexistent/m.safetensors
 expect "paths: --log is a directory"    2 "is a directory, not a file to write"             $nogpu "$P" train --log "$t"
 expect "paths: --resume is missing"     2 "does not exist"                                  $nogpu "$P" train --resume "$t/nope.safetensors"
