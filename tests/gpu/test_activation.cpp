@@ -1,13 +1,16 @@
 // The hidden activations (--activation) on the GPU: a few training steps of the seed (ptx)
 // and fused kernel sets with every activation against the float64 recipe step
 // (cpu_recipe_step), the PTX against its NVRTC twins bit for bit, and `train` with every
-// activation on every kernel set.
+// activation on every kernel set; a wrong derivative in the PTX is caught by verify.
+#include "../helpers.hpp"
 #include "common.hpp"
+#include "ptx_text.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
 #include "train.hpp"
+#include "verify.hpp"
 
 #include <doctest/doctest.h>
 
@@ -224,4 +227,30 @@ TEST_CASE("activation: train runs every activation on every kernel set, the PTX 
             }
         }
     }
+}
+
+TEST_CASE("activation: a wrong tanh derivative in grad.ptx is caught by verify for tanh, and only for tanh") {
+    // A copy of ptx/grad.ptx whose activate_grad computes 1 + a^2 for tanh instead of 1 - a^2.
+    TempDir t;
+    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/grad.ptx").text;
+    const std::string right = "    fma.rn.f32      g, na, a, 0f3F800000;\n";
+    REQUIRE(src.find(right) != std::string::npos);
+    src.replace(src.find(right), right.size(), "    fma.rn.f32      g, a, a, 0f3F800000;   // PLANTED BUG: 1 + a^2\n");
+    write_text(t.file("grad.ptx"), src);
+    VerifyOptions opt;
+    opt.seed = 5;
+    opt.ptx_dirs = KernelDirs::from_ptx_dir(t.path.string());
+    opt.reference_dirs = KernelDirs::from_environment();
+    const auto r = run_verify(gpu(), {{"grad2", {64, 100, 37, 10, 1, kActTanh}}, {"grad2", {64, 100, 37, 10, 1, kActGelu}},
+                                      {"grad2", {64, 100, 37, 10, 1, kActRelu}}},
+                              opt);
+    INFO(format_result(r[0]));
+    CHECK_FALSE(r[0].pass());
+    CHECK(r[0].f64_fail_ptx > 0);   // the wrong PTX misses the float64 reference ...
+    CHECK(r[0].f64_fail_ref == 0);  // ... its twin does not
+    REQUIRE_FALSE(r[0].mismatches.empty());
+    CHECK(r[0].mismatches[0].find("gW1[") == 0);  // A1 and Y are right; the hidden layer's gradient is not
+    // The other activations never reach that line.
+    CHECK(r[1].pass());
+    CHECK(r[2].pass());
 }
