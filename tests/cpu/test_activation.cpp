@@ -170,7 +170,7 @@ TEST_CASE("activation: verify's shapes carry the activation code, and every code
     }
 }
 
-TEST_CASE("activation: a checkpoint records it; a resume with another activation is refused") {
+TEST_CASE("activation: a checkpoint records it, and a resume with another activation is refused") {
     TempDir t;
     TrainConfig cfg;
     cfg.layers = {784, 16, 10};
