@@ -63,13 +63,15 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
     if (entry == "optim_sgd") return {entry, {kH * kI + kH + kO * kH + kO, 2}};
     if (entry == "optim_adam") return {entry, {kH * kI + kH + kO * kH + kO, 0}};
     if (entry == "gather") return {entry, {B, kI, 60000}};         // one batch of images
-    if (entry == "fused_forward") return {entry, {B, kI, kH}};
-    if (entry == "fused_output") return {entry, {B, kH, kO, kLossSoftmax}};  // the default recipe's loss (ce)
-    if (entry == "grad2") return {entry, {B, kI, kH, kO, kLossSoftmax}};
+    // The default recipe's loss (ce) and activation (relu).
+    if (entry == "fused_forward") return {entry, {B, kI, kH, kActRelu}};
+    if (entry == "fused_output") return {entry, {B, kH, kO, kLossSoftmax, kActRelu}};
+    if (entry == "grad2") return {entry, {B, kI, kH, kO, kLossSoftmax, kActRelu}};
+    if (entry == "forward2") return {entry, {B, kI, kH, kO, kActRelu}};
     if (entry == "outer") return {entry, {B, kH, kI}};               // gW1 of one step
     // The default recipe's step: cross-entropy, Nesterov.
     if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov)}};
-    return {entry, {B, kI, kH, kO}};                                // forward2, fused_grad
+    return {entry, {B, kI, kH, kO}};                                // fused_grad
 }
 
 // The least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) an entry must do.

@@ -1,5 +1,7 @@
 #include "fused.hpp"
 
+#include "recipe.hpp"
+
 #include <algorithm>
 
 namespace ptxlab {
@@ -12,12 +14,14 @@ template <class... A> void launch(const Kernel& k, bool overlap, unsigned grid, 
 }  // namespace
 
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    launch(ks.get("fused_forward"), a.overlap, fused_forward_grid(a.B, a.H), s, a.X, a.W1, a.b1, a.A1, a.B, a.I, a.H);
+    const CUdeviceptr Z = a.act == kActGelu ? a.D1 : CUdeviceptr(0);  // GELU's derivative needs z
+    launch(ks.get("fused_forward"), a.overlap, fused_forward_grid(a.B, a.H), s, a.X, a.W1, a.b1, a.A1, Z, a.B, a.I, a.H,
+           a.act);
 }
 
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s) {
     launch(ks.get("fused_output"), a.overlap, fused_output_grid(a.B), s, a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B, a.H,
-           a.O, a.loss);
+           a.O, a.loss, a.act);
 }
 
 void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s) {

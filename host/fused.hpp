@@ -60,6 +60,10 @@ struct FusedArgs {
     // (grad_scale) that fused_grad and batch_mean apply.
     unsigned loss = 0;
     float scale = 0.0f;
+    // The hidden activation's code (recipe.hpp act_code) fused_forward and fused_output take.
+    // For GELU (kActGelu) fused_forward also writes the pre-activations Z into D1, where
+    // fused_output reads them for the derivative before it overwrites them with the deltas.
+    unsigned act = 0;
     // The mean gradients fused_grad (or the fast set's batch_mean) writes: [H][I], [H], [O][H], [O].
     CUdeviceptr GW1 = 0, Gb1 = 0, GW2 = 0, Gb2 = 0;
     // fused_step: the parameters as one flat array P (W1, b1, W2, b2 back to back: W1 .. b2
@@ -70,8 +74,9 @@ struct FusedArgs {
     OptimConfig optim = {};
 };
 
+// fused_forward with the activation a.act (Z = a.D1 for GELU, else none).
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
-// fused_output with the loss code a.loss.
+// fused_output with the loss code a.loss and the activation a.act.
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
 // fused_grad: the batch gradients a.GW1, a.Gb1, a.GW2, a.Gb2 = a.scale * (batch sums).
 void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s);

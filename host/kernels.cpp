@@ -33,14 +33,14 @@ std::string KernelSpec::signature() const {
 const std::vector<KernelSpec>& kernel_specs() {
     constexpr ParamKind P = ParamKind::Ptr, U = ParamKind::U32, F = ParamKind::F32;
     static const std::vector<KernelSpec> specs = {
-        // X W1 b1 W2 b2 A1 Y | B I H O
-        {"forward2", "forward", {P, P, P, P, P, P, P, U, U, U, U}},
-        // X W1 b1 W2 b2 W3 b3 A1 A2 Y | B I H1 H2 O
-        {"forward3", "forward", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, U}},
-        // X T W1 b1 W2 b2 A1 Y gW1 gb1 gW2 gb2 | B I H O | loss
-        {"grad2", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U}},
-        // X T W1 b1 W2 b2 W3 b3 A1 A2 Y gW1 gb1 gW2 gb2 gW3 gb3 | B I H1 H2 O | loss
-        {"grad3", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U}},
+        // X W1 b1 W2 b2 A1 Y | B I H O | act
+        {"forward2", "forward", {P, P, P, P, P, P, P, U, U, U, U, U}},
+        // X W1 b1 W2 b2 W3 b3 A1 A2 Y | B I H1 H2 O | act
+        {"forward3", "forward", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U}},
+        // X T W1 b1 W2 b2 A1 Y gW1 gb1 gW2 gb2 | B I H O | loss act
+        {"grad2", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U}},
+        // X T W1 b1 W2 b2 W3 b3 A1 A2 Y gW1 gb1 gW2 gb2 gW3 gb3 | B I H1 H2 O | loss act
+        {"grad3", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, U}},
         // G Gs | N B | scale
         {"batch_mean", "mean", {P, P, U, U, F}},
         // P G M hyp | N | momentum weight_decay | nesterov
@@ -53,10 +53,10 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"gather", "gather", {P, P, P, U, U}},
         // G D V | B R C
         {"outer", "outer", {P, P, P, U, U, U}},
-        // X W b A | B I H
-        {"fused_forward", "fused", {P, P, P, P, U, U, U}},
-        // A W b T Y D2 D1 | B H O | loss
-        {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U, U}},
+        // X W b A Z | B I H | act   (Z may be 0)
+        {"fused_forward", "fused", {P, P, P, P, P, U, U, U, U}},
+        // A W b T Y D2 D1 | B H O | loss act   (GELU: D1 holds Z on entry)
+        {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U, U, U}},
         // GW1 Gb1 GW2 Gb2 X A D1 D2 | B I H O | scale
         {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
         // X T P M V A Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd

@@ -332,6 +332,23 @@ constexpr Named<Activation> kActivationNames[] = {
 Activation parse_activation(const std::string& name) { return parse_named(kActivationNames, name, "activation"); }
 std::string to_string(Activation a) { return name_of(kActivationNames, a); }
 
+unsigned act_code(Activation a) {
+    switch (a) {
+        case Activation::Relu: return kActRelu;
+        case Activation::LeakyRelu: return kActLeakyRelu;
+        case Activation::Tanh: return kActTanh;
+        case Activation::Sigmoid: return kActSigmoid;
+        case Activation::Gelu: return kActGelu;
+    }
+    PTXLAB_THROW(Error, "act_code: unknown activation {}", int(a));
+}
+
+Activation activation_of_code(unsigned c) {
+    for (Activation a : {Activation::Relu, Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu})
+        if (act_code(a) == c) return a;
+    PTXLAB_THROW(InputError, "activation code {} is not one of 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu", c);
+}
+
 
 namespace {
 constexpr double kLeakySlope = 0.01;

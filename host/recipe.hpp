@@ -135,6 +135,42 @@ std::string to_string(Activation a);
 double activate(Activation a, double x);        // LeakyRelu slope 0.01; Gelu the exact erf form
 double activate_grad(Activation a, double x);   // d activate / dx at the pre-activation x
 
+// The activation code a kernel takes (its `act` parameter: forward2/3, grad2/3,
+// fused_forward, fused_output); the kernels take any other value as kActRelu.
+inline constexpr unsigned kActRelu = 0;
+inline constexpr unsigned kActLeakyRelu = 1;
+inline constexpr unsigned kActTanh = 2;
+inline constexpr unsigned kActSigmoid = 3;
+inline constexpr unsigned kActGelu = 4;
+unsigned act_code(Activation a);            // Relu 0, LeakyRelu 1, Tanh 2, Sigmoid 3, Gelu 4
+Activation activation_of_code(unsigned c);  // the inverse; throws InputError for a code > 4
+// The kernels' instruction sequences (PTX and twin issue exactly these; z is the float
+// pre-activation, a = f(z) the float activation, L = 0f3FB8AA3B = log2(e) as a float,
+// ex2 = ex2.approx.f32, not .ftz; the twins write exp2f, which NVRTC turns into that):
+//   relu        a = max.f32(z, +0)
+//               back: d = a > 0 ? sum : +0   (setp.gt + selp, or the sum skipped)
+//   leaky-relu  a = z > 0 ? z : mul.rn(z, 0f3C23D70A)            (0.01 as a float)
+//               back: d = mul.rn(sum, a > 0 ? 1 : 0f3C23D70A)
+//   tanh        a = sub.rn(1, div.rn(2, add.rn(ex2(mul.rn(z, 0f4038AA3B)), 1)))   (2 L, exact)
+//               (z > 44: ex2 = +inf, a = 1; z < -44: ex2 = 0, a = -1)
+//               back: d = mul.rn(sum, fma.rn(-a, a, 1))
+//   sigmoid     a = div.rn(1, add.rn(1, ex2(mul.rn(z, 0fBFB8AA3B))))         (-L)
+//               back: d = mul.rn(sum, mul.rn(a, sub.rn(1, a)))
+//   gelu        z Phi(z) with Phi by Abramowitz & Stegun 26.2.17 (|error| < 7.5e-8):
+//                 E   = ex2(mul.rn(mul.rn(z, z), 0fBF38AA3B))           (e^(-z^2/2); -L/2)
+//                 phi = mul.rn(E, 0f3ECC422A)                           (1/sqrt(2 pi))
+//                 t   = div.rn(1, fma.rn(|z|, 0f3E6D3389, 1))          (p = 0.2316419)
+//                 P   = b5; P = fma.rn(P, t, b) for b = b4, b3, b2, b1; P = mul.rn(P, t)
+//                       (b1..b5 = 0f3EA385FA 0fBEB68F87 0f3FE40778 0fBFE91EEA 0f3FAA466F)
+//                 Q   = mul.rn(phi, P)                                  (1 - Phi(|z|))
+//                 Phi = z > 0 ? sub.rn(1, Q) : Q
+//               a = mul.rn(z, Phi)
+//               back: d = mul.rn(sum, fma.rn(z, phi, Phi)) from the pre-activation z, which the
+//               forward pass leaves where the delta goes (grad.ptx: the gb row; fused_forward:
+//               its Z output, which train points at D1, for fused_output to read)
+// The float64 bounds of these (reference.cpp act_bounded, act_grad_bounded) cover ex2's 2 ulp,
+// every rounding, the constants' float rounding and A&S's 7.5e-8.
+
 // ---- A float64 training step with any recipe (the ground truth for the trainer) ----
 struct Recipe {
     Loss loss = Loss::Ce;

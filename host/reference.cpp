@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 namespace ptxlab {
 
@@ -37,11 +38,145 @@ double product_bound(double x, double ex, double y, double ey) {
     return prop + kU * (std::fabs(x * y) + prop);
 }
 
-// One dense layer for one sample: z[r] = b[r] + sum_c W[r][c] in[c], with bounds;
-// relu applies max(z, 0) and `kink` records the units whose sign is uncertain.
+
+// ---- Activations other than ReLU (the derivation is in reference.hpp) --------------------
+
+// Relative error bound of ex2.approx(w) against e^x when w = fl(x log2 e) carries a relative
+// error of at most theta (roundings and the constant): (1 + 6u) exp(|x| theta) - 1.
+double ex2_rel(double x_abs, double theta) { return (1.0 + kEx2Rel) * std::exp(x_abs * theta) - 1.0; }
+
+// 1 / (1 - d) - 1 for a relative error d of a divisor, with the quotient's rounding.
+double quotient_rel(double d) { return d < 0.5 ? (1.0 + kU) / (1.0 - d) - 1.0 : kInf; }
+
+constexpr double kLeakyF = double(0.01f);        // the kernels' slope, 0f3C23D70A
+constexpr double kLeaky = 0.01;                  // recipe.cpp's
+constexpr double kPhiApprox = 7.5e-8;            // A&S 26.2.17's stated |error| of Phi
+constexpr double kGeluLip = 1.13;                // max |gelu'| = 1.1289 (at z = +-1.41)
+constexpr double kGeluLip2 = 0.8;                // max |gelu''| = 2 phi(0) = 0.7979
+
+// GELU's Phi(z-hat) as the kernels compute it (gauss_cdf of gauss_pdf): the bound of its
+// evaluation error for |z-hat - z| <= ez, and phi's relative error r_phi and largest value.
+struct GaussEval {
+    double ePhi, r_phi, phimax;
+};
+GaussEval gauss_eval(double z, double ez) {
+    static const double b[5] = {0.319381530, -0.356563782, 1.781477937, -1.821255978, 1.330274429};
+    const double m = std::fabs(z) + ez, lo = std::max(std::fabs(z) - ez, 0.0);
+    GaussEval g;
+    // phi: w = fl(fl(z z) c), two roundings and c's (exact: half of log2 e's float) 0.22 u: 3 u.
+    g.r_phi = (1.0 + ex2_rel(0.5 * m * m, 3 * kU)) * (1.0 + kU) * (1.0 + 0.5 * kU) - 1.0;
+    g.phimax = std::exp(-0.5 * lo * lo) / std::sqrt(2.0 * std::numbers::pi);
+    // t = 1 / (1 + p |z|) in (0, 1], largest at the smallest |z|; the sums grow with t.
+    const double t = 1.0 / (1.0 + 0.2316419 * lo);
+    double S = 0.0, S1 = 0.0, tp = t;
+    for (int i = 0; i < 5; ++i, tp *= t) {
+        S += std::fabs(b[i]) * tp;
+        S1 += double(i + 1) * std::fabs(b[i]) * tp;
+    }
+    // t P(t): Horner (4 fma, 1 mul; gamma_10 for safety), the b's float rounding (u/2), t's
+    // relative error (fma, div, p's rounding: 3 u) times the sensitivity sum i |b_i| t^i.
+    const double etP = (gamma(10) + 0.5 * kU) * S + 3 * kU * S1;
+    // Q = fl(phi-hat tP-hat); Phi = 1 - Q (one more rounding) or Q; plus A&S's own error.
+    const double eQ = g.phimax * (S * (g.r_phi + kU) + etP * (1.0 + g.r_phi) * (1.0 + kU));
+    g.ePhi = eQ + kU * (1.0 + eQ) + kPhiApprox;
+    return g;
+}
+
+}  // namespace
+
+ActBound act_bounded(unsigned act, double z, double ez) {
+    const Activation f = activation_of_code(act);
+    ActBound r{activate(f, z), 0.0, false};
+    const double m = std::fabs(z) + ez;  // |z-hat| at most
+    switch (f) {
+        case Activation::Relu:
+            r.kink = std::fabs(z) <= ez;
+            r.ea = ez;
+            break;
+        case Activation::LeakyRelu:
+            // z-hat or fl(z-hat 0.01f): Lipschitz 1, the slope's float rounding, one rounding.
+            r.kink = std::fabs(z) <= ez;
+            r.ea = ez + m * std::fabs(kLeakyF - kLeaky) + kU * (0.01 * m);
+            break;
+        case Activation::Tanh: {
+            // a = 1 - q, q = 2 / (e + 1), e = ex2(fl(z 2L)) within rho of e^(2 z-hat), so e + 1
+            // within rho e / (e + 1) + u (largest at the largest e); q is largest at the smallest z-hat.
+            const double rho = ex2_rel(2.0 * m, 3 * kU);
+            const double emax = std::exp(2.0 * (z + ez)), qmax = 2.0 / (std::exp(2.0 * (z - ez)) + 1.0);
+            const double frac = std::isinf(emax) ? 1.0 : emax / (1.0 + emax);
+            const double eq = qmax * quotient_rel(rho * frac + kU);  // den's relative error, then the division
+            r.ea = ez + eq + kU * (std::fabs(r.a) + ez + eq);
+            break;
+        }
+        case Activation::Sigmoid: {
+            // a = 1 / (1 + e), e = ex2(fl(-z L)) within rho of e^(-z-hat), so 1 + e within
+            // rho e / (1 + e) + u; a largest at the largest z-hat. Below z = -87 the result is
+            // subnormal or 0 (e overflows): 2^-126 absolute covers it.
+            const double rho = ex2_rel(m, 3 * kU);
+            const double emax = std::exp(-(z - ez)), amax = 1.0 / (1.0 + std::exp(-(z + ez)));
+            const double frac = std::isinf(emax) ? 1.0 : emax / (1.0 + emax);
+            r.ea = 0.25 * ez + amax * quotient_rel(rho * frac + kU) + 0x1p-126;
+            break;
+        }
+        case Activation::Gelu: {
+            // a = fl(z-hat Phi-hat): Lipschitz 1.13, |z-hat| ePhi, one rounding.
+            const GaussEval g = gauss_eval(z, ez);
+            const double e0 = kGeluLip * ez + m * g.ePhi;
+            r.ea = e0 + kU * (std::fabs(r.a) + e0);
+            break;
+        }
+    }
+    if (std::isnan(r.ea)) r.ea = kInf;
+    return r;
+}
+
+void act_grad_bounded(unsigned act, double z, double ez, double a, double ea, double& g, double& eg) {
+    const Activation f = activation_of_code(act);
+    switch (f) {
+        case Activation::Relu:
+            g = a > 0.0 ? 1.0 : 0.0;
+            eg = 0.0;
+            return;
+        case Activation::LeakyRelu:
+            // The mask from a's sign (the kink flag covers an uncertain sign); 0.01f for 0.01.
+            g = a > 0.0 ? 1.0 : kLeaky;
+            eg = a > 0.0 ? 0.0 : std::fabs(kLeakyF - kLeaky);
+            return;
+        case Activation::Tanh: {
+            // fma(-a, a, 1): |a-hat^2 - a^2| <= ea (2|a| + ea), one rounding.
+            g = 1.0 - a * a;
+            const double e0 = ea * (2.0 * std::fabs(a) + ea);
+            eg = e0 + kU * (std::fabs(g) + e0);
+            return;
+        }
+        case Activation::Sigmoid: {
+            // fl(a fl(1 - a)): |a-hat (1 - a-hat) - a (1 - a)| <= ea (|1 - 2a| + ea), two roundings.
+            g = a * (1.0 - a);
+            const double e0 = ea * (std::fabs(1.0 - 2.0 * a) + ea);
+            eg = e0 + 2.0001 * kU * (std::fabs(g) + e0);
+            return;
+        }
+        case Activation::Gelu: {
+            // fma(z, phi, Phi) from z-hat: 0.8 ez, |z-hat| e_phi + e_Phi, one rounding.
+            g = activate_grad(f, z);
+            const GaussEval q = gauss_eval(z, ez);
+            const double e0 = kGeluLip2 * ez + (std::fabs(z) + ez) * q.phimax * q.r_phi + q.ePhi;
+            eg = e0 + kU * (std::fabs(g) + e0);
+            return;
+        }
+    }
+}
+
+namespace {
+
+// One dense layer for one sample: z[r] = b[r] + sum_c W[r][c] in[c], with bounds; a hidden
+// layer (hidden) applies the activation of code `act` (ReLU: max(z, 0)) and `kink` records
+// the units whose sign is uncertain (ReLU, leaky-relu); zout/ezout (when given) keep z.
 // `extra` adds roundings to the sum's length for kernels that sum in another order.
 void dense_bounded(const float* W, const float* b, const double* in, const double* ein, unsigned rows, unsigned cols,
-                   bool relu, double* out, double* eout, std::vector<char>* kink, unsigned extra = 0) {
+                   bool hidden, double* out, double* eout, std::vector<char>* kink, unsigned extra = 0,
+                   unsigned act = 0, double* zout = nullptr, double* ezout = nullptr) {
+    const bool relu = hidden && act == 0;
     for (unsigned r = 0; r < rows; ++r) {
         const float* w = W + size_t(r) * cols;
         double z = b[r], mag = std::fabs(double(b[r])), prop = 0.0;
@@ -51,9 +186,18 @@ void dense_bounded(const float* W, const float* b, const double* in, const doubl
             prop += prod(std::fabs(double(w[c])), ein[c]);
         }
         double ez = gamma(cols + extra) * mag + prop;
+        if (zout) {
+            zout[r] = z;
+            ezout[r] = ez;
+        }
         if (relu) {
             if (kink) (*kink)[r] = std::fabs(z) <= ez;
             z = std::max(z, 0.0);
+        } else if (hidden) {
+            const ActBound ab = act_bounded(act, z, ez);
+            if (kink) (*kink)[r] = ab.kink;
+            z = ab.a;
+            ez = ab.ea;
         }
         out[r] = z;
         eout[r] = ez;
@@ -62,9 +206,11 @@ void dense_bounded(const float* W, const float* b, const double* in, const doubl
 
 // Sample s's deltas from its bounded outputs y: D2 = the output delta of the loss code
 // (ref_output_delta) and D1 = (D2 W) * [a > 0], an fma chain over the O outputs (gamma_O);
-// a unit at the ReLU kink (kink[h], when given) gets an infinite bound.
+// a unit at the ReLU kink (kink[h], when given) gets an infinite bound. For another
+// activation code D1 = fl((D2 W) * f'), f' from the exact inputs a or (GELU) z.
 void output_deltas(unsigned loss, const float* W, const double* y, const double* ey, const float* t, const double* a,
-                   const std::vector<char>* kink, unsigned H, unsigned O, Bounded& D2, Bounded& D1, unsigned s) {
+                   const std::vector<char>* kink, unsigned H, unsigned O, Bounded& D2, Bounded& D1, unsigned s,
+                   unsigned act = 0, const float* z = nullptr) {
     double* d = D2.v.data() + size_t(s) * O;
     double* ed = D2.e.data() + size_t(s) * O;
     ref_output_delta(loss, y, ey, t, O, d, ed);
@@ -75,6 +221,13 @@ void output_deltas(unsigned loss, const float* W, const double* y, const double*
             sum += w * d[o];
             mag += prod(std::fabs(w), std::fabs(d[o]) + ed[o]);
             prop += prod(std::fabs(w), ed[o]);
+        }
+        if (act != 0) {
+            double g = 0.0, eg = 0.0;
+            act_grad_bounded(act, z ? double(z[h]) : 0.0, 0.0, a[h], 0.0, g, eg);
+            D1.v[size_t(s) * H + h] = sum * g;
+            D1.e[size_t(s) * H + h] = product_bound(sum, gamma(O) * mag + prop, g, eg);
+            continue;
         }
         const bool active = a[h] > 0.0;
         D1.v[size_t(s) * H + h] = active ? sum : 0.0;
@@ -146,7 +299,7 @@ void ref_output_delta(unsigned loss, const double* y, const double* ey, const fl
     }
 }
 
-RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B) {
+RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B, unsigned act) {
     RefForward f;
     const size_t L = net.layers();
     f.acts.resize(L);
@@ -161,7 +314,7 @@ RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsign
             const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
             double* out = f.acts[l].v.data() + size_t(s) * rows;
             double* eout = f.acts[l].e.data() + size_t(s) * rows;
-            dense_bounded(net.W[l].data(), net.b[l].data(), in, ein, rows, cols, l + 1 < L, out, eout, nullptr);
+            dense_bounded(net.W[l].data(), net.b[l].data(), in, ein, rows, cols, l + 1 < L, out, eout, nullptr, 0, act);
             in = out;
             ein = eout;
         }
@@ -170,7 +323,7 @@ RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsign
 }
 
 RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                 unsigned loss) {
+                 unsigned loss, unsigned act) {
     RefGrad g;
     const size_t L = net.layers();
     g.fwd.acts.resize(L);
@@ -184,7 +337,12 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
     const unsigned I = net.sizes[0], O = net.sizes[L];
     std::vector<double> x(I), ex(I, 0.0);
     std::vector<std::vector<char>> kink(L);
-    for (size_t l = 0; l < L; ++l) kink[l].assign(net.sizes[l + 1], 0);
+    std::vector<std::vector<double>> zs(L), ezs(L);  // this sample's pre-activations (GELU's derivative)
+    for (size_t l = 0; l < L; ++l) {
+        kink[l].assign(net.sizes[l + 1], 0);
+        zs[l].assign(net.sizes[l + 1], 0.0);
+        ezs[l].assign(net.sizes[l + 1], 0.0);
+    }
 
     for (unsigned s = 0; s < B; ++s) {
         // Forward, remembering which hidden units sit at the ReLU kink.
@@ -196,7 +354,8 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
             const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
             double* out = g.fwd.acts[l].v.data() + size_t(s) * rows;
             double* eout = g.fwd.acts[l].e.data() + size_t(s) * rows;
-            dense_bounded(net.W[l].data(), net.b[l].data(), a[l], ea[l], rows, cols, l + 1 < L, out, eout, &kink[l]);
+            dense_bounded(net.W[l].data(), net.b[l].data(), a[l], ea[l], rows, cols, l + 1 < L, out, eout, &kink[l], 0,
+                          act, zs[l].data(), ezs[l].data());
             a[l + 1] = out;
             ea[l + 1] = eout;
         }
@@ -231,9 +390,17 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
                     mag += prod(std::fabs(w), std::fabs(dl[r]) + edl[r]);
                     prop += prod(std::fabs(w), edl[r]);
                 }
-                const bool active = a[l][c] > 0.0;
-                db[c] = active ? sum : 0.0;
-                edb[c] = active ? gamma(rows) * mag + prop : 0.0;
+                if (act != 0) {
+                    // fl(sum * f'), f' from the bounded a (or z, GELU) of the layer below.
+                    double gv = 0.0, eg = 0.0;
+                    act_grad_bounded(act, zs[l - 1][c], ezs[l - 1][c], a[l][c], ea[l][c], gv, eg);
+                    db[c] = sum * gv;
+                    edb[c] = product_bound(sum, gamma(rows) * mag + prop, gv, eg);
+                } else {
+                    const bool active = a[l][c] > 0.0;
+                    db[c] = active ? sum : 0.0;
+                    edb[c] = active ? gamma(rows) * mag + prop : 0.0;
+                }
                 if (kink[l - 1][c]) edb[c] = kInf;  // the mask itself is uncertain
             }
         }
@@ -242,9 +409,10 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
 }
 
 Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
-                          unsigned B, unsigned I, unsigned H) {
+                          unsigned B, unsigned I, unsigned H, unsigned act, Bounded* Z) {
     Bounded A;
     A.resize(size_t(B) * H);
+    if (Z) Z->resize(size_t(B) * H);
     std::vector<double> x(I), ex(I, 0.0);
     for (unsigned s = 0; s < B; ++s) {
         for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
@@ -252,13 +420,15 @@ Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>&
         // chain, then two adds joining the four partial sums), 7 joining the 8 ranks, and the
         // bias: at most I + 10 roundings, so gamma(I + 10) bounds the error.
         dense_bounded(W.data(), b.data(), x.data(), ex.data(), H, I, true, A.v.data() + size_t(s) * H,
-                      A.e.data() + size_t(s) * H, nullptr, 10);
+                      A.e.data() + size_t(s) * H, nullptr, 10, act, Z ? Z->v.data() + size_t(s) * H : nullptr,
+                      Z ? Z->e.data() + size_t(s) * H : nullptr);
     }
     return A;
 }
 
 RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<float>& W, const std::vector<float>& b,
-                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O, unsigned loss) {
+                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O, unsigned loss,
+                                unsigned act, const std::vector<float>* Z) {
     RefFusedOutput r;
     r.Y.resize(size_t(B) * O);
     r.D2.resize(size_t(B) * O);
@@ -271,7 +441,8 @@ RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<f
         // Lane sums, 5 butterfly levels, the bias: at most 6 roundings more.
         dense_bounded(W.data(), b.data(), a.data(), ea.data(), O, H, false, y, ey, nullptr, 6);
         // A is an input here: the mask is exact (no kink).
-        output_deltas(loss, W.data(), y, ey, T.data() + size_t(s) * O, a.data(), nullptr, H, O, r.D2, r.D1, s);
+        output_deltas(loss, W.data(), y, ey, T.data() + size_t(s) * O, a.data(), nullptr, H, O, r.D2, r.D1, s, act,
+                      Z ? Z->data() + size_t(s) * H : nullptr);
     }
     return r;
 }

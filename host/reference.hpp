@@ -9,6 +9,21 @@
 // its bound of the ReLU kink may legitimately go either way; everything that
 // depends on that unit's mask gets an infinite bound and is not compared.
 //
+// The hidden activations (code `act`, recipe.hpp kActRelu..kActGelu) other than ReLU: the
+// float64 reference is recipe.hpp's activate / activate_grad (the exact functions: tanh,
+// 1/(1+e^-x), x Phi(x) with erf); the bound of the kernel's a = f(z-hat) is
+//     L |z-hat - z| + (evaluation error of the kernel's sequence at z-hat),
+// L the largest |f'| (leaky-relu and tanh 1, sigmoid 1/4, GELU 1.13), and for the derivatives
+// from a (tanh 1 - a^2, sigmoid a (1 - a)) the propagated error of a plus their roundings, for
+// GELU's from z 0.8 |z-hat - z| (the largest |f''|) plus its evaluation error. The
+// evaluation errors (act_bounded in reference.cpp, term by term): ex2.approx within 2.5 ulp
+// of 2^w (relative 6u, see below) and the exponent's roundings and constant (relative error
+// theta <= 3u of w, so a relative exp(|w| ln2 theta) - 1 of 2^w); one u per .rn rounding;
+// 0.5 u for each constant rounded to float; for GELU, Abramowitz & Stegun 26.2.17's own
+// error (|Phi error| < 7.5e-8) plus Horner's gamma_10 over sum |b_i| t^i and t's 3 u over
+// sum i |b_i| t^i. Leaky-relu has a kink at 0 like ReLU: a unit within its bound of 0 makes
+// the deltas below it not comparable.
+//
 // The softmax cross-entropy delta (loss code 1): d_o = softmax(y)_o - t_o, computed by the
 // kernels as (recipe's sequence, see grad.ptx / fused.ptx)
 //     m = max_o y_o;  z_o = fl(fl(y_o - m) * L);  e_o = ex2.approx(z_o);
@@ -68,7 +83,19 @@ struct NetParams {
 struct RefForward {
     std::vector<Bounded> acts;
 };
-RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B);
+// act: the hidden activation's code (recipe.hpp), 0 ReLU.
+RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsigned B, unsigned act = 0);
+
+// One activation as the kernels compute it: a = f(z) for the float64 pre-activation z whose
+// kernel value is within ez of it, with the bound ea of the kernel's a; kink: the sign of z is
+// uncertain where f' jumps (ReLU, leaky-relu). And the derivative g = f'(z) the kernels
+// compute from a (within ea of f(z)) or, for GELU, from z, with its bound eg.
+struct ActBound {
+    double a, ea;
+    bool kink;
+};
+ActBound act_bounded(unsigned act, double z, double ez);
+void act_grad_bounded(unsigned act, double z, double ez, double a, double ea, double& g, double& eg);
 
 // The output-delta codes of the kernels' `loss` parameter (the same values as recipe.hpp's
 // kLossDiff and kLossSoftmax, which include this header): 0 d = y - t, 1 d = softmax(y) - t.
@@ -89,24 +116,27 @@ struct RefGrad {
     std::vector<Bounded> gW, gb;
 };
 RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                 unsigned loss);
+                 unsigned loss, unsigned act = 0);
 
 // The mean gradient (batch_mean) and the optimizer kernels: ref_optim.hpp.
 
 // ---- The fused set (fused.ptx). Its sums run in another order than index order,
 // so each bound takes the sum's length plus the extra roundings of that order. ----
 
-// A = relu(X W^T + b): [B][H]; bound gamma_{I+10} (see the summation order in fused.ptx).
+// A = f(X W^T + b): [B][H] for the activation code act; Z (when given) the pre-activations;
+// bound gamma_{I+10} of Z (see the summation order in fused.ptx), then the activation's.
 Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
-                          unsigned B, unsigned I, unsigned H);
+                          unsigned B, unsigned I, unsigned H, unsigned act = 0, Bounded* Z = nullptr);
 
 // Y = A W^T + b (bound gamma_{H+6}), D2 = the output delta of the loss code (Y - T or
-// softmax(Y) - T), D1 = (D2 W) * [A > 0] (bound gamma_O over D2's bounds).
+// softmax(Y) - T), D1 = (D2 W) * [A > 0] (bound gamma_O over D2's bounds) for ReLU, or
+// (D2 W) * f' for the activation code act, f' from the inputs A or (GELU) Z, taken as exact.
 struct RefFusedOutput {
     Bounded Y, D2, D1;
 };
 RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<float>& W, const std::vector<float>& b,
-                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O, unsigned loss);
+                                const std::vector<float>& T, unsigned B, unsigned H, unsigned O, unsigned loss,
+                                unsigned act = 0, const std::vector<float>* Z = nullptr);
 
 // fused_grad: G[r][c] = scale * sum_s L[s][r] R[s][c] ([rows][cols]) and the bias gradient
 // Gb[r] = scale * sum_s L[s][r]; bound gamma_{B+2} of the sum (four chains and two adds),

@@ -116,6 +116,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // Whether training with `cfg` runs the one-launch fused_step (any loss and optimizer).
 bool uses_fused_step(const TrainConfig& cfg) {
     return cfg.kernels.design == Design::Fused && cfg.one_launch &&
+           cfg.activation == Activation::Relu &&  // fused_step (step.ptx) has ReLU only
            fused_step_preferred(cfg.batch, cfg.layers.front(), cfg.layers.back());
 }
 
@@ -133,6 +134,7 @@ struct DeviceNet {
     std::vector<DeviceBuffer> W, b, GW, Gb, gW, gb, acts;
     DeviceBuffer D1, D2;
     DeviceBuffer Yp, sync;  // fused_step's scratch: partial outputs, grid barrier words
+    unsigned act = kActRelu;  // the hidden activation's code (act_code) the forward and delta kernels take
 
     DeviceNet(const NetParams& net, unsigned batch, std::optional<Design> design, unsigned state_buffers = 0,
               bool fused_step = false)
@@ -198,11 +200,11 @@ void launch_forward(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, unsi
     const unsigned grid = grid_for(B, 64);
     if (z.size() == 3)
         ks.get("forward2").launch(grid, 64, s, X, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
-                                  n.acts[0].ptr(), n.acts[1].ptr(), B, z[0], z[1], z[2]);
+                                  n.acts[0].ptr(), n.acts[1].ptr(), B, z[0], z[1], z[2], n.act);
     else
         ks.get("forward3").launch(grid, 64, s, X, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
                                   n.W[2].ptr(), n.b[2].ptr(), n.acts[0].ptr(), n.acts[1].ptr(), n.acts[2].ptr(), B,
-                                  z[0], z[1], z[2], z[3]);
+                                  z[0], z[1], z[2], z[3], n.act);
 }
 
 void launch_grad(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, unsigned B,
@@ -212,12 +214,12 @@ void launch_grad(const KernelSet& ks, const DeviceNet& n, CUdeviceptr X, CUdevic
     if (z.size() == 3)
         ks.get("grad2").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
                                n.acts[0].ptr(), Y, n.gW[0].ptr(), n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), B, z[0],
-                               z[1], z[2], loss);
+                               z[1], z[2], loss, n.act);
     else
         ks.get("grad3").launch(grid, 64, s, X, T, n.W[0].ptr(), n.b[0].ptr(), n.W[1].ptr(), n.b[1].ptr(),
                                n.W[2].ptr(), n.b[2].ptr(), n.acts[0].ptr(), n.acts[1].ptr(), Y, n.gW[0].ptr(),
                                n.gb[0].ptr(), n.gW[1].ptr(), n.gb[1].ptr(), n.gW[2].ptr(), n.gb[2].ptr(), B, z[0], z[1],
-                               z[2], z[3], loss);
+                               z[2], z[3], loss, n.act);
 }
 
 // The seed design's mean gradient: batch_mean over the per-sample gradients of every tensor.
@@ -247,6 +249,7 @@ FusedArgs fused_args(const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdevicep
         a.V = n.state2.ptr();
         if (cfg->optim.kind == OptimKind::RmsProp) std::swap(a.M, a.V);  // its one buffer is its v
     }
+    a.act = n.act;
     if (!n.GW.empty()) {
         a.GW1 = n.GW[0].ptr();
         a.Gb1 = n.Gb[0].ptr();
@@ -501,6 +504,7 @@ Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg
     res_.jit_ms = ks_.load_ms();
     for (const auto& [file, log] : ks_.logs())
         if (log.find("warning") != std::string::npos) fmt::print(stderr, "{}: {}\n", file, log);
+    net_.act = act_code(cfg.activation);
     saved_ = DeviceBuffer(net_.count * 4 * net_.state().size(), "saved parameters and optimizer state");
     X_.upload(data.train.images);
     T_.upload(one_hot(data.train.labels));
@@ -929,7 +933,7 @@ std::vector<std::string> forward_entries(Design d, const std::vector<unsigned>& 
     return {sizes.size() == 4 ? "forward3" : "forward2"};
 }
 
-EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss) {
+EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss, Activation act) {
     if (net.sizes.front() != test.dim())
         PTXLAB_THROW(InputError, "the model takes {} inputs but the images have {}x{} = {} pixels", net.sizes.front(),
                      test.rows, test.cols, test.dim());
@@ -943,6 +947,7 @@ EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split&
     }
     const Design d = fused && net.sizes.size() == 3 ? Design::Fused : Design::Seed;  // Fast evaluates as Fused
     DeviceNet dnet(net, 1, std::nullopt);
+    dnet.act = act_code(act);
     Evaluator ev(test, net.sizes, d);
     Stream stream;
     return ev.run(kernels, dnet, stream.get(), loss, false);
@@ -965,6 +970,7 @@ std::map<std::string, std::string> resume_fingerprint(const TrainConfig& cfg) {
             {"seed", std::to_string(cfg.seed)},
             {"init", to_string(cfg.init)},
             {"loss", to_string(cfg.loss)},
+            {"activation", to_string(cfg.activation)},
             {"optimizer", cfg.optim.describe() + fmt::format(", weight decay {}", cfg.optim.weight_decay)},
             {"schedule", cfg.schedule_for(1).describe() + fmt::format(", step every {} epochs", cfg.step_every_epochs)}};
 }
@@ -999,11 +1005,15 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
                          key);
         return it->second;
     };
-    for (const auto& [k, v] : resume_fingerprint(cfg))
-        if (get("train." + k) != v)
+    for (const auto& [k, v] : resume_fingerprint(cfg)) {
+        // Checkpoints from before --activation have no entry: they were trained with ReLU.
+        const bool old = k == "activation" && !ck.metadata.count("train.activation");
+        const std::string& was = old ? to_string(Activation::Relu) : get("train." + k);
+        if (was != v)
             PTXLAB_THROW(InputError, "--resume: {} was trained with {} {}, this run asks for {} {} (give the same "
                                      "flags as the run that wrote it)",
-                         path, k, get("train." + k), k, v);
+                         path, k, was, k, v);
+    }
     auto number = [&](const std::string& key) {
         const std::string& t = get(key);
         uint64_t v = 0;

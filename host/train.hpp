@@ -65,6 +65,7 @@ struct TrainConfig {
     uint64_t seed = 1;
     Init init = Init::Torch;
     Loss loss = Loss::Ce;
+    Activation activation = Activation::Relu;  // the hidden layers' (--activation)
     OptimConfig optim;            // Nesterov, momentum 0.9
     ScheduleConfig schedule;      // one-cycle, 20 % warm-up
     double step_every_epochs = 0; // Step schedule: epochs between decays (0: a third of the epochs)
@@ -140,8 +141,9 @@ std::vector<std::string> forward_entries(Design d, const std::vector<unsigned>& 
 std::string format_ms(double ms);
 
 // Evaluates a model on a split with the forward kernel(s) of `kernels`
-// (forward2/forward3, or fused_forward + fused_output).
-EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss = Loss::Ce);
+// (forward2/forward3, or fused_forward + fused_output) and the hidden activation `act`.
+EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split& test, Loss loss = Loss::Ce,
+                    Activation act = Activation::Relu);
 
 // A checkpoint that train --resume continues: the model (PyTorch's layout), the optimizer's
 // state and the position, with the flags that must not change (metadata).

@@ -31,17 +31,18 @@ using namespace verify_detail;
 
 std::string shape_names(const std::string& entry) {
     if (is_conv_entry(entry)) return conv_shape_names(entry);
-    // The kernels with a loss-code parameter take it as the last number of the shape:
-    // 0 (kLossDiff, d = y - t) or 1 (kLossSoftmax, d = softmax(y) - t).
-    if (entry == "grad2") return "B,I,H,O,loss";
-    if (entry == "grad3") return "B,I,H1,H2,O,loss";
-    if (entry == "fused_output") return "B,H,O,loss";
-    if (entry == "forward2") return "B,I,H,O";
-    if (entry == "forward3") return "B,I,H1,H2,O";
+    // The kernels with a loss-code parameter take it after the sizes: 0 (kLossDiff,
+    // d = y - t) or 1 (kLossSoftmax, d = softmax(y) - t); those with an activation code take
+    // it as the last number (recipe.hpp act_code: 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu).
+    if (entry == "grad2") return "B,I,H,O,loss,act";
+    if (entry == "grad3") return "B,I,H1,H2,O,loss,act";
+    if (entry == "fused_output") return "B,H,O,loss,act";
+    if (entry == "forward2") return "B,I,H,O,act";
+    if (entry == "forward3") return "B,I,H1,H2,O,act";
     if (entry == "batch_mean") return "N,B";
     if (entry == "optim_sgd" || entry == "optim_adam" || entry == "optim_rmsprop") return "N,variant";
     if (entry == "gather") return "rows,cols,src_rows";
-    if (entry == "fused_forward") return "B,I,H";
+    if (entry == "fused_forward") return "B,I,H,act";
     if (entry == "fused_grad") return "B,I,H,O";
     if (entry == "outer") return "B,R,C";
     // fused_step: the loss code, then the optimizer code (recipe.hpp optim_code: 0 sgd,
@@ -50,11 +51,18 @@ std::string shape_names(const std::string& entry) {
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
-// Whether the kernel's shape ends in a loss code (grad2, grad3, fused_output).
-static bool takes_loss_code(const std::string& entry) {
-    const std::string names = shape_names(entry);
-    return names.size() >= 5 && names.compare(names.size() - 5, 5, ",loss") == 0;
+// The position of a named field ("loss", "act") in the kernel's shape, or -1.
+static int shape_field(const std::string& entry, const std::string& field) {
+    const std::string names = "," + shape_names(entry) + ",";
+    const size_t at = names.find("," + field + ",");
+    if (at == std::string::npos) return -1;
+    return static_cast<int>(std::count(names.begin(), names.begin() + long(at), ','));
 }
+
+// Whether the kernel's shape holds a loss code (grad2, grad3, fused_output) and an
+// activation code (forward2/3, grad2/3, fused_forward, fused_output; always the last number).
+static bool takes_loss_code(const std::string& entry) { return shape_field(entry, "loss") >= 0; }
+static bool takes_act_code(const std::string& entry) { return shape_field(entry, "act") >= 0; }
 
 unsigned optim_variants(const std::string& entry) {
     if (entry == "optim_sgd") return 5;
@@ -103,6 +111,12 @@ void validate_case(const VerifyCase& c) {
                 PTXLAB_THROW(InputError, "kernel '{}': the optimizer code must be 0 (sgd), 1 (momentum), 2 (nesterov), "
                                          "3 (adam), 4 (adamw) or 5 (rmsprop), got {}",
                              c.entry, x);
+        } else if (name == "act") {
+            if (x > kActGelu)
+                PTXLAB_THROW(InputError,
+                             "kernel '{}': the activation code must be 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid or 4 "
+                             "gelu, got {}",
+                             c.entry, x);
         } else if (name == "variant") {
             if (x >= variants)
                 PTXLAB_THROW(InputError, "kernel '{}' has variants 0..{} ({}), got {}", c.entry, variants - 1,
@@ -122,6 +136,7 @@ std::string shape_text(const VerifyCase& c) {
         out += fmt::format("{}{}={}", out.empty() ? "" : " ", n, c.shape[k]);
         if (n == "variant") out += fmt::format(" ({})", optim_variant_text(c.entry, c.shape[k]));
         if (n == "optim") out += fmt::format(" ({})", to_string(static_cast<OptimKind>(c.shape[k])));
+        if (n == "act" && !is_conv_entry(c.entry) && c.shape[k] <= kActGelu) out += fmt::format(" ({})", to_string(activation_of_code(c.shape[k])));
         ++k;
         if (comma == std::string::npos) break;
         start = comma + 1;
@@ -139,18 +154,33 @@ std::vector<VerifyCase> default_cases() {
                                                       {64, 784, 128, 64, 10},  {1000, 784, 128, 64, 10},
                                                       {63, 300, 129, 33, 7},   {64, 100, 1, 300, 10},
                                                       {2, 1, 1, 1, 1}};
-    // The kernels that form output deltas run every shape with every loss code.
-    auto with_losses = [&v](const char* e, std::vector<unsigned> s) {
-        s.push_back(0);
-        for (unsigned loss : {kLossDiff, kLossSoftmax}) {
-            s.back() = loss;
-            v.push_back({e, s});
+    // The kernels with an activation code run every shape with every activation; those that
+    // form output deltas too run ReLU with every loss code and each other activation with one
+    // loss code, alternating over the shapes (so every pair is run somewhere).
+    unsigned n_shape = 0;
+    auto with_acts = [&v, &n_shape](const char* e, std::vector<unsigned> s) {
+        ++n_shape;
+        const bool loss = takes_loss_code(e);
+        for (unsigned act = kActRelu; act <= kActGelu; ++act) {
+            std::vector<unsigned> z = s;
+            if (!loss) {
+                z.push_back(act);
+                v.push_back({e, z});
+                continue;
+            }
+            for (unsigned code : {kLossDiff, kLossSoftmax}) {
+                if (act != kActRelu && code != (act + n_shape) % 2) continue;
+                std::vector<unsigned> w = z;
+                w.push_back(code);
+                w.push_back(act);
+                v.push_back({e, w});
+            }
         }
     };
-    for (const auto& s : two) v.push_back({"forward2", s});
-    for (const auto& s : two) with_losses("grad2", s);
-    for (const auto& s : three) v.push_back({"forward3", s});
-    for (const auto& s : three) with_losses("grad3", s);
+    for (const auto& s : two) with_acts("forward2", s);
+    for (const auto& s : two) with_acts("grad2", s);
+    for (const auto& s : three) with_acts("forward3", s);
+    for (const auto& s : three) with_acts("grad3", s);
     // The fast set's mean gradients: one element, odd batches (the eight-row groups and the
     // rest), W1 of the MNIST net (100352 = 128 x 784) at batch 64, a batch of 1000.
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 1}, {10, 63}, {100, 64}, {100352, 64}, {1280, 1000}})
@@ -169,11 +199,11 @@ std::vector<VerifyCase> default_cases() {
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128}, {63, 784, 128}, {64, 784, 128},
                                                             {1000, 784, 128}, {64, 784, 300}, {9, 257, 33},
                                                             {64, 2000, 128}, {5, 2001, 40}, {7, 13, 5}, {1, 1, 1}})
-        v.push_back({"fused_forward", s});
+        with_acts("fused_forward", s);
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 128, 10}, {64, 128, 10}, {1000, 128, 10},
                                                             {63, 300, 10}, {64, 33, 17}, {2, 600, 9}, {7, 5, 3},
                                                             {1, 1, 1}})
-        with_losses("fused_output", s);
+        with_acts("fused_output", s);
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128, 10}, {63, 784, 128, 10},
                                                             {64, 784, 128, 10}, {1000, 784, 128, 10},
                                                             {65, 13, 5, 3}, {64, 100, 300, 17}, {1, 1, 1, 1}})
@@ -225,17 +255,25 @@ static std::vector<VerifyCase> quick_shapes() {
 }
 
 std::vector<VerifyCase> quick_cases() {
-    // The kernels that form output deltas (a shape ending in "loss"): each quick shape with
-    // every loss code.
+    // The kernels that form output deltas (a shape with "loss"): each quick shape with every
+    // loss code. The kernels with an activation code: ReLU, and tanh and GELU (the ex2 and the
+    // polynomial sequences) with one loss code each.
     std::vector<VerifyCase> out;
     for (auto& c : quick_shapes()) {
-        if (!takes_loss_code(c.entry)) {
+        if (!takes_act_code(c.entry)) {
             out.push_back(std::move(c));
             continue;
         }
-        for (unsigned loss : {kLossDiff, kLossSoftmax}) {
-            out.push_back(c);
-            out.back().shape.push_back(loss);
+        const bool loss = takes_loss_code(c.entry);
+        for (unsigned code : {kLossDiff, kLossSoftmax}) {
+            if (!loss && code != kLossDiff) continue;
+            for (unsigned act : {kActRelu, kActTanh, kActGelu}) {
+                if (loss && act == kActTanh && code != kLossDiff) continue;
+                if (loss && act == kActGelu && code != kLossSoftmax) continue;
+                out.push_back(c);
+                if (loss) out.back().shape.push_back(code);
+                out.back().shape.push_back(act);
+            }
         }
     }
     for (auto& c : conv_quick_cases()) out.push_back(std::move(c));
@@ -269,9 +307,10 @@ Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
     const bool three = c.entry.back() == '3';
     const bool grad = c.entry.rfind("grad", 0) == 0;
     const unsigned B = c.shape[0];
-    // grad2/grad3: the last number is the loss code, not a layer size.
-    const unsigned loss = grad ? c.shape.back() : kLossDiff;
-    std::vector<unsigned> sizes(c.shape.begin() + 1, c.shape.end() - (grad ? 1 : 0));
+    // The last number is the activation code; grad2/grad3's one before it the loss code.
+    const unsigned act = c.shape.back();
+    const unsigned loss = grad ? c.shape[c.shape.size() - 2] : kLossDiff;
+    std::vector<unsigned> sizes(c.shape.begin() + 1, c.shape.end() - (grad ? 2 : 1));
     const size_t L = sizes.size() - 1;
     NetParams net = random_net(rng, sizes);
     Harness h;
@@ -291,36 +330,37 @@ Harness make_mlp_harness(const VerifyCase& c, Rng& rng) {
             h.tensors.push_back({fmt::format("gW{}", l + 1), {B, sizes[l + 1], sizes[l]}, Role::Out, {}});
             h.tensors.push_back({fmt::format("gb{}", l + 1), {B, sizes[l + 1]}, Role::Out, {}});
         }
-        RefGrad r = ref_grad(net, X, T, B, loss);
+        RefGrad r = ref_grad(net, X, T, B, loss, act);
         for (size_t l = 0; l < L; ++l) {
             h.expected[l + 1 < L ? fmt::format("A{}", l + 1) : "Y"] = std::move(r.fwd.acts[l]);
             h.expected[fmt::format("gW{}", l + 1)] = std::move(r.gW[l]);
             h.expected[fmt::format("gb{}", l + 1)] = std::move(r.gb[l]);
         }
     } else {
-        RefForward r = ref_forward(net, X, B);
+        RefForward r = ref_forward(net, X, B, act);
         for (size_t l = 0; l < L; ++l) h.expected[l + 1 < L ? fmt::format("A{}", l + 1) : "Y"] = std::move(r.acts[l]);
     }
     const std::vector<unsigned> sz = sizes;
-    h.launch = [three, grad, B, sz, loss](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+    h.launch = [three, grad, B, sz, loss, act](const Kernel& k, const std::map<std::string, CUdeviceptr>& m,
+                                               CUstream s) {
         const unsigned block = 32;  // small blocks, so that batches of 63 and 1000 span several
         const unsigned grid = grid_for(B, block);
         if (!three && !grad)
             k.launch(grid, block, s, ptr(m, "X"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"),
-                     ptr(m, "A1"), ptr(m, "Y"), B, sz[0], sz[1], sz[2]);
+                     ptr(m, "A1"), ptr(m, "Y"), B, sz[0], sz[1], sz[2], act);
         else if (three && !grad)
             k.launch(grid, block, s, ptr(m, "X"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"), ptr(m, "b2"),
                      ptr(m, "W3"), ptr(m, "b3"), ptr(m, "A1"), ptr(m, "A2"), ptr(m, "Y"), B, sz[0], sz[1], sz[2],
-                     sz[3]);
+                     sz[3], act);
         else if (!three)
             k.launch(grid, block, s, ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"),
                      ptr(m, "b2"), ptr(m, "A1"), ptr(m, "Y"), ptr(m, "gW1"), ptr(m, "gb1"), ptr(m, "gW2"),
-                     ptr(m, "gb2"), B, sz[0], sz[1], sz[2], loss);
+                     ptr(m, "gb2"), B, sz[0], sz[1], sz[2], loss, act);
         else
             k.launch(grid, block, s, ptr(m, "X"), ptr(m, "T"), ptr(m, "W1"), ptr(m, "b1"), ptr(m, "W2"),
                      ptr(m, "b2"), ptr(m, "W3"), ptr(m, "b3"), ptr(m, "A1"), ptr(m, "A2"), ptr(m, "Y"),
                      ptr(m, "gW1"), ptr(m, "gb1"), ptr(m, "gW2"), ptr(m, "gb2"), ptr(m, "gW3"), ptr(m, "gb3"), B,
-                     sz[0], sz[1], sz[2], sz[3], loss);
+                     sz[0], sz[1], sz[2], sz[3], loss, act);
     };
     return h;
 }
@@ -439,22 +479,36 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
     Harness h;
     const auto& z = c.shape;
     if (c.entry == "fused_forward") {
-        const unsigned B = z[0], I = z[1], H = z[2];
+        // As train runs it: the Z output (pre-activations) only for GELU, else a null Z.
+        const unsigned B = z[0], I = z[1], H = z[2], act = z[3];
+        const bool with_z = act == kActGelu;
         const float w = std::sqrt(6.0f / float(I));
         std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
         std::vector<float> W = random_vector(rng, size_t(H) * I, -w, w);
         std::vector<float> b = random_vector(rng, H, -0.1f, 0.1f);
-        h.expected["A"] = ref_fused_forward(X, W, b, B, I, H);
+        Bounded Zr;
+        h.expected["A"] = ref_fused_forward(X, W, b, B, I, H, act, with_z ? &Zr : nullptr);
         h.tensors = {{"X", {B, I}, Role::In, X}, {"W", {H, I}, Role::In, W}, {"b", {H}, Role::In, b},
                      {"A", {B, H}, Role::Out, {}}};
-        h.launch = [B, I, H](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
-            k.launch(fused_forward_grid(B, H), kFusedBlock, s, ptr(m, "X"), ptr(m, "W"), ptr(m, "b"), ptr(m, "A"), B,
-                     I, H);
+        if (with_z) {
+            h.expected["Z"] = std::move(Zr);
+            h.tensors.push_back({"Z", {B, H}, Role::Out, {}});
+        }
+        h.launch = [B, I, H, act, with_z](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+            k.launch(fused_forward_grid(B, H), kFusedBlock, s, ptr(m, "X"), ptr(m, "W"), ptr(m, "b"), ptr(m, "A"),
+                     with_z ? ptr(m, "Z") : CUdeviceptr(0), B, I, H, act);
         };
     } else if (c.entry == "fused_output") {
-        const unsigned B = z[0], H = z[1], O = z[2], loss = z[3];
+        const unsigned B = z[0], H = z[1], O = z[2], loss = z[3], act = z[4];
         const float w = std::sqrt(6.0f / float(H));
-        std::vector<float> A = random_activations(rng, size_t(B) * H);
+        // ReLU: activations with about half exact zeros. Other codes: pre-activations Z in
+        // [-4, 4] and A = f(Z) rounded to float, as fused_forward leaves them; for GELU, D1
+        // holds Z on entry (fused_forward's Z output, as train passes it).
+        std::vector<float> Zin, A = random_activations(rng, size_t(B) * H);
+        if (act != kActRelu) {
+            Zin = random_vector(rng, size_t(B) * H, -4.0f, 4.0f);
+            for (size_t i = 0; i < A.size(); ++i) A[i] = float(activate(activation_of_code(act), Zin[i]));
+        }
         std::vector<float> W = random_vector(rng, size_t(O) * H, -w, w);
         std::vector<float> b = random_vector(rng, O, -0.1f, 0.1f);
         std::vector<float> T = random_targets(rng, B, O);
@@ -467,14 +521,14 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
             for (unsigned o = 0; o < O; ++o) W[size_t(o) * H] = 64.0f;
             for (unsigned s = 0; s < B; ++s) A[size_t(s) * H] = s % 2 ? rng.uniform(1.5f, 2.0f) : 0.0f;
         }
-        RefFusedOutput r = ref_fused_output(A, W, b, T, B, H, O, loss);
+        RefFusedOutput r = ref_fused_output(A, W, b, T, B, H, O, loss, act, act == kActGelu ? &Zin : nullptr);
         h.expected = {{"Y", std::move(r.Y)}, {"D2", std::move(r.D2)}, {"D1", std::move(r.D1)}};
         h.tensors = {{"A", {B, H}, Role::In, A},      {"W", {O, H}, Role::In, W},   {"b", {O}, Role::In, b},
                      {"T", {B, O}, Role::In, T},      {"Y", {B, O}, Role::Out, {}}, {"D2", {B, O}, Role::Out, {}},
-                     {"D1", {B, H}, Role::Out, {}}};
-        h.launch = [B, H, O, loss](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
+                     {"D1", {B, H}, act == kActGelu ? Role::InOut : Role::Out, act == kActGelu ? Zin : std::vector<float>{}}};
+        h.launch = [B, H, O, loss, act](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
             k.launch(fused_output_grid(B), kFusedBlock, s, ptr(m, "A"), ptr(m, "W"), ptr(m, "b"), ptr(m, "T"),
-                     ptr(m, "Y"), ptr(m, "D2"), ptr(m, "D1"), B, H, O, loss);
+                     ptr(m, "Y"), ptr(m, "D2"), ptr(m, "D1"), B, H, O, loss, act);
         };
     } else {
         // fused_grad: random deltas and activations, a random scale around 1/B (the mean).
@@ -773,7 +827,7 @@ std::string format_result(const CaseResult& r) {
     std::string f64 = r.f64_fail_ptx || r.f64_fail_ref
                           ? fmt::format("f64 FAIL (ptx {}, reference {})", r.f64_fail_ptx, r.f64_fail_ref)
                           : fmt::format("f64 ok (worst {:.2f} of bound)", r.worst_of_bound);
-    if (r.kink_skipped) f64 += fmt::format(", {} at a ReLU kink skipped", r.kink_skipped);
+    if (r.kink_skipped) f64 += fmt::format(", {} at a (leaky) ReLU kink skipped", r.kink_skipped);
     const std::string ulp = r.max_ulp == UINT64_MAX ? std::string("NaN") : std::to_string(r.max_ulp);
     std::string line = fmt::format("{:<13} {:<32} max|diff| {:<9.3g} max ULP {:<4} unwritten {}/{}  {}  {}", r.c.entry,
                                    shape_text(r.c), r.max_abs, ulp, r.unwritten_ptx, r.unwritten_ref, f64,

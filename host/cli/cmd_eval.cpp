@@ -17,7 +17,18 @@ int run_eval(const EvalOptions& o) {
     if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
     const KernelChoice k0 = o.kernels == "auto" ? KernelChoice{} : parse_kernel_choice(o.kernels);
     const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
-    NetParams net = load_safetensors(o.load);
+    Checkpoint ck = load_checkpoint(o.load);
+    NetParams& net = ck.net;
+    // The forward kernels need the hidden activation the checkpoint was trained with
+    // (`train --save` records it; older checkpoints, without the entry, were ReLU).
+    Activation act = Activation::Relu;
+    if (auto it = ck.metadata.find("train.activation"); it != ck.metadata.end()) {
+        try {
+            act = parse_activation(it->second);
+        } catch (const InputError& e) {
+            PTXLAB_THROW(InputError, "{}: its metadata 'train.activation' is not an activation: {}", o.load, e.what());
+        }
+    }
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
     Dataset data = load_dataset(dir);
     if (net.sizes.front() != data.test.dim() || net.sizes.back() != kClasses)
@@ -32,9 +43,9 @@ int run_eval(const EvalOptions& o) {
                      to_string(k), o.load);
     Context ctx(o.device);
     KernelSet ks(k.source, ctx.info(), dirs, forward_entries(k.design, net.sizes));
-    EvalResult r = evaluate(ks, net, data.test);
-    fmt::print("eval: {} ({} MLP) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
-               r.count, dir, to_string(k), ctx.info().name);
+    EvalResult r = evaluate(ks, net, data.test, Loss::Ce, act);
+    fmt::print("eval: {} ({} MLP, {}) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
+               to_string(act), r.count, dir, to_string(k), ctx.info().name);
     fmt::print("test accuracy {:.2f} % ({} of {}), mean cross-entropy {:.5f}\n", 100.0 * r.accuracy,
                static_cast<size_t>(r.accuracy * double(r.count) + 0.5), r.count, r.loss);
     fmt::print("confusion matrix (rows: true label, columns: predicted)\n      ");

@@ -27,6 +27,7 @@ struct TrainOptions {
     uint64_t seed = 1;
     std::string preset;
     std::string init = "torch", loss = "ce", optimizer = "nesterov", schedule = "onecycle";
+    std::string activation = "relu";
     float momentum = 0.9f, weight_decay = 0.0f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, alpha = 0.99f;
     double warmup = 0.2, step_every = 0, gamma = 0.1;
     std::string kernels = "auto";
@@ -56,6 +57,7 @@ void apply_recipe(const TrainOptions& o, TrainConfig& cfg) {
     cfg.evals_per_epoch = o.evals_per_epoch;
     cfg.init = parse_init(o.init);
     cfg.loss = parse_loss(o.loss);
+    cfg.activation = parse_activation(o.activation);
     cfg.optim.kind = parse_optimizer(o.optimizer);
     cfg.optim.momentum = o.momentum;
     cfg.optim.weight_decay = o.weight_decay;
@@ -100,9 +102,10 @@ void apply_recipe(const TrainOptions& o, TrainConfig& cfg) {
 }
 
 std::string recipe_text(const TrainConfig& cfg, unsigned steps_per_epoch) {
-    return fmt::format("loss {}, optimizer {}, lr {} ({}), batch {}, {} epoch{}, init {}", to_string(cfg.loss),
-                       cfg.optim.describe(), cfg.lr, cfg.schedule_for(steps_per_epoch).describe(), cfg.batch,
-                       cfg.epochs, cfg.epochs == 1 ? "" : "s", describe(cfg.init));
+    return fmt::format("loss {}, activation {}, optimizer {}, lr {} ({}), batch {}, {} epoch{}, init {}",
+                       to_string(cfg.loss), to_string(cfg.activation), cfg.optim.describe(), cfg.lr,
+                       cfg.schedule_for(steps_per_epoch).describe(), cfg.batch, cfg.epochs,
+                       cfg.epochs == 1 ? "" : "s", describe(cfg.init));
 }
 
 void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms) {
@@ -276,6 +279,10 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "ce: softmax cross-entropy on the logits, mean over the batch (F.cross_entropy); mse: mean of "
                     "(y-t)^2 over samples and outputs on one-hot targets (nn.MSELoss); half-sse: the notebook's "
                     "0.5|y-t|^2 per sample, averaged over the batch")->capture_default_str();
+    sub->add_option("--activation", o->activation,
+                    "the hidden layers' activation: relu, leaky-relu (slope 0.01), tanh, sigmoid, gelu (the exact "
+                    "erf form, nn.GELU()); every kernel set (the classic recipe's one-launch fused_step is ReLU "
+                    "only: other activations run it as separate launches)")->capture_default_str();
     sub->add_option("--optimizer", o->optimizer,
                     "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, rmsprop: PyTorch's update rules; the "
                     "state buffers start at zero")->capture_default_str();

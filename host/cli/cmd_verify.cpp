@@ -129,14 +129,17 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "gather fused_forward fused_output fused_grad outer fused_step conv_fwd conv_bwd_data conv_bwd_weights "
                     "pool_fwd pool_bwd");
     auto* shape_opt = sub->add_option("--shape", o->shape,
-                    "one shape instead of the default set: B,I,H,O (forward2), B,I,H,O,loss (grad2), B,I,H1,H2,O "
-                    "(forward3), B,I,H1,H2,O,loss (grad3), N,B (batch_mean), N,variant (optim_sgd: 0 plain, 1 "
-                    "momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain + weight decay; optim_adam: 0 adam, 1 "
-                    "adam + weight decay, 2 adamw; optim_rmsprop: 0 plain, 1 + weight decay), rows,cols,src_rows "
-                    "(gather), B,I,H (fused_forward), B,H,O,loss (fused_output), B,I,H,O (fused_grad, fused_step), "
-                    "B,R,C (outer), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, conv_bwd_weights: act 0 none, 1 ReLU), "
-                    "N,C,H,W (pool_fwd, pool_bwd); loss is the output-delta code: 0 = y - t, 1 = softmax(y) - t (the default set "
-                    "runs both)");
+                    "one shape instead of the default set: B,I,H,O,act (forward2), B,I,H,O,loss,act (grad2), "
+                    "B,I,H1,H2,O,act (forward3), B,I,H1,H2,O,loss,act (grad3), N,B (batch_mean), N,variant "
+                    "(optim_sgd: 0 plain, 1 momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain + weight decay; "
+                    "optim_adam: 0 adam, 1 adam + weight decay, 2 adamw; optim_rmsprop: 0 plain, 1 + weight decay), "
+                    "rows,cols,src_rows (gather), B,I,H,act (fused_forward), B,H,O,loss,act (fused_output), B,I,H,O "
+                    "(fused_grad), B,I,H,O,loss,optim (fused_step; optim 0 sgd, 1 momentum, 2 nesterov, 3 adam, "
+                    "4 adamw, 5 rmsprop), B,R,C (outer), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
+                    "conv_bwd_weights: act 0 none, 1 ReLU), N,C,H,W (pool_fwd, pool_bwd); loss is the output-delta "
+                    "code: 0 = y - t, 1 = softmax(y) - t; act the hidden activation: 0 relu, 1 leaky-relu, 2 tanh, "
+                    "3 sigmoid, 4 gelu (the default set runs every activation, loss code and optimizer; --quick relu, "
+                    "tanh and gelu)");
     sub->add_option("--timeout", o->timeout,
                     "watchdog: fail (exit 4) naming the kernel when one runs longer than this many seconds; 0: no "
                     "limit")

@@ -5,16 +5,86 @@
 // taken as 0. A forward pass for one sample, then back-propagation, written to
 // per-sample buffers (the batch reduction sums them). One thread per sample.
 // The per-sample bias gradients are the layer deltas, so they double as the
-// scratch that the next layer down reads: no per-thread array is needed.
+// scratch that the next layer down reads: no per-thread array is needed. The hidden
+// activation has the code `act` (0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu); its
+// pre-activations z wait in the same gb rows for the backward pass (GELU's derivative).
 
-// out[r] = act(b[r] + sum_c W[r][c] * in[c])   (same as forward.cu)
-__device__ static void dense(float* out, const float* in, const float* W, const float* b,
-                             unsigned rows, unsigned cols, bool relu)
+// ---- The hidden activation of code `act` (host/recipe.hpp: 0 relu, 1 leaky-relu, 2 tanh,
+// 3 sigmoid, 4 gelu; any other code is taken as 0), in the PTX's instruction sequences. The
+// rounding intrinsics keep NVRTC from contracting or reordering; exp2f is what NVRTC turns
+// into exactly `ex2.approx.f32` (not .ftz, no range fix-ups) with ptxlab's NVRTC options
+// (no -ftz, no -use_fast_math), checked by reading its PTX; fabsf is abs.f32.
+
+// phi(z) = e^(-z^2/2) / sqrt(2 pi).
+__device__ static float gauss_pdf(float z)
 {
+    const float e = exp2f(__fmul_rn(__fmul_rn(z, z), -0.72134751081466674805f));  // 0fBF38AA3B
+    return __fmul_rn(e, 0.39894229173660278320f);                                 // 0f3ECC422A
+}
+
+// Phi(z) by Abramowitz & Stegun 26.2.17 from z and phi(z) (as gauss_cdf in the PTX).
+__device__ static float gauss_cdf(float z, float phi)
+{
+    const float t = __fdiv_rn(1.0f, __fmaf_rn(fabsf(z), 0.23164190351963043213f, 1.0f));  // 0f3E6D3389
+    float p = 1.33027446269989013672f;                  // b5 0f3FAA466F
+    p = __fmaf_rn(p, t, -1.82125592231750488281f);      // b4 0fBFE91EEA
+    p = __fmaf_rn(p, t, 1.78147792816162109375f);       // b3 0f3FE40778
+    p = __fmaf_rn(p, t, -0.35656377673149108887f);      // b2 0fBEB68F87
+    p = __fmaf_rn(p, t, 0.31938153505325317383f);       // b1 0f3EA385FA
+    p = __fmul_rn(p, t);
+    const float q = __fmul_rn(phi, p);                  // 1 - Phi(|z|)
+    const float one_minus = __fsub_rn(1.0f, q);
+    return z > 0.0f ? one_minus : q;
+}
+
+// a = f(z).
+__device__ static float activate(float z, unsigned act)
+{
+    if (act == 1u) {  // leaky-relu
+        const float q = __fmul_rn(z, 0.00999999977648258209f);  // 0f3C23D70A
+        return z > 0.0f ? z : q;
+    }
+    if (act == 2u) {  // tanh
+        const float e = exp2f(__fmul_rn(z, 2.88539004325866699219f));  // 0f4038AA3B
+        return __fsub_rn(1.0f, __fdiv_rn(2.0f, __fadd_rn(e, 1.0f)));
+    }
+    if (act == 3u) {  // sigmoid
+        const float e = exp2f(__fmul_rn(z, -1.44269502162933349609f));  // 0fBFB8AA3B
+        return __fdiv_rn(1.0f, __fadd_rn(e, 1.0f));
+    }
+    if (act == 4u) {  // gelu
+        const float phi = gauss_pdf(z);
+        return __fmul_rn(z, gauss_cdf(z, phi));
+    }
+    return fmaxf(z, 0.0f);  // relu
+}
+
+// g = f'(z) from the pre-activation z (gelu) or the activation a = f(z) (the others).
+__device__ static float activate_grad(float z, float a, unsigned act)
+{
+    const bool pos = a > 0.0f;
+    if (act == 1u) return pos ? 1.0f : 0.00999999977648258209f;      // leaky-relu
+    if (act == 2u) return __fmaf_rn(-a, a, 1.0f);                    // tanh: 1 - a^2
+    if (act == 3u) return __fmul_rn(a, __fsub_rn(1.0f, a));          // sigmoid: a (1 - a)
+    if (act == 4u) {                                                 // gelu: Phi(z) + z phi(z)
+        const float phi = gauss_pdf(z);
+        return __fmaf_rn(z, phi, gauss_cdf(z, phi));
+    }
+    return pos ? 1.0f : 0.0f;                                        // relu
+}
+
+// out[r] = f(z[r]), z[r] = b[r] + sum_c W[r][c] * in[c]   (as forward.cu); a hidden layer
+// also keeps z[r] in zout[r].
+__device__ static void dense(float* out, float* zout, const float* in, const float* W, const float* b,
+                             unsigned rows, unsigned cols, bool hidden, unsigned act)
+{
+    const bool relu = hidden && act == 0u;
     for (unsigned r = 0; r < rows; ++r) {
         float acc = b[r];
         for (unsigned c = 0; c < cols; ++c)
             acc += W[(size_t)r * cols + c] * in[c];
+        if (hidden) zout[r] = acc;
+        if (hidden && act != 0u) acc = activate(acc, act);
         out[r] = (relu && !(acc > 0.0f)) ? 0.0f : acc;
     }
 }
@@ -52,25 +122,28 @@ __device__ static void softmax_delta(float* d, const float* y, const float* t, u
     for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
 }
 
-// d_in[c] = (sum_r W[r][c] * d_out[r]) * [a[c] > 0]   (delta through a ReLU layer)
+// d_in[c] = (sum_r W[r][c] * d_out[r]) * f'(z[c]): for ReLU the mask [a[c] > 0], else a
+// product with activate_grad of z[c] (left in d_in[c] by dense) and a[c].
 __device__ static void back(float* d_in, const float* W, const float* d_out, const float* a,
-                            unsigned rows, unsigned cols)
+                            unsigned rows, unsigned cols, unsigned act)
 {
     for (unsigned c = 0; c < cols; ++c) {
         float acc = 0.0f;
         for (unsigned r = 0; r < rows; ++r)
             acc += W[(size_t)r * cols + c] * d_out[r];
-        d_in[c] = (a[c] > 0.0f) ? acc : 0.0f;
+        if (act != 0u) d_in[c] = __fmul_rn(acc, activate_grad(d_in[c], a[c], act));
+        else d_in[c] = (a[c] > 0.0f) ? acc : 0.0f;
     }
 }
 
-// d2 = Y - T or softmax(Y) - T; gb2 = d2; gW2 = d2 (x) A1; d1 = (W2^T d2) * [A1 > 0]; gb1 = d1; gW1 = d1 (x) x
+// d2 = Y - T or softmax(Y) - T; gb2 = d2; gW2 = d2 (x) A1; d1 = (W2^T d2) * f'(Z1); gb1 = d1; gW1 = d1 (x) x
 extern "C" __global__ void grad2(const float* X, const float* T,
                                  const float* W1, const float* b1,
                                  const float* W2, const float* b2,
                                  float* A1, float* Y,
                                  float* gW1, float* gb1, float* gW2, float* gb2,
-                                 unsigned B, unsigned I, unsigned H, unsigned O, unsigned loss)
+                                 unsigned B, unsigned I, unsigned H, unsigned O, unsigned loss,
+                                 unsigned act)
 {
     unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= B) return;
@@ -81,16 +154,16 @@ extern "C" __global__ void grad2(const float* X, const float* T,
     float* d1 = gb1 + (size_t)s * H;
     float* d2 = gb2 + (size_t)s * O;
 
-    dense(a1, x, W1, b1, H, I, true);
-    dense(y, a1, W2, b2, O, H, false);
+    dense(a1, d1, x, W1, b1, H, I, true, act);
+    dense(y, d2, a1, W2, b2, O, H, false, act);
     if (loss == 1u) softmax_delta(d2, y, t, O);
     else residual(d2, y, t, O);
     outer(gW2 + (size_t)s * O * H, d2, a1, O, H);
-    back(d1, W2, d2, a1, O, H);
+    back(d1, W2, d2, a1, O, H, act);
     outer(gW1 + (size_t)s * H * I, d1, x, H, I);
 }
 
-// The same for I-H1-H2-O: d3 = Y - T or softmax(Y) - T, d2 = (W3^T d3) * [A2 > 0], d1 = (W2^T d2) * [A1 > 0].
+// The same for I-H1-H2-O: d3 = Y - T or softmax(Y) - T, d2 = (W3^T d3) * f'(Z2), d1 = (W2^T d2) * f'(Z1).
 extern "C" __global__ void grad3(const float* X, const float* T,
                                  const float* W1, const float* b1,
                                  const float* W2, const float* b2,
@@ -98,7 +171,8 @@ extern "C" __global__ void grad3(const float* X, const float* T,
                                  float* A1, float* A2, float* Y,
                                  float* gW1, float* gb1, float* gW2, float* gb2,
                                  float* gW3, float* gb3,
-                                 unsigned B, unsigned I, unsigned H1, unsigned H2, unsigned O, unsigned loss)
+                                 unsigned B, unsigned I, unsigned H1, unsigned H2, unsigned O, unsigned loss,
+                                 unsigned act)
 {
     unsigned s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= B) return;
@@ -111,14 +185,14 @@ extern "C" __global__ void grad3(const float* X, const float* T,
     float* d2 = gb2 + (size_t)s * H2;
     float* d3 = gb3 + (size_t)s * O;
 
-    dense(a1, x, W1, b1, H1, I, true);
-    dense(a2, a1, W2, b2, H2, H1, true);
-    dense(y, a2, W3, b3, O, H2, false);
+    dense(a1, d1, x, W1, b1, H1, I, true, act);
+    dense(a2, d2, a1, W2, b2, H2, H1, true, act);
+    dense(y, d3, a2, W3, b3, O, H2, false, act);
     if (loss == 1u) softmax_delta(d3, y, t, O);
     else residual(d3, y, t, O);
     outer(gW3 + (size_t)s * O * H2, d3, a2, O, H2);
-    back(d2, W3, d3, a2, O, H2);
+    back(d2, W3, d3, a2, O, H2, act);
     outer(gW2 + (size_t)s * H2 * H1, d2, a1, H2, H1);
-    back(d1, W2, d2, a1, H2, H1);
+    back(d1, W2, d2, a1, H2, H1, act);
     outer(gW1 + (size_t)s * H1 * I, d1, x, H1, I);
 }

@@ -159,6 +159,8 @@ expect "flags: --model cnn not trained"   2 "not trained yet (#15"              
 expect "flags: --model with --layers"     2 "--model and --layers both set the network"      $nogpu "$P" train --model fc64,fc10 --layers 784,64,10
 expect "flags: train --optimizer"       2 "unknown optimizer 'lbfgs'"                       $nogpu "$P" train --optimizer lbfgs
 expect "flags: train --warmup 1"        2 "--warmup"                                        $nogpu "$P" train --warmup 1
+expect "flags: train --activation"      2 "unknown activation 'bogus' (choose relu, leaky-relu, tanh, sigmoid or gelu)" $nogpu "$P" train --activation bogus
+expect "flags: verify activation code"  2 "the activation code must be 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid or 4 gelu, got 5" $nogpu "$P" verify --kernel grad2 --shape 1,2,3,4,1,5 --list
 expect "paths: --save in a missing dir" 2 "its directory /nonexistent does not exist"       $nogpu "$P" train --save /nonexistent/m.safetensors
 expect "paths: --log is a directory"    2 "is a directory, not a file to write"             $nogpu "$P" train --log "$t"
 expect "paths: --resume is missing"     2 "does not exist"                                  $nogpu "$P" train --resume "$t/nope.safetensors"

@@ -4,6 +4,7 @@
 #include "common.hpp"
 #include "fused.hpp"
 #include "ptx_text.hpp"
+#include "recipe.hpp"
 #include "rng.hpp"
 #include "verify.hpp"
 
@@ -53,16 +54,34 @@ void check_both_sets(const std::string& entry, const std::vector<unsigned>& shap
 }
 }  // namespace
 
-TEST_CASE("kernels: forward2, both sets") { check_both_sets("forward2", {63, 784, 100, 10}); }
-TEST_CASE("kernels: forward3, both sets") { check_both_sets("forward3", {64, 300, 129, 33, 7}); }
-// The last number of grad2, grad3 and fused_output's shapes is the loss code: 0 y - t, 1 softmax(y) - t.
-TEST_CASE("kernels: grad2, both sets, both loss codes") {
-    check_both_sets("grad2", {65, 784, 128, 10, 0});
-    check_both_sets("grad2", {65, 784, 128, 10, 1});
+// The last number of the forward and delta kernels' shapes is the activation code (recipe.hpp
+// act_code: 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu); grad2, grad3 and fused_output's
+// number before it the loss code: 0 y - t, 1 softmax(y) - t.
+TEST_CASE("kernels: forward2, both sets, every activation") {
+    for (unsigned act = 0; act <= kActGelu; ++act) {
+        CAPTURE(act);
+        check_both_sets("forward2", {63, 784, 100, 10, act});
+    }
 }
-TEST_CASE("kernels: grad3, both sets, both loss codes") {
-    check_both_sets("grad3", {33, 784, 128, 64, 10, 0});
-    check_both_sets("grad3", {33, 784, 128, 64, 10, 1});
+TEST_CASE("kernels: forward3, both sets, every activation") {
+    for (unsigned act = 0; act <= kActGelu; ++act) {
+        CAPTURE(act);
+        check_both_sets("forward3", {64, 300, 129, 33, 7, act});
+    }
+}
+TEST_CASE("kernels: grad2, both sets, both loss codes, every activation") {
+    for (unsigned act = 0; act <= kActGelu; ++act) {
+        CAPTURE(act);
+        check_both_sets("grad2", {65, 784, 128, 10, 0, act});
+        check_both_sets("grad2", {65, 784, 128, 10, 1, act});
+    }
+}
+TEST_CASE("kernels: grad3, both sets, both loss codes, every activation") {
+    for (unsigned act = 0; act <= kActGelu; ++act) {
+        CAPTURE(act);
+        check_both_sets("grad3", {33, 784, 128, 64, 10, 0, act});
+        check_both_sets("grad3", {33, 784, 128, 64, 10, 1, act});
+    }
 }
 TEST_CASE("kernels: batch_mean, both sets") {
     check_both_sets("batch_mean", {100352, 64});  // W1 of the MNIST net at batch 64
@@ -88,10 +107,18 @@ TEST_CASE("kernels: optim_rmsprop, both sets, every variant") {
     }
 }
 TEST_CASE("kernels: gather, both sets") { check_both_sets("gather", {1000, 784, 60000}); }
-TEST_CASE("kernels: fused_forward, both sets") { check_both_sets("fused_forward", {63, 784, 128}); }
-TEST_CASE("kernels: fused_output, both sets, both loss codes") {
-    check_both_sets("fused_output", {65, 300, 17, 0});
-    check_both_sets("fused_output", {65, 300, 17, 1});
+TEST_CASE("kernels: fused_forward, both sets, every activation") {
+    for (unsigned act = 0; act <= kActGelu; ++act) {
+        CAPTURE(act);
+        check_both_sets("fused_forward", {63, 784, 128, act});
+    }
+}
+TEST_CASE("kernels: fused_output, both sets, both loss codes, every activation") {
+    for (unsigned act = 0; act <= kActGelu; ++act) {
+        CAPTURE(act);
+        check_both_sets("fused_output", {65, 300, 17, 0, act});
+        check_both_sets("fused_output", {65, 300, 17, 1, act});
+    }
 }
 TEST_CASE("kernels: fused_grad, both sets") { check_both_sets("fused_grad", {65, 784, 128, 10}); }
 TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}); }
@@ -272,7 +299,7 @@ TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify
     // 2^(y log2 e) without subtracting the max. verify's loss-1 inputs lift the odd samples'
     // logits to 96..128, where that overflows float: NaN deltas.
     KernelDirs bad = KernelDirs::from_ptx_dir(fixture("softmax"));
-    CaseResult r = verify_one("fused_output", {64, 128, 10, 1}, bad);
+    CaseResult r = verify_one("fused_output", {64, 128, 10, 1, 0}, bad);
     INFO(format_result(r));
     CHECK_FALSE(r.pass());
     CHECK(r.differing > 0);
@@ -282,10 +309,10 @@ TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("D2[") == 0);  // Y is right; the deltas are not
     // Loss code 0 never reaches the softmax: the same file passes.
-    CaseResult r0 = verify_one("fused_output", {64, 128, 10, 0}, bad);
+    CaseResult r0 = verify_one("fused_output", {64, 128, 10, 0, 0}, bad);
     INFO(format_result(r0));
     CHECK(r0.pass());
-    check_cli_fails("fused_output", "64,128,10,1", "softmax");
+    check_cli_fails("fused_output", "64,128,10,1,0", "softmax");
 }
 
 TEST_CASE("kernels: an out-of-bounds write is caught by verify's guard bands and named") {
