@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -274,6 +275,9 @@ NvrtcOutput nvrtc_compile(const SourceFile& cu, const std::string& virtual_arch,
         nvrtcDestroyProgram(p);
     });
     std::vector<std::string> opts = {"--gpu-architecture=" + virtual_arch, "--std=c++17", "-lineinfo"};
+    // A twin may #include a header beside it (ptx/reference/activation.cuh).
+    const std::string dir = std::filesystem::path(cu.path).parent_path().string();
+    opts.push_back("--include-path=" + (dir.empty() ? std::string(".") : dir));
     opts.insert(opts.end(), extra_options.begin(), extra_options.end());
     std::vector<const char*> copts;
     for (const auto& o : opts) copts.push_back(o.c_str());

@@ -1,0 +1,70 @@
+// Shared by the CUDA C twins of forward.ptx, grad.ptx and fused.ptx (and included by
+// them: NVRTC gets each twin's directory as an include path). PTX has no #include, so each
+// of those .ptx files spells the same functions out (gauss_pdf, gauss_cdf, activate,
+// activate_grad); this file is their one twin.
+#pragma once
+
+// ---- The hidden activation of code `act` (host/recipe.hpp: 0 relu, 1 leaky-relu, 2 tanh,
+// 3 sigmoid, 4 gelu; any other code is taken as 0), in the PTX's instruction sequences. The
+// rounding intrinsics keep NVRTC from contracting or reordering; exp2f is what NVRTC turns
+// into exactly `ex2.approx.f32` (not .ftz, no range fix-ups) with ptxlab's NVRTC options
+// (no -ftz, no -use_fast_math), checked by reading its PTX; fabsf is abs.f32.
+
+// phi(z) = e^(-z^2/2) / sqrt(2 pi).
+__device__ inline float gauss_pdf(float z)
+{
+    const float e = exp2f(__fmul_rn(__fmul_rn(z, z), -0.72134751081466674805f));  // 0fBF38AA3B
+    return __fmul_rn(e, 0.39894229173660278320f);                                 // 0f3ECC422A
+}
+
+// Phi(z) by Abramowitz & Stegun 26.2.17 from z and phi(z) (as gauss_cdf in the PTX).
+__device__ inline float gauss_cdf(float z, float phi)
+{
+    const float t = __fdiv_rn(1.0f, __fmaf_rn(fabsf(z), 0.23164190351963043213f, 1.0f));  // 0f3E6D3389
+    float p = 1.33027446269989013672f;                  // b5 0f3FAA466F
+    p = __fmaf_rn(p, t, -1.82125592231750488281f);      // b4 0fBFE91EEA
+    p = __fmaf_rn(p, t, 1.78147792816162109375f);       // b3 0f3FE40778
+    p = __fmaf_rn(p, t, -0.35656377673149108887f);      // b2 0fBEB68F87
+    p = __fmaf_rn(p, t, 0.31938153505325317383f);       // b1 0f3EA385FA
+    p = __fmul_rn(p, t);
+    const float q = __fmul_rn(phi, p);                  // 1 - Phi(|z|)
+    const float one_minus = __fsub_rn(1.0f, q);
+    return z > 0.0f ? one_minus : q;
+}
+
+// a = f(z).
+__device__ inline float activate(float z, unsigned act)
+{
+    if (act == 1u) {  // leaky-relu
+        const float q = __fmul_rn(z, 0.00999999977648258209f);  // 0f3C23D70A
+        return z > 0.0f ? z : q;
+    }
+    if (act == 2u) {  // tanh
+        const float e = exp2f(__fmul_rn(z, 2.88539004325866699219f));  // 0f4038AA3B
+        return __fsub_rn(1.0f, __fdiv_rn(2.0f, __fadd_rn(e, 1.0f)));
+    }
+    if (act == 3u) {  // sigmoid
+        const float e = exp2f(__fmul_rn(z, -1.44269502162933349609f));  // 0fBFB8AA3B
+        return __fdiv_rn(1.0f, __fadd_rn(e, 1.0f));
+    }
+    if (act == 4u) {  // gelu
+        const float phi = gauss_pdf(z);
+        return __fmul_rn(z, gauss_cdf(z, phi));
+    }
+    return fmaxf(z, 0.0f);  // relu
+}
+
+// g = f'(z) from the pre-activation z (gelu) or the activation a = f(z) (the others).
+__device__ inline float activate_grad(float z, float a, unsigned act)
+{
+    const bool pos = a > 0.0f;
+    if (act == 1u) return pos ? 1.0f : 0.00999999977648258209f;      // leaky-relu
+    if (act == 2u) return __fmaf_rn(-a, a, 1.0f);                    // tanh: 1 - a^2
+    if (act == 3u) return __fmul_rn(a, __fsub_rn(1.0f, a));          // sigmoid: a (1 - a)
+    if (act == 4u) {                                                 // gelu: Phi(z) + z phi(z)
+        const float phi = gauss_pdf(z);
+        return __fmaf_rn(z, phi, gauss_cdf(z, phi));
+    }
+    return pos ? 1.0f : 0.0f;                                        // relu
+}
+
