@@ -140,3 +140,47 @@ TEST_CASE("model checkpoint: eval refuses a CNN checkpoint with its spec before 
     CHECK(r.output.find("holds the model 'conv32,pool,conv64,pool,fc128,fc10'; eval runs 2- and 3-layer MLPs") !=
           std::string::npos);
 }
+
+TEST_CASE("model checkpoint: tools/ptxlab_model.py reads ptxlab's checkpoints and refuses bad specs with ptxlab's words") {
+    if (run_command("python3 -c 'import json, struct'").code != 0) {
+        MESSAGE("python3 not found: the Python side is not checked here");
+        return;
+    }
+    const std::string tool = "python3 " + fixture("../../tools/ptxlab_model.py");
+    REQUIRE(run_command(tool + " --self-test").code == 0);
+    TempDir t;
+    // The module's state_dict names and shapes, in the data's order, for a CNN, a deep fc model
+    // and an MLP checkpoint.
+    for (const char* spec : {"cnn", "conv8k5,pool,conv4k1,pool,fc16,fc10", "fc32,fc16,fc12,fc10", "fc16,fc10"}) {
+        CAPTURE(spec);
+        const Model m = parse_model(spec);
+        save_model_safetensors(t.file("m.safetensors"), m, init_model_params(m, Init::Torch, 1), {},
+                               {{"optimizer.m", std::vector<float>(m.param_count, 0.0f)}});
+        RunResult r = run_command(tool + " --check-checkpoint " + t.file("m.safetensors"));
+        CHECK(r.code == 0);
+        CHECK(r.output.find("model " + m.text() + ": matches the module") != std::string::npos);
+    }
+    // A checkpoint whose tensors do not fit its spec fails there too.
+    const Model m = parse_model("conv8,pool,fc10");
+    save_model_safetensors(t.file("c.safetensors"), m, init_model_params(m, Init::Torch, 2));
+    auto bytes = read_all(t.file("c.safetensors"));
+    write_bytes(t.file("bad.safetensors"), patched(bytes, "conv8,pool", "conv9,pool"));
+    RunResult bad = run_command(tool + " --check-checkpoint " + t.file("bad.safetensors"));
+    CHECK(bad.code == 1);
+    CHECK(bad.output.find("conv1.weight is F32 [8, 1, 3, 3], the spec needs F32 [9, 1, 3, 3]") != std::string::npos);
+    // The same refusal as host/model.cpp, word for word.
+    for (const char* spec : {"conv32,relu,fc10", "fc128,conv8,fc10", "pool,pool,pool,fc10", "conv8,pool", "conv8k4,fc10",
+                             "fc0,fc10", "conv8x,fc10", "conv8,,fc10", "cnn,fc10", "fc99999999,fc10"}) {
+        CAPTURE(spec);
+        std::string want;
+        try {
+            parse_model(spec);
+        } catch (const InputError& e) {
+            want = e.what();
+        }
+        REQUIRE(!want.empty());
+        RunResult r = run_command(tool + " --shapes '" + spec + "'");
+        CHECK(r.code == 2);
+        CHECK(r.output == "ptxlab_model: " + want + "\n");
+    }
+}
