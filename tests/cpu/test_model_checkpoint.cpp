@@ -88,7 +88,7 @@ TEST_CASE("model checkpoint: the CNN round-trips bit for bit under nn.Sequential
                          doctest::Contains("holds the model 'conv32,pool,conv64,pool,fc128,fc10'"), InputError);
 }
 
-TEST_CASE("model checkpoint: fc-only models of 2 and 3 layers keep the MLP format; other models their spec") {
+TEST_CASE("model checkpoint: fc-only models of 2 and 3 layers keep the MLP format, other models their spec") {
     TempDir t;
     const Model mlp = parse_model("fc16,fc10");
     const std::vector<float> p = init_model_params(mlp, Init::HeNormal, 5);
