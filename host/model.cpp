@@ -126,7 +126,7 @@ bool Model::fc_only() const {
 }
 
 std::vector<unsigned> Model::fc_sizes() const {
-    std::vector<unsigned> sizes = {static_cast<unsigned>(kMnistInput.size())};
+    std::vector<unsigned> sizes = {static_cast<unsigned>(layers.empty() ? kMnistInput.size() : layers.front().in.size())};
     for (const auto& l : layers) sizes.push_back(l.width);
     return sizes;
 }
@@ -144,13 +144,13 @@ std::string Model::shapes_text() const {
     return s;
 }
 
-Model parse_model(const std::string& spec_in) {
+Model parse_model(const std::string& spec_in, Shape3 input) {
     if (spec_in.empty())
         PTXLAB_THROW(InputError, "--model is empty: give a layer list ({})", kGrammar);
     const std::string spec = spec_in == "cnn" ? "conv32,pool,conv64,pool,fc128,fc10" : spec_in;
     Model m;
     size_t start = 0, offset = 0;
-    Shape3 shape = kMnistInput;
+    Shape3 shape = input;
     bool seen_fc = false;
     for (size_t index = 1;; ++index) {
         const size_t comma = spec.find(',', start);

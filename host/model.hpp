@@ -65,8 +65,8 @@ inline constexpr unsigned kMnistClasses = 10;
 inline constexpr unsigned kMaxWidth = 1u << 20;  // the largest channel count or fc width taken
 
 // Parses a --model spec; throws InputError naming the layer (its position, from 1) and what
-// is wrong with it.
-Model parse_model(const std::string& spec);
+// is wrong with it. `input` is the image's shape (MNIST's; tests take smaller ones).
+Model parse_model(const std::string& spec, Shape3 input = kMnistInput);
 
 // What `ptxlab train --model SPEC` trains today: the --layers sizes of an fc-only model; a
 // model with conv or pool layers is refused (not trained yet, issue #15).

@@ -55,6 +55,46 @@ std::string describe(Init i) {
     return "?";
 }
 
+namespace {
+
+// One layer's weight and bias from the seeded stream: the weights first, in their flat order,
+// then the biases (only the inits that draw them). fan_in and fan_out as PyTorch's
+// torch.nn.init computes them: nn.Linear in and out, nn.Conv2d in*k*k and out*k*k.
+void init_layer(Rng& rng, Init init, double fan_in, double fan_out, float* W, size_t nW, float* b, size_t nb) {
+    std::fill(b, b + nb, 0.0f);
+    switch (init) {
+        case Init::Torch: {
+            // nn.Linear's and nn.Conv2d's default: kaiming_uniform(a = sqrt(5)) gives the bound
+            // gain sqrt(3 / fan_in) with gain sqrt(2 / (1 + 5)): 1 / sqrt(fan_in); the bias the same.
+            const float bound = static_cast<float>(1.0 / std::sqrt(fan_in));
+            for (size_t i = 0; i < nW; ++i) W[i] = rng.uniform(-bound, bound);
+            for (size_t i = 0; i < nb; ++i) b[i] = rng.uniform(-bound, bound);
+            break;
+        }
+        case Init::HeUniform: {
+            const float bound = std::sqrt(6.0f / float(fan_in));
+            for (size_t i = 0; i < nW; ++i) W[i] = rng.uniform(-bound, bound);
+            break;
+        }
+        case Init::HeNormal: {
+            const double sd = std::sqrt(2.0 / fan_in);
+            for (size_t i = 0; i < nW; ++i) W[i] = static_cast<float>(sd * rng.normal());
+            break;
+        }
+        case Init::Xavier: {
+            const float bound = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));
+            for (size_t i = 0; i < nW; ++i) W[i] = rng.uniform(-bound, bound);
+            break;
+        }
+        case Init::Notebook:
+            for (size_t i = 0; i < nW; ++i) W[i] = static_cast<float>(0.01 * rng.normal());
+            for (size_t i = 0; i < nb; ++i) b[i] = static_cast<float>(0.01 * rng.normal());
+            break;
+    }
+}
+
+}  // namespace
+
 NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t seed) {
     Rng rng(seed);
     NetParams net;
@@ -62,37 +102,24 @@ NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t se
     for (size_t l = 0; l + 1 < sizes.size(); ++l) {
         const size_t rows = sizes[l + 1], cols = sizes[l];
         std::vector<float> W(rows * cols), b(rows, 0.0f);
-        switch (init) {
-            case Init::Torch: {
-                const float bound = static_cast<float>(1.0 / std::sqrt(double(cols)));
-                for (auto& w : W) w = rng.uniform(-bound, bound);
-                for (auto& x : b) x = rng.uniform(-bound, bound);
-                break;
-            }
-            case Init::HeUniform: {
-                const float bound = std::sqrt(6.0f / float(cols));
-                for (auto& w : W) w = rng.uniform(-bound, bound);
-                break;
-            }
-            case Init::HeNormal: {
-                const double sd = std::sqrt(2.0 / double(cols));
-                for (auto& w : W) w = static_cast<float>(sd * rng.normal());
-                break;
-            }
-            case Init::Xavier: {
-                const float bound = static_cast<float>(std::sqrt(6.0 / double(cols + rows)));
-                for (auto& w : W) w = rng.uniform(-bound, bound);
-                break;
-            }
-            case Init::Notebook:
-                for (auto& w : W) w = static_cast<float>(0.01 * rng.normal());
-                for (auto& x : b) x = static_cast<float>(0.01 * rng.normal());
-                break;
-        }
+        init_layer(rng, init, double(cols), double(rows), W.data(), W.size(), b.data(), b.size());
         net.W.push_back(std::move(W));
         net.b.push_back(std::move(b));
     }
     return net;
+}
+
+std::vector<float> init_model_params(const Model& m, Init init, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<float> flat(m.param_count, 0.0f);
+    for (const LayerSpec& l : m.layers) {
+        if (l.kind == LayerKind::Pool) continue;
+        const double k2 = l.kind == LayerKind::Conv ? double(l.ksize) * l.ksize : 1.0;
+        const double fan_in = double(l.weight_dims[1]) * k2, fan_out = double(l.weight_dims[0]) * k2;
+        init_layer(rng, init, fan_in, fan_out, flat.data() + l.weight_offset, l.weight_count(),
+                   flat.data() + l.bias_offset, l.bias_count());
+    }
+    return flat;
 }
 
 // ---- Loss ----------------------------------------------------------------------------
@@ -173,6 +200,9 @@ bool uses_m(OptimKind k) {
 }
 bool uses_v(OptimKind k) { return k == OptimKind::Adam || k == OptimKind::AdamW || k == OptimKind::RmsProp; }
 }  // namespace
+
+bool optim_uses_m(OptimKind k) { return uses_m(k); }
+bool optim_uses_v(OptimKind k) { return uses_v(k); }
 
 unsigned OptimConfig::state_buffers() const { return unsigned(uses_m(kind)) + unsigned(uses_v(kind)); }
 

@@ -11,6 +11,7 @@
 //     optimizer's constants (OptimConfig).
 #pragma once
 
+#include "model.hpp"
 #include "reference.hpp"
 
 #include <cstddef>
@@ -33,6 +34,11 @@ std::string describe(Init i);  // one line for the run's header, e.g. "U(+-1/sqr
 
 // Initial parameters from the seeded PRNG (rng.hpp), layer by layer: weights row by row, then biases.
 NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t seed);
+// The same for any --model, in its flat layout (model.hpp), conv layers as nn.Conv2d: fan_in =
+// in*k*k, fan_out = out*k*k (Torch: U(+-1/sqrt(fan_in)) weights and biases, nn.Conv2d's
+// kaiming_uniform(a = sqrt(5)) default). One stream, layer by layer, weights then biases, so an
+// fc-only model gets exactly init_params's numbers, flattened.
+std::vector<float> init_model_params(const Model& m, Init init, uint64_t seed);
 
 // ---- Loss ----------------------------------------------------------------------------
 //   Ce       softmax cross-entropy on the logits, mean over the batch (F.cross_entropy);
@@ -74,6 +80,10 @@ std::string to_string(OptimKind k);
 // The optimizer code the one-launch fused_step takes (its `optim` parameter, step.ptx):
 // 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop (OptimKind's order).
 inline unsigned optim_code(OptimKind k) { return static_cast<unsigned>(k); }
+
+// Which state buffers an optimizer keeps: m (Momentum, Nesterov, Adam, AdamW), v (Adam, AdamW, RmsProp).
+bool optim_uses_m(OptimKind k);
+bool optim_uses_v(OptimKind k);
 
 struct OptimConfig {
     OptimKind kind = OptimKind::Nesterov;

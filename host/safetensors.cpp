@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -164,15 +165,21 @@ private:
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const NetParams& net, const std::map<std::string, std::string>& metadata,
-                      const ExtraTensors& extra) {
-    // Header: metadata, then the tensors in order fc1.weight, fc1.bias, fc2.weight, ...
+namespace {
+
+// One tensor to write: its name, shape and float32 data.
+struct TensorOut {
+    std::string name;
+    std::vector<uint64_t> shape;
+    const float* data;
+    size_t count;
+};
+
+// The safetensors bytes of `tensors` (in this order) with the metadata, written to a temporary
+// file beside `path` and renamed into place.
+void write_safetensors(const std::string& path, const std::vector<TensorOut>& tensors,
+                       const std::map<std::string, std::string>& meta) {
     std::string header = "{\"__metadata__\":{";
-    std::map<std::string, std::string> meta = metadata;
-    meta["format"] = "pt";
-    std::string layers;
-    for (auto n : net.sizes) layers += (layers.empty() ? "" : ",") + std::to_string(n);
-    meta["layers"] = layers;
     bool first = true;
     for (const auto& [k, v] : meta) {
         header += fmt::format("{}\"{}\":\"{}\"", first ? "" : ",", json_escape(k), json_escape(v));
@@ -180,21 +187,12 @@ void save_safetensors(const std::string& path, const NetParams& net, const std::
     }
     header += "}";
     uint64_t offset = 0;
-    for (size_t l = 0; l < net.layers(); ++l) {
-        const uint64_t wb = net.W[l].size() * 4, bb = net.b[l].size() * 4;
-        header += fmt::format(",\"fc{}.weight\":{{\"dtype\":\"F32\",\"shape\":[{},{}],\"data_offsets\":[{},{}]}}", l + 1,
-                              net.sizes[l + 1], net.sizes[l], offset, offset + wb);
-        offset += wb;
-        header += fmt::format(",\"fc{}.bias\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", l + 1,
-                              net.sizes[l + 1], offset, offset + bb);
-        offset += bb;
-    }
-    for (const auto& [name, v] : extra) {
-        if (!name.starts_with("optimizer."))
-            PTXLAB_THROW(Error, "internal error: extra checkpoint tensor '{}' is not named optimizer.*", name);
+    for (const TensorOut& t : tensors) {
+        std::string dims;
+        for (auto d : t.shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
         header += fmt::format(",\"{}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                              json_escape(name), v.size(), offset, offset + v.size() * 4);
-        offset += v.size() * 4;
+                              json_escape(t.name), dims, offset, offset + t.count * 4);
+        offset += t.count * 4;
     }
     header += "}";
     while (header.size() % 8) header += ' ';  // the data starts 8-byte aligned
@@ -208,12 +206,8 @@ void save_safetensors(const std::string& path, const NetParams& net, const std::
         f.write(reinterpret_cast<const char*>(len), 8);
         f.write(header.data(), static_cast<std::streamsize>(header.size()));
         static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
-        for (size_t l = 0; l < net.layers(); ++l) {
-            f.write(reinterpret_cast<const char*>(net.W[l].data()), static_cast<std::streamsize>(net.W[l].size() * 4));
-            f.write(reinterpret_cast<const char*>(net.b[l].data()), static_cast<std::streamsize>(net.b[l].size() * 4));
-        }
-        for (const auto& [name, v] : extra)
-            f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+        for (const TensorOut& t : tensors)
+            f.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(t.count * 4));
         f.flush();
         if (!f) {
             std::remove(tmp.c_str());
@@ -226,6 +220,33 @@ void save_safetensors(const std::string& path, const NetParams& net, const std::
         std::remove(tmp.c_str());
         PTXLAB_THROW(Error, "--save: cannot rename '{}' to '{}': {}", tmp, path, ec.message());
     }
+}
+
+void add_extra(std::vector<TensorOut>& out, const ExtraTensors& extra) {
+    for (const auto& [name, v] : extra) {
+        if (!name.starts_with("optimizer."))
+            PTXLAB_THROW(Error, "internal error: extra checkpoint tensor '{}' is not named optimizer.*", name);
+        out.push_back({name, {v.size()}, v.data(), v.size()});
+    }
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const NetParams& net, const std::map<std::string, std::string>& metadata,
+                      const ExtraTensors& extra) {
+    // Header: metadata, then the tensors in order fc1.weight, fc1.bias, fc2.weight, ...
+    std::map<std::string, std::string> meta = metadata;
+    meta["format"] = "pt";
+    std::string layers;
+    for (auto n : net.sizes) layers += (layers.empty() ? "" : ",") + std::to_string(n);
+    meta["layers"] = layers;
+    std::vector<TensorOut> out;
+    for (size_t l = 0; l < net.layers(); ++l) {
+        out.push_back({fmt::format("fc{}.weight", l + 1), {net.sizes[l + 1], net.sizes[l]}, net.W[l].data(), net.W[l].size()});
+        out.push_back({fmt::format("fc{}.bias", l + 1), {net.sizes[l + 1]}, net.b[l].data(), net.b[l].size()});
+    }
+    add_extra(out, extra);
+    write_safetensors(path, out, meta);
 }
 
 namespace {
@@ -268,7 +289,17 @@ void check_coverage(const std::string& path, const std::map<std::string, TensorS
 
 }  // namespace
 
-Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes) {
+namespace {
+
+// A checkpoint's header read and checked: every tensor's shape and bytes, the metadata, and
+// where the data section starts.
+struct TensorTable {
+    std::map<std::string, TensorSpan> tensors;
+    std::map<std::string, std::string> metadata;
+    const uint8_t* data = nullptr;
+};
+
+TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t>& bytes) {
     if (bytes.size() < 8)
         PTXLAB_THROW(InputError, "{}: {} bytes is too short for a safetensors file (8-byte header length)", path,
                      bytes.size());
@@ -281,17 +312,16 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
     Json root = JsonParser(path, htext).parse_document();
     if (root.kind != Json::Object) PTXLAB_THROW(InputError, "{}: the header is not a JSON object", path);
     const uint64_t data_size = bytes.size() - 8 - hlen;
-    const uint8_t* data = bytes.data() + 8 + hlen;
-
-    std::map<std::string, TensorSpan> tensors;
-    Checkpoint ck;
+    TensorTable tt;
+    tt.data = bytes.data() + 8 + hlen;
+    std::map<std::string, TensorSpan>& tensors = tt.tensors;
     for (size_t m = 0; m < root.keys.size(); ++m) {
         const std::string& name = root.keys[m];
         const Json& t = root.items[m];
         if (name == "__metadata__") {
             if (t.kind != Json::Object) PTXLAB_THROW(InputError, "{}: __metadata__ is not an object", path);
             for (size_t i = 0; i < t.keys.size(); ++i)
-                if (t.items[i].kind == Json::String) ck.metadata[t.keys[i]] = t.items[i].str;
+                if (t.items[i].kind == Json::String) tt.metadata[t.keys[i]] = t.items[i].str;
             continue;
         }
         auto bad = [&](const std::string& what) {
@@ -325,6 +355,37 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
         tensors[name] = f;
     }
     check_coverage(path, tensors, data_size);
+    return tt;
+}
+
+std::vector<float> read_floats(const TensorTable& tt, const TensorSpan& f) {
+    std::vector<float> v((f.end - f.begin) / 4);
+    std::memcpy(v.data(), tt.data + f.begin, f.end - f.begin);
+    return v;
+}
+
+// The "optimizer.*" tensors; returns how many there are.
+size_t read_extra(const TensorTable& tt, ExtraTensors& extra) {
+    size_t n = 0;
+    for (const auto& [name, f] : tt.tensors)
+        if (name.starts_with("optimizer.")) {
+            extra[name] = read_floats(tt, f);
+            ++n;
+        }
+    return n;
+}
+
+}  // namespace
+
+Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes) {
+    TensorTable tt = read_tensor_table(path, bytes);
+    const auto& tensors = tt.tensors;
+    Checkpoint ck;
+    ck.metadata = tt.metadata;
+    if (auto it = ck.metadata.find("model"); it != ck.metadata.end())
+        PTXLAB_THROW(InputError, "{}: holds the model '{}' (a --model checkpoint), not a 2- or 3-layer MLP: the "
+                                 "MLP's kernels cannot run it",
+                     path, it->second);
 
     NetParams& net = ck.net;
     for (size_t l = 1;; ++l) {
@@ -342,25 +403,13 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
             PTXLAB_THROW(InputError, "{}: fc{}.weight takes {} inputs but fc{} gives {}", path, l, in, l - 1,
                          net.sizes.back());
         net.sizes.push_back(out);
-        auto read = [&](const TensorSpan& f) {
-            std::vector<float> v((f.end - f.begin) / 4);
-            std::memcpy(v.data(), data + f.begin, f.end - f.begin);
-            return v;
-        };
-        net.W.push_back(read(w->second));
-        net.b.push_back(read(b->second));
+        net.W.push_back(read_floats(tt, w->second));
+        net.b.push_back(read_floats(tt, b->second));
     }
     if (net.layers() < 2 || net.layers() > 3)
         PTXLAB_THROW(InputError, "{}: found {} layers (fc1.weight, fc1.bias, ...); ptxlab models have 2 or 3", path,
                      net.layers());
-    size_t others = 0;
-    for (const auto& [name, f] : tensors) {
-        if (!name.starts_with("optimizer.")) continue;
-        std::vector<float> v((f.end - f.begin) / 4);
-        std::memcpy(v.data(), data + f.begin, f.end - f.begin);
-        ck.extra[name] = std::move(v);
-        ++others;
-    }
+    const size_t others = read_extra(tt, ck.extra);
     if (tensors.size() != 2 * net.layers() + others)
         PTXLAB_THROW(InputError, "{}: holds tensors other than fc1..fc{} weights and biases (and optimizer.*)", path,
                      net.layers());
@@ -378,5 +427,119 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 NetParams load_safetensors(const std::string& path) { return load_checkpoint(path).net; }
+
+// ---- Checkpoints of any --model --------------------------------------------------------
+
+bool uses_mlp_format(const Model& m) { return m.fc_only() && (m.layers.size() == 2 || m.layers.size() == 3); }
+
+void save_model_safetensors(const std::string& path, const Model& m, const std::vector<float>& params,
+                            const std::map<std::string, std::string>& metadata, const ExtraTensors& extra) {
+    if (params.size() != m.param_count)
+        PTXLAB_THROW(Error, "internal error: {} parameters for the model {} of {}", params.size(), m.text(),
+                     m.param_count);
+    if (uses_mlp_format(m)) {
+        NetParams net;
+        net.sizes = m.fc_sizes();
+        for (const LayerSpec& l : m.layers) {
+            net.W.emplace_back(params.begin() + long(l.weight_offset), params.begin() + long(l.bias_offset));
+            net.b.emplace_back(params.begin() + long(l.bias_offset), params.begin() + long(l.bias_offset + l.bias_count()));
+        }
+        save_safetensors(path, net, metadata, extra);
+        return;
+    }
+    std::map<std::string, std::string> meta = metadata;
+    meta["format"] = "pt";
+    meta["model"] = m.text();
+    const Shape3 in = m.layers.front().in;
+    meta["input"] = fmt::format("{}x{}x{}", in.c, in.h, in.w);
+    std::vector<TensorOut> out;
+    for (const LayerSpec& l : m.layers) {
+        if (l.kind == LayerKind::Pool) continue;
+        out.push_back({l.name + ".weight", {l.weight_dims.begin(), l.weight_dims.end()}, params.data() + l.weight_offset,
+                       l.weight_count()});
+        out.push_back({l.name + ".bias", {l.bias_dims.begin(), l.bias_dims.end()}, params.data() + l.bias_offset,
+                       l.bias_count()});
+    }
+    add_extra(out, extra);
+    write_safetensors(path, out, meta);
+}
+
+namespace {
+
+// "1x28x28" -> {1, 28, 28}.
+Shape3 parse_input_shape(const std::string& path, const std::string& text) {
+    unsigned c = 0, h = 0, w = 0;
+    char x1 = 0, x2 = 0;
+    std::istringstream is(text);
+    if (!(is >> c >> x1 >> h >> x2 >> w) || x1 != 'x' || x2 != 'x' || !is.eof() || !c || !h || !w)
+        PTXLAB_THROW(InputError, "{}: its metadata 'input' is '{}', not CxHxW (e.g. 1x28x28)", path, text);
+    return {c, h, w};
+}
+
+// The flat parameters of `m` from the tensors named after its layers, each of the exact shape.
+std::vector<float> read_model_tensors(const std::string& path, const TensorTable& tt, const Model& m) {
+    std::vector<float> params(m.param_count);
+    std::set<std::string> names;
+    auto take = [&](const std::string& name, const std::vector<unsigned>& dims, size_t offset) {
+        auto it = tt.tensors.find(name);
+        const std::vector<uint64_t> want(dims.begin(), dims.end());
+        if (it == tt.tensors.end())
+            PTXLAB_THROW(InputError, "{}: the model '{}' needs the tensor '{}' [{}], which the file lacks", path,
+                         m.text(), name, fmt::join(want, ", "));
+        if (it->second.shape != want)
+            PTXLAB_THROW(InputError, "{}: tensor '{}' has the shape [{}]; the model '{}' needs [{}]", path, name,
+                         fmt::join(it->second.shape, ", "), m.text(), fmt::join(want, ", "));
+        const std::vector<float> v = read_floats(tt, it->second);
+        std::copy(v.begin(), v.end(), params.begin() + long(offset));
+        names.insert(name);
+    };
+    for (const LayerSpec& l : m.layers) {
+        if (l.kind == LayerKind::Pool) continue;
+        take(l.name + ".weight", l.weight_dims, l.weight_offset);
+        take(l.name + ".bias", l.bias_dims, l.bias_offset);
+    }
+    for (const auto& [name, f] : tt.tensors)
+        if (!name.starts_with("optimizer.") && !names.count(name))
+            PTXLAB_THROW(InputError, "{}: tensor '{}' is not a parameter of the model '{}'", path, name, m.text());
+    return params;
+}
+
+}  // namespace
+
+ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes) {
+    TensorTable tt = read_tensor_table(path, bytes);
+    ModelCheckpoint ck;
+    ck.metadata = tt.metadata;
+    auto spec = tt.metadata.find("model");
+    if (spec == tt.metadata.end()) {
+        // An MLP checkpoint (fc1, fc2, ...; metadata "layers"): the fc-only model of its sizes.
+        Checkpoint mlp = parse_checkpoint(path, bytes);
+        std::string text;
+        for (size_t l = 1; l < mlp.net.sizes.size(); ++l) text += fmt::format("{}fc{}", l > 1 ? "," : "", mlp.net.sizes[l]);
+        const Shape3 in = mlp.net.sizes[0] == kMnistInput.size() ? kMnistInput : Shape3{1, 1, mlp.net.sizes[0]};
+        ck.model = parse_model(text, in);
+        for (size_t l = 0; l < mlp.net.layers(); ++l) {
+            ck.params.insert(ck.params.end(), mlp.net.W[l].begin(), mlp.net.W[l].end());
+            ck.params.insert(ck.params.end(), mlp.net.b[l].begin(), mlp.net.b[l].end());
+        }
+        ck.extra = std::move(mlp.extra);
+        return ck;
+    }
+    Shape3 in = kMnistInput;
+    if (auto it = tt.metadata.find("input"); it != tt.metadata.end()) in = parse_input_shape(path, it->second);
+    try {
+        ck.model = parse_model(spec->second, in);
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{}: its metadata 'model' is not a model: {}", path, e.what());
+    }
+    ck.params = read_model_tensors(path, tt, ck.model);
+    read_extra(tt, ck.extra);
+    return ck;
+}
+
+ModelCheckpoint load_model_checkpoint(const std::string& path) {
+    std::vector<uint8_t> bytes = read_input_file(path, size_t(4) << 30, "checkpoint");
+    return parse_model_checkpoint(path, bytes);
+}
 
 }  // namespace ptxlab

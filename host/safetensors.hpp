@@ -4,9 +4,11 @@
 //
 // Tensor names follow torch.nn.Linear: fc1.weight [H][I], fc1.bias [H],
 // fc2.weight [O][H], fc2.bias [O] (and fc3.* for 3 layers). The metadata holds
-// "layers" ("784,128,10") and "format": "pt".
+// "layers" ("784,128,10") and "format": "pt". Models with conv layers: see
+// save_model_safetensors below.
 #pragma once
 
+#include "model.hpp"
 #include "reference.hpp"
 
 #include <cstdint>
@@ -39,5 +41,29 @@ struct Checkpoint {
 };
 Checkpoint load_checkpoint(const std::string& path);
 Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// ---- Checkpoints of any --model (model.hpp) ----
+// A 2- or 3-layer fc-only model is written as above (the MLP format, unchanged). Any other
+// model holds each conv and fc layer's tensors under model.hpp's layer names, in PyTorch's
+// layout: conv1.weight [out][in][k][k], conv1.bias [out], fc1.weight [out][in] (`in` the
+// flattened NCHW input, c * H * W + y * W + x), fc1.bias [out], ...; pool layers have none.
+// These are the state_dict keys of tools/ptxlab_model.py's nn.Sequential, whose children are
+// named conv1, conv1_act, pool1, flatten, fc1, ... The metadata holds "model" (the spec, e.g.
+// conv32,pool,conv64,pool,fc128,fc10), "input" ("1x28x28") and "format": "pt". Reading checks
+// every tensor against the spec (name and shape; nothing missing, nothing else but
+// optimizer.*): a mismatch is an InputError naming the tensor and both shapes.
+struct ModelCheckpoint {
+    Model model;
+    std::vector<float> params;  // the model's flat layout
+    ExtraTensors extra;
+    std::map<std::string, std::string> metadata;
+};
+// True when `m` is written in the MLP format (fc-only with 2 or 3 layers).
+bool uses_mlp_format(const Model& m);
+void save_model_safetensors(const std::string& path, const Model& m, const std::vector<float>& params,
+                            const std::map<std::string, std::string>& metadata = {}, const ExtraTensors& extra = {});
+// Reads either kind: an MLP checkpoint becomes its fc-only model.
+ModelCheckpoint load_model_checkpoint(const std::string& path);
+ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes);
 
 }  // namespace ptxlab

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ptxlab's training recipe in PyTorch: the same network, init, loss, optimizer, schedule and logs.
 
-    python3 tools/torch_reference.py [--layers 784,128,10] [--batch 64] [--lr 0.1] [--epochs 5] [--seed 1]
+    python3 tools/torch_reference.py [--layers 784,128,10 | --model SPEC] [--batch 64] [--lr 0.1] [--epochs 5] [--seed 1]
         [--init torch|he-uniform|he-normal|xavier|notebook] [--loss ce|mse|half-sse]
         [--optimizer sgd|momentum|nesterov|adam|adamw|rmsprop] [--momentum 0.9] [--weight-decay 0]
         [--beta1 0.9] [--beta2 0.999] [--eps 1e-8] [--alpha 0.99]
@@ -16,11 +16,17 @@ The defaults are ptxlab train's recipe: softmax cross-entropy, SGD with Nesterov
 one-cycle schedule (linear warm-up from 0 over the first 20 % of the steps, then linear decay to 0),
 nn.Linear's default init, ReLU, batch 64, peak lr 0.1, 5 epochs.
 
+Network: --layers 784,128,10 (an MLP) or --model SPEC, ptxlab's layer list (conv32,pool,conv64,
+pool,fc128,fc10; `cnn` names that one; the grammar and the module are in tools/ptxlab_model.py).
+Either way the module is an nn.Sequential whose parameters are named as in ptxlab's checkpoints
+(conv1.weight, ..., fc1.weight, ...), so --init-from and --save exchange weights with ptxlab.
+
 Data: MNIST from --data (IDX, raw or .gz), pixels float32(byte) / 255 as ptxlab (host/idx.cpp).
 Each epoch runs K = floor(60000 / B) steps (the last partial batch is dropped); S = epochs * K.
 
 Recipe (the formulas of host/recipe.hpp):
-  init      torch: weights and biases ~ U(+-1/sqrt(fan_in)) (nn.Linear's default);
+  init      fan_in, fan_out as torch.nn.init computes them (conv: in*k*k, out*k*k);
+            torch: weights and biases ~ U(+-1/sqrt(fan_in)) (nn.Linear's and nn.Conv2d's default);
             he-uniform: U(+-sqrt(6/fan_in)) weights; he-normal: N(0, 2/fan_in) weights;
             xavier: U(+-sqrt(6/(fan_in+fan_out))) weights (these three: zero biases);
             notebook: weights and biases ~ N(0, 0.01^2). Drawn from torch's RNG (--seed),
@@ -36,7 +42,8 @@ Recipe (the formulas of host/recipe.hpp):
             cosine: peak * (1 + cos(pi (s - W) / (S - W))) / 2; step: peak * gamma^floor(s / step_every).
             Applied through torch.optim.lr_scheduler.LambdaLR, stepped after each optimizer.step().
             --max-steps stops early but does not shorten the schedule (S stays epochs * K).
-  activation hidden layers only: relu, leaky-relu (slope 0.01), tanh, sigmoid, gelu (exact, erf).
+  activation hidden layers only (every conv and fc but the last): relu, leaky-relu (slope 0.01), tanh,
+            sigmoid, gelu (exact, erf).
 
 Batch order: --order torch (default) draws each epoch's permutation with torch.randperm (seeded);
 --order ptxlab follows ptxlab train's order exactly: its SplitMix64 seeded with seed ^ 0x5eed5eed5eed5eed,
@@ -68,6 +75,9 @@ import math
 import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptxlab_model  # noqa: E402 (beside this file; pure Python)
 
 MASK64 = (1 << 64) - 1
 SHUFFLE_SEED_XOR = 0x5EED5EED5EED5EED  # host/train.cpp: Rng shuffle_rng(cfg.seed ^ 0x5eed5eed5eed5eedull)
@@ -216,6 +226,9 @@ def self_test():
     check("cosine S 10 W 2 at s = 2, 6 (1 and 1/2)", [round(c, 15) for c in cos], [1.0, 0.5])
     check("step every 3, gamma 0.5, W 0", [lr_factor("step", s, S, 0, 3, 0.5) for s in range(7)],
           [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25])
+    # The --model grammar's port (tools/ptxlab_model.py).
+    if ptxlab_model.self_test() != 0:
+        failures.append("ptxlab_model.self_test")
     print(f"self-test: {'all passed' if not failures else f'{len(failures)} FAILED'}")
     return 1 if failures else 0
 
@@ -233,6 +246,7 @@ def parse_args(argv):
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--data", default=os.path.join(here, "..", "data", "mnist"), help="MNIST IDX directory")
     ap.add_argument("--layers", help="layer sizes, e.g. 784,128,10 (default; with --init-from: the checkpoint's)")
+    ap.add_argument("--model", help="ptxlab's layer list, e.g. cnn or conv32,pool,conv64,pool,fc128,fc10")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
     ap.add_argument("--epochs", type=int, default=5)
@@ -261,7 +275,8 @@ def parse_args(argv):
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     ap.add_argument("--log", help="CSV, one row per evaluation")
     ap.add_argument("--log-steps", help="CSV, one row per step")
-    ap.add_argument("--init-from", help="start from a ptxlab checkpoint (.safetensors, fc1.weight, fc1.bias, ...)")
+    ap.add_argument("--init-from", help="start from a ptxlab checkpoint (.safetensors: an MLP's fc1.weight, ... or a "
+                                        "--model checkpoint, its spec in the metadata)")
     ap.add_argument("--order", choices=["torch", "ptxlab"], default="torch", help="batch order")
     ap.add_argument("--save", help="write the final weights as .safetensors (ptxlab's tensor names)")
     ap.add_argument("--normalize", action="store_true", help="standardise pixels with the training mean and std")
@@ -285,6 +300,8 @@ def parse_args(argv):
         bad("--step-every is a number of epochs >= 0")
     if a.optimizer == "nesterov" and a.momentum <= 0:
         bad("--optimizer nesterov needs --momentum > 0")
+    if a.model and a.layers:
+        bad("--model and --layers both set the network: give one of them")
     return a
 
 
@@ -292,28 +309,8 @@ ACTIVATIONS = ["relu", "leaky-relu", "tanh", "sigmoid", "gelu"]
 
 
 def build(a, torch):
-    """The model (fc1..fcN as in ptxlab's checkpoints), its loss function and the optimizer factory."""
+    """The loss function and the optimizer factory (the model comes from ptxlab_model.build_sequential)."""
     F = torch.nn.functional
-    act = {"relu": F.relu, "leaky-relu": lambda x: F.leaky_relu(x, 0.01), "tanh": torch.tanh,
-           "sigmoid": torch.sigmoid, "gelu": lambda x: F.gelu(x, approximate="none")}[a.activation]
-
-    class MLP(torch.nn.Module):
-        def __init__(self, sizes):
-            super().__init__()
-            self.sizes = sizes
-            for k in range(len(sizes) - 1):
-                setattr(self, f"fc{k + 1}", torch.nn.Linear(sizes[k], sizes[k + 1]))
-
-        def linears(self):
-            return [getattr(self, f"fc{k + 1}") for k in range(len(self.sizes) - 1)]
-
-        def forward(self, x):
-            fcs = self.linears()
-            for k, fc in enumerate(fcs):
-                x = fc(x)
-                if k + 1 < len(fcs):
-                    x = act(x)
-            return x
 
     def loss_fn(y, labels, onehot):
         if a.loss == "ce":
@@ -335,15 +332,19 @@ def build(a, torch):
         return torch.optim.RMSprop(params, lr=lr, alpha=a.alpha, eps=a.eps, weight_decay=wd, momentum=0,
                                    centered=False, **cap)
 
-    return MLP, loss_fn, make_optimizer
+    return loss_fn, make_optimizer
 
 
 def init_model(model, a, torch):
-    """--init (and --bias), drawn on the CPU from torch's generator seeded with --seed."""
+    """--init (and --bias), drawn on the CPU from torch's generator seeded with --seed, layer by
+    layer in the module's order (conv and fc alike: fan_in and fan_out as torch.nn.init computes
+    them, in*k*k and out*k*k for a conv)."""
     with torch.no_grad():
-        for fc in model.linears():
-            fan_in, fan_out = fc.in_features, fc.out_features
-            w, b = fc.weight, fc.bias
+        for layer in model.children():
+            if not isinstance(layer, (torch.nn.Linear, torch.nn.Conv2d)):
+                continue
+            w, b = layer.weight, layer.bias
+            fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(w)
             if a.init == "torch":
                 bound = 1.0 / math.sqrt(fan_in)
                 w.uniform_(-bound, bound)
@@ -370,26 +371,23 @@ def init_model(model, a, torch):
 
 
 def load_checkpoint(path, torch):
-    """The layer sizes and fc* tensors of a ptxlab checkpoint; other tensors (optimizer state) listed apart."""
+    """The layers and model tensors of a ptxlab checkpoint (an MLP's fc1, fc2, ... or a --model
+    checkpoint with its spec in the metadata); other tensors (optimizer state) listed apart."""
     from safetensors.torch import load_file
 
     if not os.path.isfile(path):
         fail(f"--init-from: {path}: file not found")
+    try:
+        layers, problems = ptxlab_model.check_checkpoint(path)
+    except (ptxlab_model.SpecError, ValueError, KeyError) as e:
+        fail(f"--init-from: {path}: {e}")
+    if problems:
+        fail(f"--init-from: {path}: " + "; ".join(problems))
     state = load_file(path)
-    n = 0
-    while f"fc{n + 1}.weight" in state:
-        n += 1
-    if n == 0:
-        fail(f"--init-from: {path} holds no fc1.weight (tensors: {', '.join(sorted(state)) or 'none'})")
-    params = {}
-    for k in range(1, n + 1):
-        for name in (f"fc{k}.weight", f"fc{k}.bias"):
-            if name not in state:
-                fail(f"--init-from: {path} lacks {name}")
-            params[name] = state[name].to(torch.float32)
-    sizes = [params["fc1.weight"].shape[1]] + [params[f"fc{k}.weight"].shape[0] for k in range(1, n + 1)]
+    names = ptxlab_model.state_dict_shapes(layers)
+    params = {k: state[k].to(torch.float32) for k in names}
     others = sorted(set(state) - set(params))
-    return sizes, params, others
+    return layers, params, others
 
 
 def main(argv=None):
@@ -400,7 +398,6 @@ def main(argv=None):
     import numpy as np
     import torch
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from mnist_idx import read_idx
 
     dev = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -432,29 +429,39 @@ def main(argv=None):
         xtr, xte = (xtr - m) / s, (xte - m) / s
 
     # ---- model
-    MLP, loss_fn, make_optimizer = build(a, torch)
+    loss_fn, make_optimizer = build(a, torch)
+    try:
+        if a.init_from:
+            layers, params, others = load_checkpoint(a.init_from, torch)
+        elif a.model:
+            layers = ptxlab_model.parse_model(a.model)
+        else:
+            sizes = [int(v) for v in (a.layers or "784,128,10").split(",")]
+            if len(sizes) < 2 or min(sizes) < 1 or sizes[0] != xtr.shape[1]:
+                fail(f"--layers {a.layers}: at least two positive sizes, the first {xtr.shape[1]} (MNIST's pixels)")
+            layers = ptxlab_model.parse_model(ptxlab_model.spec_of_sizes(sizes))
+    except ptxlab_model.SpecError as e:
+        fail(str(e))
+    spec = ptxlab_model.model_text(layers)
     if a.init_from:
-        sizes, params, others = load_checkpoint(a.init_from, torch)
-        if a.layers and [int(v) for v in a.layers.split(",")] != sizes:
-            fail(f"--layers {a.layers} differs from the checkpoint's {','.join(map(str, sizes))}")
-        model = MLP(sizes)
-        model.load_state_dict(params)  # strict: every fc tensor, shapes checked
+        wanted = a.model or (a.layers and ptxlab_model.spec_of_sizes([int(v) for v in a.layers.split(",")]))
+        if wanted and ptxlab_model.model_text(ptxlab_model.parse_model(wanted)) != spec:
+            fail(f"--model/--layers {a.model or a.layers} differs from the checkpoint's {spec}")
+    if tuple(layers[0]["in"]) != ptxlab_model.MNIST_INPUT:
+        fail(f"model {spec} takes {layers[0]['in']} images; MNIST's are 1x28x28")
+    model = ptxlab_model.build_sequential(torch, layers, a.activation)
+    if a.init_from:
+        model.load_state_dict(params)  # strict: every tensor, shapes checked
         if others:
             print(f"note: {a.init_from} also holds {', '.join(others)}: not loaded, the optimizer starts from zero state")
     else:
-        sizes = [int(v) for v in (a.layers or "784,128,10").split(",")]
-        if len(sizes) < 2 or min(sizes) < 1:
-            fail(f"--layers {a.layers}: at least two positive sizes")
-        model = MLP(sizes)
         init_model(model, a, torch)
-    if sizes[0] != xtr.shape[1] or sizes[-1] != 10:
-        fail(f"layers {','.join(map(str, sizes))}: MNIST needs {xtr.shape[1]} inputs and 10 outputs")
     # --dtype float64: the same run in double precision, to tell a difference in semantics from
     # float32 rounding amplified by training (compare_steps of float32 against float64).
     dtype = torch.float64 if a.dtype == "float64" else torch.float32
     model = model.to(dev, dtype)
     xtr, xte = xtr.to(dtype), xte.to(dtype)
-    O = sizes[-1]
+    O = ptxlab_model.CLASSES
     ttr = torch.nn.functional.one_hot(ytr, O).to(dtype)
     tte = torch.nn.functional.one_hot(yte, O).to(dtype)
 
@@ -489,7 +496,7 @@ def main(argv=None):
             return loss_fn(y, yte, tte).item(), (y.argmax(1) == yte).float().mean().item()
 
     name = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    print(f"torch {torch.__version__} on {name}: layers {','.join(map(str, sizes))} {a.activation}, "
+    print(f"torch {torch.__version__} on {name}: model {spec} {a.activation}, "
           f"init {'from ' + a.init_from if a.init_from else a.init}, loss {a.loss}, optimizer {a.optimizer}, "
           f"schedule {a.schedule} (peak lr {a.lr}, warm-up {W} of {S} steps), batch {B}, {a.epochs} epochs, "
           f"order {a.order}, seed {a.seed}", flush=True)
@@ -588,7 +595,12 @@ def main(argv=None):
             print(f"did not reach {100 * a.target:.2f} %")
     if a.save:
         from safetensors.torch import save_file
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, a.save)
+        # ptxlab's metadata: an MLP's "layers", another model's spec and input shape (host/safetensors.hpp).
+        if all(layer["kind"] == "fc" for layer in layers) and len(layers) in (2, 3):
+            meta = {"format": "pt", "layers": ",".join(str(n) for n in [784] + [l["width"] for l in layers])}
+        else:
+            meta = {"format": "pt", "model": spec, "input": "x".join(map(str, layers[0]["in"]))}
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, a.save, metadata=meta)
         print(f"saved {a.save}")
 
     if a.time_steps and cuda:

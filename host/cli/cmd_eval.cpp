@@ -17,6 +17,12 @@ int run_eval(const EvalOptions& o) {
     if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
     const KernelChoice k0 = o.kernels == "auto" ? KernelChoice{} : parse_kernel_choice(o.kernels);
     const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
+    // A --model checkpoint with conv layers (its tensors checked against its spec) is refused here
+    // with its spec; an MLP checkpoint goes on to the MLP's kernels.
+    if (const ModelCheckpoint mc = load_model_checkpoint(o.load); !uses_mlp_format(mc.model))
+        PTXLAB_THROW(InputError, "{}: holds the model '{}'; eval runs 2- and 3-layer MLPs so far (the CNN's "
+                                 "forward pass on the GPU comes with its trainer, #15)",
+                     o.load, mc.model.text());
     Checkpoint ck = load_checkpoint(o.load);
     NetParams& net = ck.net;
     // The forward kernels need the hidden activation the checkpoint was trained with
