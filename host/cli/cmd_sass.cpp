@@ -79,6 +79,7 @@ void disassemble(SassInput& in, const std::string& nvdisasm, const std::string& 
     const std::string what = fmt::format("{} for {}", in.src.path, arch);
     const std::string listing = run_nvdisasm(nvdisasm, in.res.cubin, what);
     in.functions = parse_nvdisasm(listing);
+    for (auto& f : in.functions) f.entry |= in.info.find(f.name) != nullptr;  // should .other lines be missing
     if (in.functions.empty()) {
         std::string head = listing.substr(0, std::min<size_t>(listing.size(), 400));
         PTXLAB_THROW(Error, "{}'s listing of {} holds no function (no `.text.NAME` section); is it nvdisasm? "
