@@ -17,8 +17,10 @@ std::string env(const char* name) {
 ToolSearch nvdisasm_search_from_environment() {
     ToolSearch s;
     s.override_path = env("PTXLAB_NVDISASM");
-    auto add = [&](const std::string& dir, const std::string& from) {
+    auto add = [&](std::string dir, const std::string& from) {
         if (dir.empty()) return;
+        dir = std::filesystem::path(dir).lexically_normal().string();
+        if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
         for (const auto& [d, f] : s.dirs)
             if (d == dir) return;
         s.dirs.emplace_back(dir, from);

@@ -52,7 +52,8 @@ void mark_padding(SassFunction& f) {
     while (i > 0 && f.code[i - 1].opcode == "NOP") --i;
     if (i == 0) return;
     const SassInstruction& last = f.code[i - 1];
-    if (last.opcode != "BRA" || last.label.empty() || last.operands.find("(" + last.label + ")") == std::string::npos)
+    if (last.opcode != "BRA" || !last.predicate.empty() || last.label.empty() ||
+        last.operands.find("(" + last.label + ")") == std::string::npos)
         return;
     for (size_t k = i - 1; k < f.code.size(); ++k) f.code[k].padding = true;
 }
