@@ -141,25 +141,41 @@ void require_supported_arch(const std::string& arch) {
                  all.empty() ? "?" : all.front(), all.empty() ? "?" : all.back(), list);
 }
 
-AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch) {
+AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, const AssembleOptions& o) {
     require_supported_arch(arch);  // validates the name and names the supported range
+    AssemblyResult res;
+    // With line info, nvJitLink sees the text with `.file 1 "/abs/path"` and `.loc` lines added; its
+    // logs are mapped back to the user's lines below.
+    std::string text = ptx.text;
+    if (o.line_info) {
+        std::error_code ec;
+        const std::filesystem::path abs = std::filesystem::absolute(ptx.path, ec);
+        res.line_info_path = ec ? ptx.path : abs.lexically_normal().string();
+        AnnotatedPtx ann = annotate_line_info(ptx.text, res.line_info_path);
+        text = std::move(ann.text);
+        res.line_map = std::move(ann.line_map);
+    }
     const std::string arch_opt = "-arch=" + arch;
     // -no-cache: with a cached result ptxas does not run, and its resource report (-verbose) would be missing.
-    const char* opts[] = {arch_opt.c_str(), "-verbose", "-no-cache"};
+    std::vector<const char*> opts = {arch_opt.c_str(), "-verbose", "-no-cache"};
+    if (o.line_info) opts.push_back("-lineinfo");
     nvJitLinkHandle h = nullptr;
-    JL(nvJitLinkCreate, &h, 3, opts);
+    JL(nvJitLinkCreate, &h, static_cast<uint32_t>(opts.size()), opts.data());
     std::unique_ptr<nvJitLinkHandle, void (*)(nvJitLinkHandle*)> guard(&h, [](nvJitLinkHandle* p) {
         nvJitLinkDestroy(p);
     });
 
-    AssemblyResult res;
     // A PTX error is returned by AddData (NVJITLINK_ERROR_PTX_COMPILE); Complete would still succeed.
-    nvJitLinkResult add = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.text.c_str(), ptx.text.size() + 1,
+    nvJitLinkResult add = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, text.c_str(), text.size() + 1,
                                            ptx.path.c_str());
     nvJitLinkResult done = NVJITLINK_SUCCESS;
     if (add == NVJITLINK_SUCCESS) done = nvJitLinkComplete(h);
     res.error_log = jitlink_log(h, true);
     res.info_log = jitlink_log(h, false);
+    if (o.line_info) {
+        res.error_log = remap_log_lines(res.error_log, res.line_map);
+        res.info_log = remap_log_lines(res.info_log, res.line_map);
+    }
     // Any failure of AddData or Complete is the input's (ptxlab passes valid options): a result with
     // the log and, where the log says nothing useful, what the text lacks; never a bare error code.
     if (add == NVJITLINK_ERROR_INTERNAL || done == NVJITLINK_ERROR_INTERNAL || add == NVJITLINK_ERROR_THREADPOOL ||
@@ -197,6 +213,12 @@ AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch) 
         res.diagnostics.insert(res.diagnostics.begin(), found.begin(), found.end());
     }
     res.entries = parse_resource_log(res.info_log);
+    if (res.ok && o.cubin) {
+        size_t n = 0;
+        JL(nvJitLinkGetLinkedCubinSize, h, &n);
+        res.cubin.assign(n, '\0');
+        if (n) JL(nvJitLinkGetLinkedCubin, h, res.cubin.data());
+    }
     return res;
 }
 

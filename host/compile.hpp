@@ -26,11 +26,22 @@ struct AssemblyResult {
     std::vector<Diagnostic> diagnostics;  // errors and warnings, with source lines
     std::string error_log, info_log;
     std::vector<EntryResources> entries;
+    std::string cubin;  // the ELF bytes, when AssembleOptions::cubin was asked for and ok
+    // With line info: the .file name written into the PTX (absolute) and, for each line of the
+    // text nvJitLink saw, the line of the user's file it came from (see annotate_line_info).
+    std::string line_info_path;
+    std::vector<int> line_map;
+};
+
+struct AssembleOptions {
+    bool line_info = false;  // add `.file`/`.loc` (annotate_line_info) and pass -lineinfo
+    bool cubin = false;      // keep the linked cubin (nvJitLinkGetLinkedCubin) in the result
 };
 
 // Assembles PTX for `arch` (e.g. "sm_90") with nvJitLink. A PTX error is a
 // result (ok == false), not an exception; a failing nvJitLink call throws.
-AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch);
+// Diagnostics always name lines of `ptx.path`, with or without line info.
+AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, const AssembleOptions& opts = {});
 
 // Parses "Compiling entry function 'f'", "Used N registers", "N bytes stack frame, ...".
 std::vector<EntryResources> parse_resource_log(const std::string& info_log);

@@ -18,5 +18,6 @@ void setup_train(CLI::App& app, Command& chosen);
 void setup_eval(CLI::App& app, Command& chosen);
 void setup_bench(CLI::App& app, Command& chosen);
 void setup_new(CLI::App& app, Command& chosen);
+void setup_sass(CLI::App& app, Command& chosen);
 
 }  // namespace ptxlab::cli

@@ -26,7 +26,8 @@ int run(int argc, char** argv) {
         "130 interrupted (Ctrl-C).\n"
         "Environment: PTXLAB_PTX_DIR (kernel directory), PTXLAB_DATA_DIR (dataset directory),\n"
         "PTXLAB_REFERENCE_DIR (the CUDA C twins; default $PTXLAB_PTX_DIR/reference or the tree's\n"
-        "ptx/reference), PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1).");
+        "ptx/reference), PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1),\n"
+        "PTXLAB_NVDISASM (the nvdisasm that `ptxlab sass` runs; default: $CUDA_HOME/bin, then PATH).");
     app.require_subcommand(1);
     app.set_version_flag("--version", "ptxlab 0.1.0");
 
@@ -38,6 +39,7 @@ int run(int argc, char** argv) {
     cli::setup_eval(app, chosen);
     cli::setup_bench(app, chosen);
     cli::setup_new(app, chosen);
+    cli::setup_sass(app, chosen);
 
     // An unknown first word: name it and list the commands (CLI11 would say only that one is required).
     if (argc > 1 && argv[1][0] != '-') {

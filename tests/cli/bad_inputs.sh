@@ -125,6 +125,15 @@ expect "ptx: --no-twins"                0 "check: 1 file: 1 ok, 0 failed"       
 expect "ptx: PTXLAB_REFERENCE_DIR=/nope" 1 "/nope/mean.cu does not exist"                 PTXLAB_REFERENCE_DIR=/nope "$P" check
 expect "ptx: --arch sm_52"              2 "architecture 'sm_52' is not supported by this nvJitLink (sm_" "$P" check --arch sm_52
 expect "ptx: --arch banana"             2 "architecture 'banana' is not of the form sm_NN"  "$P" check --arch banana
+# ---- sass (#16): the input is checked before nvdisasm is looked for ------------
+fake="$src/tests/fixtures/sass/fake_nvdisasm.sh"   # a stand-in: this machine may have no nvdisasm
+expect "sass: missing file"             2 "nope.ptx: does not exist"                        PTXLAB_NVDISASM="$fake" "$P" sass "$t/nope.ptx"
+expect "sass: unknown entry, listed"    2 "good.ptx: no entry 'nope' (its entries: k)"      PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx:nope"
+expect "sass: PTX error at its line"    2 "syntax_error.ptx:33: error:"                     PTXLAB_NVDISASM="$fake" "$P" sass "$src/tests/fixtures/ptx/syntax_error.ptx"
+expect "sass: no .entry"                2 "header_only.ptx: no .entry in this file"         PTXLAB_NVDISASM="$fake" "$P" sass "$t/header_only.ptx"
+expect "sass: --diff, no common entry"  2 "have no entry in common"                         PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx" --diff "$src/tests/fixtures/sass/scale.ptx"
+expect "sass: nvdisasm not there"       1 "nvdisasm, part of the CUDA toolkit: \$CUDA_HOME/bin/nvdisasm" PTXLAB_NVDISASM=/nonexistent/nvdisasm "$P" sass "$t/good.ptx"
+expect "sass: nvdisasm fails"           1 "exited with status 3:"                           FAKE_NVDISASM_EXIT=3 PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx"
 # ---- paths --------------------------------------------------------------------
 expect "path: --ptx-dir with files"     2 "give one or the other"                           "$P" check --ptx-dir "$t/ptxdir" "$t/good.ptx"
 expect "path: --ptx-dir is a file"      2 "--ptx-dir '$t/good.ptx' is a regular file, not a directory" "$P" check --ptx-dir "$t/good.ptx"

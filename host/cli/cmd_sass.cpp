@@ -1,0 +1,190 @@
+// ptxlab sass FILE[:ENTRY] [--arch sm_90] [--diff OTHER.ptx]: what ptxas made of your PTX.
+// The PTX is assembled in process (nvJitLink, with line info), the cubin disassembled by the
+// toolkit's nvdisasm, and the SASS of each entry printed under the PTX lines it came from,
+// with a summary (resources, instructions by class). --diff compares two versions.
+#include "commands.hpp"
+#include "compile.hpp"
+#include "nvdisasm.hpp"
+#include "sass.hpp"
+
+#include <cstdio>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace ptxlab::cli {
+
+namespace {
+
+struct SassOptions {
+    std::string target;  // FILE or FILE:ENTRY
+    std::string arch = "sm_90";
+    std::string diff;
+};
+
+// One PTX file, assembled and (later) disassembled.
+struct SassInput {
+    SourceFile src;
+    PtxInfo info;
+    AssemblyResult res;
+    SassSource source;
+    std::vector<SassFunction> functions;
+};
+
+// "k.ptx:scale" -> {"k.ptx", "scale"}; a name that is an existing file is a FILE, even with a ':'.
+std::pair<std::string, std::string> split_target(const std::string& t) {
+    std::error_code ec;
+    const size_t colon = t.rfind(':');
+    if (fs::exists(t, ec) || colon == std::string::npos || colon == 0 || colon + 1 == t.size()) return {t, ""};
+    return {t.substr(0, colon), t.substr(colon + 1)};
+}
+
+std::string entry_list(const PtxInfo& info) {
+    std::string s;
+    for (const auto& e : info.entries) s += (s.empty() ? "" : ", ") + e.name;
+    return s;
+}
+
+// Reads and assembles `path` for `arch` with line info; a file that does not assemble is an
+// InputError carrying the same file:line diagnostics as `ptxlab check`. Warnings go to stderr.
+SassInput assemble_input(const std::string& path, const std::string& arch) {
+    SassInput in;
+    in.src = read_source_file(path);
+    in.info = parse_ptx(in.src.text);
+    in.res = assemble_offline(in.src, arch, AssembleOptions{.line_info = true, .cubin = true});
+    std::string diags;
+    for (const auto& d : in.res.diagnostics) diags += format_diagnostic(in.src, d);
+    if (!in.res.ok) {
+        while (!diags.empty() && diags.back() == '\n') diags.pop_back();
+        PTXLAB_THROW(InputError, "{} does not assemble for {}:\n{}", path, arch, diags);
+    }
+    if (!diags.empty()) {
+        std::fflush(stdout);
+        fmt::print(stderr, "{}", diags);
+    }
+    if (in.info.entries.empty())
+        PTXLAB_THROW(InputError, "{}: no .entry in this file; `ptxlab sass` shows the SASS of kernels "
+                                 "(`.visible .entry NAME(...)`)", path);
+    if (in.res.cubin.empty()) PTXLAB_THROW(Error, "{}: nvJitLink returned an empty cubin for {}", path, arch);
+    in.source = make_sass_source(in.src, in.res);
+    return in;
+}
+
+void require_entry(const SassInput& in, const std::string& entry) {
+    if (!entry.empty() && !in.info.find(entry))
+        PTXLAB_THROW(InputError, "{}: no entry '{}' (its entries: {})", in.src.path, entry, entry_list(in.info));
+}
+
+void disassemble(SassInput& in, const std::string& nvdisasm, const std::string& arch) {
+    const std::string what = fmt::format("{} for {}", in.src.path, arch);
+    const std::string listing = run_nvdisasm(nvdisasm, in.res.cubin, what);
+    in.functions = parse_nvdisasm(listing);
+    for (auto& f : in.functions) f.entry |= in.info.find(f.name) != nullptr;  // should .other lines be missing
+    if (in.functions.empty()) {
+        std::string head = listing.substr(0, std::min<size_t>(listing.size(), 400));
+        PTXLAB_THROW(Error, "{}'s listing of {} holds no function (no `.text.NAME` section); is it nvdisasm? "
+                            "It begins:\n{}", nvdisasm, what, head);
+    }
+}
+
+const SassFunction& function_of(const SassInput& in, const std::string& name) {
+    for (const auto& f : in.functions)
+        if (f.name == name) return f;
+    std::string names;
+    for (const auto& f : in.functions) names += (names.empty() ? "" : ", ") + f.name;
+    PTXLAB_THROW(Error, "nvdisasm's listing of {} has no function '{}' (it has: {})", in.src.path, name, names);
+}
+
+const EntryResources* resources_of(const SassInput& in, const std::string& name) {
+    for (const auto& r : in.res.entries)
+        if (r.name == name) return &r;
+    return nullptr;
+}
+
+// The listing and summary of every entry (or just `entry`), then any device function nvdisasm shows apart.
+void print_listings(const SassInput& in, const std::string& entry) {
+    for (const auto& e : in.info.entries) {
+        if (!entry.empty() && e.name != entry) continue;
+        const SassFunction& f = function_of(in, e.name);
+        fmt::print("\n{}\n{}", format_listing(f, in.source), format_summary(f, resources_of(in, e.name)));
+    }
+    if (!entry.empty()) return;
+    for (const auto& f : in.functions)
+        if (!in.info.find(f.name))
+            fmt::print("\n{}\n{}", format_listing(f, in.source), format_summary(f, resources_of(in, f.name)));
+}
+
+void print_diffs(const SassInput& a, const SassInput& b, const std::string& entry) {
+    int shown = 0;
+    for (const auto& e : a.info.entries) {
+        if (!entry.empty() && e.name != entry) continue;
+        if (!b.info.find(e.name)) {
+            fmt::print("\n.entry {}: only in A ({})\n", e.name, a.src.path);
+            continue;
+        }
+        const SassFunction &fa = function_of(a, e.name), &fb = function_of(b, e.name);
+        fmt::print("\n{}", format_diff({&fa, &a.source, resources_of(a, e.name)}, {&fb, &b.source, resources_of(b, e.name)}));
+        ++shown;
+    }
+    if (entry.empty())
+        for (const auto& e : b.info.entries)
+            if (!a.info.find(e.name)) fmt::print("\n.entry {}: only in B ({})\n", e.name, b.src.path);
+    if (shown == 0) fmt::print("\nno entry in common\n");  // refused before nvdisasm ran (require_common_entry)
+}
+
+void require_common_entry(const SassInput& a, const SassInput& b) {
+    for (const auto& e : a.info.entries)
+        if (b.info.find(e.name)) return;
+    PTXLAB_THROW(InputError, "{} and {} have no entry in common (A: {}; B: {}): --diff compares entries of the same name",
+                 a.src.path, b.src.path, entry_list(a.info), entry_list(b.info));
+}
+
+int run_sass(const SassOptions& o) {
+    require_supported_arch(o.arch);
+    const auto [path, entry] = split_target(o.target);
+    // Everything about the input is checked before nvdisasm is looked for: a PTX error is
+    // reported (and can be fixed) on a machine without nvdisasm too.
+    SassInput a = assemble_input(path, o.arch);
+    require_entry(a, entry);
+    SassInput b;
+    if (!o.diff.empty()) {
+        b = assemble_input(o.diff, o.arch);
+        require_entry(b, entry);
+        require_common_entry(a, b);
+    }
+    const std::string nvdisasm = find_nvdisasm(nvdisasm_search_from_environment());
+    disassemble(a, nvdisasm, o.arch);
+    if (o.diff.empty()) {
+        fmt::print("ptxlab sass: {} for {} (nvdisasm: {})\n", path, o.arch, nvdisasm);
+        print_listings(a, entry);
+        return kExitOk;
+    }
+    disassemble(b, nvdisasm, o.arch);
+    fmt::print("ptxlab sass --diff: A = {}, B = {}, for {} (nvdisasm: {})\n", path, o.diff, o.arch, nvdisasm);
+    print_diffs(a, b, entry);
+    return kExitOk;
+}
+
+}  // namespace
+
+void setup_sass(CLI::App& app, Command& chosen) {
+    auto o = std::make_shared<SassOptions>();
+    auto* sub = app.add_subcommand(
+        "sass",
+        "Show the machine code (SASS) ptxas makes of a PTX file: assemble it in process (nvJitLink, with line info, "
+        "no GPU needed), disassemble the cubin with the CUDA toolkit's nvdisasm, and print each entry's SASS under "
+        "the PTX lines it came from, then a summary per entry: registers, barriers, stack, spills, shared and local "
+        "memory, and instruction counts by class (FFMA, FADD, FMUL, HMMA, IMAD, LDG, STG, LDS, STS, LDL/STL, BAR, "
+        "SHFL, MUFU, BRA, CALL, other; the class is the opcode before its first '.'). --diff OTHER.ptx compares two "
+        "versions instead: the counts side by side with the difference, then a unified listing of the opcodes "
+        "(no registers or addresses), each with its PTX line. nvdisasm is looked for in $PTXLAB_NVDISASM, else "
+        "$CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, then $PATH; without it sass says where it looked "
+        "and exits 1. A PTX error gets the same file:line diagnostics as check (exit 2).");
+    sub->add_option("target", o->target, "FILE.ptx, or FILE.ptx:ENTRY for one entry point")->required();
+    sub->add_option("--arch", o->arch, "target architecture (sm_NN; those this nvJitLink accepts)")->capture_default_str();
+    sub->add_option("--diff", o->diff,
+                    "OTHER.ptx: compare the SASS of FILE (A) with that of OTHER (B), entry by entry (or ENTRY only)");
+    sub->callback([o, &chosen] { chosen = [o] { return run_sass(*o); }; });
+}
+
+}  // namespace ptxlab::cli

@@ -1,0 +1,42 @@
+// `ptxlab sass` with the real nvdisasm. NEEDS nvdisasm, which the device's CUDA toolkit has
+// and the CI machine lacks: this runs with the GPU tests (skipped without a GPU), not because
+// sass needs a GPU. The CPU tests (tests/cpu/test_sass.cpp) cover the same code with a
+// stand-in nvdisasm and hand-made listings; this test checks that nvdisasm's real listing
+// reads the same way: a tensor-core kernel gets its HMMA counted, and the SASS sits under
+// the PTX lines it came from (the line info survived nvJitLink -lineinfo and nvdisasm -g).
+#include "../helpers.hpp"
+#include "common.hpp"
+
+#include <doctest/doctest.h>
+
+#include <regex>
+
+using namespace ptxlab::test;
+
+namespace {
+std::string lesson(const std::string& name) { return std::string(PTXLAB_FIXTURES) + "/../../ptx/lessons/" + name; }
+}  // namespace
+
+TEST_CASE("sass: the real nvdisasm on lesson 10 (mma.sync TF32): an HMMA counted, SASS under its PTX line") {
+    const std::string file = lesson("10_mma_tf32.ptx");
+    RunResult r = run_command("env -u PTXLAB_NVDISASM " + ptxlab_cmd("sass " + file));
+    CAPTURE(r.output);
+    REQUIRE_MESSAGE(r.code == 0, "ptxlab sass needs nvdisasm (the device's CUDA toolkit)");
+    // The summary counts at least one HMMA (mma.sync.m16n8k8 TF32 is HMMA.1688.F32.TF32 on sm_90).
+    std::smatch m;
+    REQUIRE(std::regex_search(r.output, m, std::regex(R"(HMMA (\d+))")));
+    CHECK(std::stoi(m[1].str()) >= 1);
+    CHECK(r.output.find("summary of mma_tf32:") != std::string::npos);
+    CHECK(std::regex_search(r.output, std::regex(R"(registers [1-9]\d*, barriers)")));
+    // Line mapping: the mma.sync line of the file heads an HMMA instruction.
+    CHECK(std::regex_search(r.output, std::regex(R"(\n +\d+ \| mma\.sync\.aligned\.m16n8k8[^\n]*\n( +/\*[0-9a-f]+\*/  [^\n]*\n)*? +/\*[0-9a-f]+\*/  HMMA)")));
+    // Nearly every instruction has a line of the file (no "(no line info)" headings but maybe the first).
+    std::regex no_info(R"(\? \| \(no line info\))");
+    CHECK(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), no_info), std::sregex_iterator()) <= 1);
+
+    // --diff of the file with itself: the same opcodes.
+    RunResult d = run_command("env -u PTXLAB_NVDISASM " + ptxlab_cmd("sass " + file + " --diff " + file));
+    CAPTURE(d.output);
+    CHECK(d.code == 0);
+    CHECK(d.output.find("the opcodes are the same") != std::string::npos);
+}
