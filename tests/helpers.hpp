@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -28,6 +29,10 @@ inline void write_bytes(const std::string& path, const std::vector<uint8_t>& byt
 }
 
 inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
 
 struct RunResult {
     int code = -1;

@@ -16,10 +16,6 @@ using namespace ptxlab::test;
 
 namespace {
 
-std::vector<uint8_t> read_all(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // The JSON header of a safetensors file, as text.
 std::string header_of(const std::vector<uint8_t>& bytes) {
@@ -54,7 +50,7 @@ TEST_CASE("model checkpoint: the CNN round-trips bit for bit under nn.Sequential
     const std::vector<float> p = init_model_params(m, Init::Torch, 3);
     const ExtraTensors extra = {{"optimizer.m", std::vector<float>(m.param_count, 0.5f)}};
     save_model_safetensors(t.file("cnn.safetensors"), m, p, {{"seed", "3"}}, extra);
-    const auto bytes = read_all(t.file("cnn.safetensors"));
+    const auto bytes = read_bytes(t.file("cnn.safetensors"));
     const std::string h = header_of(bytes);
     // The state_dict of tools/ptxlab_model.py's nn.Sequential: conv [out, in, kh, kw], fc [out, in]
     // with in = 64 * 7 * 7 = 3136 (the NCHW flatten), in layer order.
@@ -94,7 +90,7 @@ TEST_CASE("model checkpoint: fc-only models of 2 and 3 layers keep the MLP forma
     const std::vector<float> p = init_model_params(mlp, Init::HeNormal, 5);
     save_model_safetensors(t.file("a.safetensors"), mlp, p);
     save_safetensors(t.file("b.safetensors"), init_params({784, 16, 10}, Init::HeNormal, 5));
-    CHECK(read_all(t.file("a.safetensors")) == read_all(t.file("b.safetensors")));  // byte for byte
+    CHECK(read_bytes(t.file("a.safetensors")) == read_bytes(t.file("b.safetensors")));  // byte for byte
     const ModelCheckpoint ck = load_model_checkpoint(t.file("b.safetensors"));
     CHECK(ck.model.text() == "fc16,fc10");
     CHECK(ck.model.layers.front().in == kMnistInput);
@@ -116,7 +112,7 @@ TEST_CASE("model checkpoint: a file whose tensors do not fit its spec is refused
     const Model m = parse_model("conv8,pool,fc10");
     save_model_safetensors(t.file("c.safetensors"), m, init_model_params(m, Init::Torch, 2), {},
                            {{"optimizer.m", std::vector<float>(4, 1.0f)}});
-    const auto bytes = read_all(t.file("c.safetensors"));
+    const auto bytes = read_bytes(t.file("c.safetensors"));
     CHECK(refusal(bytes).empty());
     CHECK(refusal(patched(bytes, "conv8,pool", "conv9,pool")) ==
           "ck: tensor 'conv1.weight' has the shape [8, 1, 3, 3]; the model 'conv9,pool,fc10' needs [9, 1, 3, 3]");
@@ -163,7 +159,7 @@ TEST_CASE("model checkpoint: tools/ptxlab_model.py reads ptxlab's checkpoints an
     // A checkpoint whose tensors do not fit its spec fails there too.
     const Model m = parse_model("conv8,pool,fc10");
     save_model_safetensors(t.file("c.safetensors"), m, init_model_params(m, Init::Torch, 2));
-    auto bytes = read_all(t.file("c.safetensors"));
+    auto bytes = read_bytes(t.file("c.safetensors"));
     write_bytes(t.file("bad.safetensors"), patched(bytes, "conv8,pool", "conv9,pool"));
     RunResult bad = run_command(tool + " --check-checkpoint " + t.file("bad.safetensors"));
     CHECK(bad.code == 1);

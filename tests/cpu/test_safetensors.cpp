@@ -12,10 +12,6 @@ using namespace ptxlab;
 using namespace ptxlab::test;
 
 namespace {
-std::vector<uint8_t> read_all(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 std::string load_error(const std::vector<uint8_t>& bytes) {
     try {
         parse_safetensors("ckpt", bytes);
@@ -43,7 +39,7 @@ TEST_CASE("safetensors: a 2- and a 3-layer model round-trip bit for bit") {
         for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(t.path)) ++files;
         CHECK(files == 1);
         // The header is 8-byte aligned JSON naming the tensors as torch.nn.Linear does.
-        auto bytes = read_all(t.file("m.safetensors"));
+        auto bytes = read_bytes(t.file("m.safetensors"));
         uint64_t hlen = 0;
         for (int i = 0; i < 8; ++i) hlen |= uint64_t(bytes[size_t(i)]) << (8 * i);
         CHECK(hlen % 8 == 0);
@@ -57,7 +53,7 @@ TEST_CASE("safetensors: bad checkpoints are refused") {
     TempDir t;
     NetParams net = init_params({6, 4, 3}, Init::HeUniform, 5);
     save_safetensors(t.file("m.safetensors"), net);
-    const auto good = read_all(t.file("m.safetensors"));
+    const auto good = read_bytes(t.file("m.safetensors"));
 
     CHECK(load_error({1, 2, 3}).find("too short") != std::string::npos);
     auto truncated = good;

@@ -29,6 +29,15 @@ CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, con
     return r.at(0);
 }
 
+// A planted bug: the case fails, the PTX differs from its twin and misses the float64
+// reference, while the twin does not.
+void check_planted_caught(const CaseResult& r) {
+    CHECK_FALSE(r.pass());
+    CHECK(r.differing > 0);
+    CHECK(r.f64_fail_ptx > 0);
+    CHECK(r.f64_fail_ref == 0);
+}
+
 // A planted fixture on the command line: verify says FAIL and exits 1.
 void check_cli_fails(const std::string& entry, const std::string& shape, const std::string& fixture_dir) {
     RunResult run = run_command(
@@ -266,10 +275,7 @@ TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
     KernelDirs bad = KernelDirs::from_ptx_dir(fixture("conv"));
     CaseResult r = verify_one("conv_fwd", {3, 3, 9, 9, 5, 3, 0}, bad);
     INFO(format_result(r));
-    CHECK_FALSE(r.pass());
-    CHECK(r.differing > 0);
-    CHECK(r.f64_fail_ptx > 0);   // the broken PTX misses the float64 reference ...
-    CHECK(r.f64_fail_ref == 0);  // ... while its twin does not
+    check_planted_caught(r);
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("Y[") == 0);
@@ -285,10 +291,7 @@ TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     // tests/fixtures/wrong/mean.ptx is batch_mean that skips the last row of the batch.
     CaseResult r = verify_one("batch_mean", {1000, 64}, wrong);
     INFO(format_result(r));
-    CHECK_FALSE(r.pass());
-    CHECK(r.differing > 0);
-    CHECK(r.f64_fail_ptx > 0);   // the broken PTX misses the float64 reference ...
-    CHECK(r.f64_fail_ref == 0);  // ... while its twin does not
+    check_planted_caught(r);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("G[") == 0);
     check_cli_fails("batch_mean", "1000,64", "wrong");
@@ -301,10 +304,7 @@ TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify
     KernelDirs bad = KernelDirs::from_ptx_dir(fixture("softmax"));
     CaseResult r = verify_one("fused_output", {64, 128, 10, 1, 0}, bad);
     INFO(format_result(r));
-    CHECK_FALSE(r.pass());
-    CHECK(r.differing > 0);
-    CHECK(r.f64_fail_ptx > 0);   // the broken PTX misses the float64 reference ...
-    CHECK(r.f64_fail_ref == 0);  // ... while its twin does not
+    check_planted_caught(r);
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("D2[") == 0);  // Y is right; the deltas are not
