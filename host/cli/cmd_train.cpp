@@ -124,8 +124,8 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
 
 // ---- train --model with conv layers (host/train_cnn.hpp; not yet run on a GPU) ----
 int run_train_cnn(const TrainOptions& o, const Model& model) {
-    for (const char* flag : {"--layers", "--hidden", "--resume", "--kernels", "--three-launches", "--steps-per-launch",
-                             "--no-overlap"})
+    for (const char* flag : {"--layers", "--hidden", "--resume", "--three-launches", "--steps-per-launch", "--no-overlap",
+                             "--eval-every"})
         if (o.given(flag))
             PTXLAB_THROW(InputError, "--model {} (conv layers): {} is not taken by the CNN trainer yet", o.model, flag);
     CnnTrainConfig cc;
@@ -138,6 +138,10 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     if (!o.given("--lr") && o.preset.empty()) cfg.lr = kCnnDefaultLr;
     if (!o.given("--epochs") && o.preset.empty()) cfg.epochs = kCnnDefaultEpochs;
     if (!o.given("--target") && o.preset.empty()) cfg.target = 0.99;
+    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference")
+        PTXLAB_THROW(InputError, "--model {} (conv layers): --kernels {}: the CNN runs on the conv and pool kernels: "
+                                 "ptx (the default) or reference (their NVRTC twins)",
+                     o.model, o.kernels);
     cfg.kernels = o.kernels == "auto" ? KernelChoice{Design::Seed, KernelSource::Ptx} : parse_kernel_choice(o.kernels);
     cfg.graphs = !o.no_graphs;
     set_kernel_timeout(o.timeout);
