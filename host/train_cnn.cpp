@@ -109,61 +109,118 @@ CnnActs::CnnActs(const Model& m, unsigned B_) : B(B_) {
     D2 = DeviceBuffer(size_t(B) * kClasses * 4, "output deltas");
 }
 
-void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s) {
+ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B) { return kernel_dims(l, B); }
+
+namespace {
+
+// The operations as kernel launches on one stream.
+class KernelOps : public CnnOps {
+public:
+    KernelOps(const KernelSet& ks, CUstream s) : ks_(ks), s_(s) {}
+    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
+        launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_);
+    }
+    void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                       unsigned act) override {
+        launch_conv_bwd_data(ks_.get("conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
+    }
+    void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
+                          CUdeviceptr Y, unsigned act, float scale) override {
+        launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
+    }
+    void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
+        launch_pool_fwd(ks_.get("pool_fwd"), P, H, W, Y, idx, X, s_);
+    }
+    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) override {
+        launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, s_);
+    }
+    void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
+
+private:
+    const KernelSet& ks_;
+    CUstream s_;
+};
+
+CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
+    CnnBuffers b;
+    b.B = a.B;
+    b.params = p.params.ptr();
+    b.grads = p.grads.ptr();
+    b.D2 = a.D2.ptr();
+    b.delta[0] = a.delta[0].ptr();
+    b.delta[1] = a.delta[1].ptr();
+    for (size_t l = 0; l < a.out.size(); ++l) {
+        b.out.push_back(a.out[l].ptr());
+        b.idx.push_back(a.idx[l].ptr());
+    }
+    return b;
+}
+
+}  // namespace
+
+void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
+                 unsigned loss_code) {
     const size_t L = m.layers.size();
     CUdeviceptr in = X;
     for (size_t l = 0; l + 1 < L; ++l) {
         const LayerSpec& ly = m.layers[l];
         if (ly.kind == LayerKind::Pool)
-            launch_pool_fwd(ks.get("pool_fwd"), a.B * ly.in.c, ly.in.h, ly.in.w, a.out[l].ptr(), a.idx[l].ptr(), in, s);
+            ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
         else
-            launch_conv_fwd(ks.get("conv_fwd"), kernel_dims(ly, a.B), in, at(p.params, ly.weight_offset),
-                            at(p.params, ly.bias_offset), a.out[l].ptr(), kConvActRelu, s);
-        in = a.out[l].ptr();
+            ops.conv_fwd(kernel_dims(ly, b.B), in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4,
+                         b.out[l], kConvActRelu);
+        in = b.out[l];
     }
     // The last fc: logits, output deltas and the deltas of its input (into delta[0]).
     const LayerSpec& last = m.layers.back();
     FusedArgs f{};
     f.A1 = in;
-    f.W2 = at(p.params, last.weight_offset);
-    f.b2 = at(p.params, last.bias_offset);
+    f.W2 = b.params + last.weight_offset * 4;
+    f.b2 = b.params + last.bias_offset * 4;
     f.T = T;
     f.Y = Y;
-    f.D2 = a.D2.ptr();
-    f.D1 = a.delta[0].ptr();
-    f.B = a.B;
+    f.D2 = b.D2;
+    f.D1 = b.delta[0];
+    f.B = b.B;
     f.H = static_cast<unsigned>(last.in.size());
     f.O = last.width;
     f.loss = loss_code;
     f.act = kActRelu;
-    launch_fused_output(ks, f, s);
+    ops.fused_output(f);
+}
+
+void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale) {
+    const size_t L = m.layers.size();
+    auto input_of = [&](size_t l) { return l == 0 ? X : b.out[l - 1]; };
+    const LayerSpec& last = m.layers.back();
+    ops.conv_bwd_weights(kernel_dims(last, b.B), b.grads + last.weight_offset * 4, b.grads + last.bias_offset * 4,
+                         input_of(L - 1), b.D2, b.D2, kConvActNone, scale);
+    unsigned cur = 0;  // delta[cur] holds dL/d(output of layer l)
+    for (size_t l = L - 1; l-- > 0;) {
+        const LayerSpec& ly = m.layers[l];
+        const CUdeviceptr dY = b.delta[cur], dX = b.delta[cur ^ 1];
+        if (ly.kind == LayerKind::Pool) {
+            if (l > 0) ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l]);
+        } else {
+            const ConvDims d = kernel_dims(ly, b.B);
+            ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
+                                 b.out[l], kConvActRelu, scale);
+            if (l > 0) ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
+        }
+        cur ^= 1;
+    }
+}
+
+void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
+                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s) {
+    KernelOps ops(ks, s);
+    cnn_forward(ops, m, buffers_of(p, a), X, T, Y, loss_code);
 }
 
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                           float scale, CUstream s) {
-    const size_t L = m.layers.size();
-    auto input_of = [&](size_t l) { return l == 0 ? X : a.out[l - 1].ptr(); };
-    const LayerSpec& last = m.layers.back();
-    launch_conv_bwd_weights(ks.get("conv_bwd_weights"), kernel_dims(last, a.B), at(p.grads, last.weight_offset),
-                            at(p.grads, last.bias_offset), input_of(L - 1), a.D2.ptr(), a.D2.ptr(), kConvActNone, scale,
-                            s);
-    unsigned cur = 0;  // delta[cur] holds dL/d(output of layer l)
-    for (size_t l = L - 1; l-- > 0;) {
-        const LayerSpec& ly = m.layers[l];
-        const CUdeviceptr dY = a.delta[cur].ptr(), dX = a.delta[cur ^ 1].ptr();
-        if (ly.kind == LayerKind::Pool) {
-            if (l > 0) launch_pool_bwd(ks.get("pool_bwd"), a.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, a.idx[l].ptr(), s);
-        } else {
-            const ConvDims d = kernel_dims(ly, a.B);
-            launch_conv_bwd_weights(ks.get("conv_bwd_weights"), d, at(p.grads, ly.weight_offset),
-                                    at(p.grads, ly.bias_offset), input_of(l), dY, a.out[l].ptr(), kConvActRelu, scale, s);
-            if (l > 0)
-                launch_conv_bwd_data(ks.get("conv_bwd_data"), d, dX, dY, a.out[l].ptr(), at(p.params, ly.weight_offset),
-                                     kConvActRelu, s);
-        }
-        cur ^= 1;
-    }
+    KernelOps ops(ks, s);
+    cnn_backward(ops, m, buffers_of(p, a), X, scale);
 }
 
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,

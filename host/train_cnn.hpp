@@ -24,6 +24,8 @@
 #pragma once
 
 #include "cuda.hpp"
+#include "fused.hpp"
+#include "ref_conv.hpp"
 #include "idx.hpp"
 #include "kernels.hpp"
 #include "model.hpp"
@@ -71,6 +73,41 @@ struct CnnActs {
     DeviceBuffer delta[2], D2;
     CnnActs(const Model& m, unsigned B);
 };
+
+// ---- The step's data flow, apart from what runs it ----
+// The buffers of a step by address: the flat parameters and gradient, each layer's output and
+// pool argmax (out[l], idx[l]; B rows), two delta buffers and the output deltas D2 [B][10].
+struct CnnBuffers {
+    unsigned B = 0;
+    CUdeviceptr params = 0, grads = 0, D2 = 0;
+    CUdeviceptr delta[2] = {0, 0};
+    std::vector<CUdeviceptr> out, idx;
+};
+// The operations a step is made of, with the kernels' parameters and semantics (conv.hpp,
+// ref_conv.hpp: act 0 none, 1 ReLU; the backward passes mask dY where Y <= 0 with act 1;
+// fused_output as launch_fused_output with FusedArgs' A1, W2, b2, T, Y, D2, D1, B, H, O, loss,
+// act). The GPU runs them as launches on a stream; the CPU tests run them on host memory in
+// float64 (addresses are then host pointers), which checks the data flow below without a GPU.
+struct CnnOps {
+    virtual ~CnnOps() = default;
+    virtual void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y,
+                          unsigned act) = 0;
+    virtual void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                               unsigned act) = 0;
+    virtual void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
+                                  CUdeviceptr Y, unsigned act, float scale) = 0;
+    virtual void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) = 0;
+    virtual void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) = 0;
+    virtual void fused_output(const FusedArgs& a) = 0;
+};
+// A conv or fc layer as the conv kernels see it: an fc layer is {B, in = C*H*W, 1, 1, out, 1}.
+ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B);
+// Forward: every layer, the last through fused_output (logits to Y, D2, and the deltas of its
+// input to delta[0]). Backward: every parameter's gradient (scale times the batch sum) into the
+// flat gradient, the deltas down the layers through delta[0] and delta[1] in turn.
+void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
+                 unsigned loss_code);
+void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale);
 
 // The launches of one step (or a forward pass), on stream s. X and T: the batch's images and
 // one-hot targets; Y: where the logits go ([B][10]); hyp: this step's StepHyper record.
