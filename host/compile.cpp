@@ -297,7 +297,7 @@ NvrtcOutput nvrtc_compile(const SourceFile& cu, const std::string& virtual_arch,
         nvrtcDestroyProgram(p);
     });
     std::vector<std::string> opts = {"--gpu-architecture=" + virtual_arch, "--std=c++17", "-lineinfo"};
-    // A twin may #include a header beside it (ptx/reference/activation.cuh).
+    // A twin may #include a header beside it (ptx/reference/recipe.cuh).
     const std::string dir = std::filesystem::path(cu.path).parent_path().string();
     opts.push_back("--include-path=" + (dir.empty() ? std::string(".") : dir));
     opts.insert(opts.end(), extra_options.begin(), extra_options.end());

@@ -5,9 +5,8 @@
 // each live in one flat allocation; recipe.hpp, ptx/optim.ptx):
 //   seed design (--kernels ptx|reference): grad2/grad3, batch_mean per tensor, optimizer;
 //   fast: fused_forward, fused_output, outer, batch_mean, optimizer;
-//   fused: fused_forward, fused_output, fused_grad, optimizer; for the classic recipe
-//     (MSE or half-SSE, plain SGD, constant lr) and batches up to 64, the one-launch
-//     fused_step instead, many steps a launch.
+//   fused: fused_forward, fused_output, fused_grad, optimizer; for batches up to 64 (and
+//     ReLU), the one-launch fused_step instead, any loss and optimizer, many steps a launch.
 // The training set lives on the GPU and is reshuffled once per epoch by the gather kernel
 // (one upload of the new order per epoch, with the epoch's table of per-step learning rates
 // and bias corrections). Steps run in chunks: each chunk is captured once into a CUDA graph

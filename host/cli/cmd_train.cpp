@@ -281,8 +281,8 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "0.5|y-t|^2 per sample, averaged over the batch")->capture_default_str();
     sub->add_option("--activation", o->activation,
                     "the hidden layers' activation: relu, leaky-relu (slope 0.01), tanh, sigmoid, gelu (the exact "
-                    "erf form, nn.GELU()); every kernel set (the classic recipe's one-launch fused_step is ReLU "
-                    "only: other activations run it as separate launches)")->capture_default_str();
+                    "erf form, nn.GELU()); every kernel set (the one-launch fused_step is ReLU only: other "
+                    "activations run the fused set's separate launches)")->capture_default_str();
     sub->add_option("--optimizer", o->optimizer,
                     "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, rmsprop: PyTorch's update rules; the "
                     "state buffers start at zero")->capture_default_str();
@@ -303,7 +303,7 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_option("--gamma", o->gamma, "step schedule: the decay factor")->capture_default_str();
     sub->add_option("--kernels", o->kernels,
                     "kernel set: fused (batch gradients computed directly: fused_forward, fused_output, fused_grad, "
-                    "then the optimizer kernel; for the classic recipe and batches up to 64 the whole step in one "
+                    "then the optimizer kernel; for batches up to 64 the whole step, any loss and optimizer, in one "
                     "launch, ptx/step.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads "
                     "per sample: fused_forward, fused_output, outer, batch_mean, optimizer; 2-layer networks, "
                     "sm_90), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, batch_mean, "
@@ -315,8 +315,8 @@ void setup_train(CLI::App& app, Command& chosen) {
                   "fused set: start each kernel only when the previous one has finished, instead of programmatic "
                   "dependent launches that schedule it while the previous one drains (same results, bit for bit)");
     sub->add_flag("--three-launches", o->three_launches,
-                  "fused set, classic recipe: run the step as separate launches (fused_forward, fused_output, "
-                  "fused_grad, optim_sgd) instead of the one-launch fused_step (ptx/step.ptx)");
+                  "fused set: run the step as separate launches (fused_forward, fused_output, fused_grad, the "
+                  "optimizer kernel) instead of the one-launch fused_step (ptx/step.ptx)");
     sub->add_option("--steps-per-launch", o->steps_per_launch,
                     "fused set, one-launch step: steps that one launch of fused_step runs back to back, with no "
                     "launch between them (0: every step of a chunk of 128; 1: a launch a step); the same results "

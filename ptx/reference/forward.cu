@@ -6,7 +6,7 @@
 //
 // Layout: row-major W[out][in]; activations [batch][width]; one thread per sample.
 
-#include "activation.cuh"  // gauss_pdf, gauss_cdf, activate, activate_grad: the PTX's sequences
+#include "recipe.cuh"  // gauss_pdf, gauss_cdf, activate, activate_grad, softmax_delta: the PTX's sequences
 
 // One dense layer for one sample: out[r] = f(b[r] + sum_c W[r][c] * in[c]), f the activation
 // of code `act` for a hidden layer, the identity for the output layer.

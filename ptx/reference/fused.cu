@@ -6,7 +6,7 @@
 // fmaf / __fadd_rn so that NVRTC cannot contract or reorder them: the two agree
 // bit for bit. Plain loads stage the tiles here; the PTX uses cp.async.
 
-#include "activation.cuh"  // gauss_pdf, gauss_cdf, activate, activate_grad: the PTX's sequences
+#include "recipe.cuh"  // gauss_pdf, gauss_cdf, activate, activate_grad, softmax_delta: the PTX's sequences
 
 // Z = X W^T + b (stored when Z is not null), A = f(Z) for the activation code act. A cluster of 8 blocks shares an 8-sample (warps) x 32-unit (lanes)
 // tile; block rank r sums its eighth of the columns, and warp r of rank r adds the 8 partial
@@ -98,24 +98,9 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
     asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
 
     if (loss == 1u) {
-        // Thread 0 alone: the recipe's softmax sequence, o in order, as in the PTX (max; e =
-        // 2^((y - m) * log2(e) as a float), kept in D2[s] and summed from +0; d = e / sum - t).
-        // exp2f is what NVRTC turns into exactly `ex2.approx.f32` (not .ftz, no range
-        // fix-ups) with ptxlab's NVRTC options (no -ftz, no -use_fast_math).
-        if (tid == 0 && O > 0) {
-            const float* y = Y + (size_t)s * O;
-            const float* t = T + (size_t)s * O;
-            float* d = D2 + (size_t)s * O;
-            float m = y[0];
-            for (unsigned o = 1; o < O; ++o) m = fmaxf(m, y[o]);
-            float sum = 0.0f;
-            for (unsigned o = 0; o < O; ++o) {
-                const float e = exp2f(__fmul_rn(__fsub_rn(y[o], m), 1.44269502162933349609375f));  // 0x3FB8AA3B
-                d[o] = e;
-                sum = __fadd_rn(sum, e);
-            }
-            for (unsigned o = 0; o < O; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
-        }
+        // Thread 0 alone: the recipe's softmax sequence, o in order, as in the PTX
+        // (softmax_delta, recipe.cuh).
+        if (tid == 0) softmax_delta(D2 + (size_t)s * O, Y + (size_t)s * O, T + (size_t)s * O, O);
         __syncthreads();
     }
 

@@ -9,7 +9,7 @@
 // activation has the code `act` (0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu); its
 // pre-activations z wait in the same gb rows for the backward pass (GELU's derivative).
 
-#include "activation.cuh"  // gauss_pdf, gauss_cdf, activate, activate_grad: the PTX's sequences
+#include "recipe.cuh"  // gauss_pdf, gauss_cdf, activate, activate_grad, softmax_delta: the PTX's sequences
 
 // out[r] = f(z[r]), z[r] = b[r] + sum_c W[r][c] * in[c]   (as forward.cu); a hidden layer
 // also keeps z[r] in zout[r].
@@ -41,24 +41,6 @@ __device__ static void residual(float* d, const float* y, const float* t, unsign
     for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(y[o], t[o]);
 }
 
-// d[o] = softmax(y)[o] - t[o]   (loss code 1), the recipe's sequence as in grad.ptx: the max
-// in o order, z = (y - m) * log2(e) rounded to float, e = 2^z, the sum from +0 in o order,
-// d = e / sum - t. The exponentials wait in d[] between the passes, as in the PTX.
-// exp2f is what NVRTC turns into exactly `ex2.approx.f32` (not .ftz; no range fix-ups) with
-// ptxlab's NVRTC options (no -ftz, no -use_fast_math); checked by reading its PTX.
-__device__ static void softmax_delta(float* d, const float* y, const float* t, unsigned n)
-{
-    if (n == 0) return;
-    float m = y[0];
-    for (unsigned o = 1; o < n; ++o) m = fmaxf(m, y[o]);
-    float sum = 0.0f;
-    for (unsigned o = 0; o < n; ++o) {
-        const float e = exp2f(__fmul_rn(__fsub_rn(y[o], m), 1.44269502162933349609375f));  // 0x3FB8AA3B
-        d[o] = e;
-        sum = __fadd_rn(sum, e);
-    }
-    for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
-}
 
 // d_in[c] = (sum_r W[r][c] * d_out[r]) * f'(z[c]): for ReLU the mask [a[c] > 0], else a
 // product with activate_grad of z[c] (left in d_in[c] by dense) and a[c].

@@ -1,7 +1,7 @@
-// Shared by the CUDA C twins of forward.ptx, grad.ptx and fused.ptx (and included by
-// them: NVRTC gets each twin's directory as an include path). PTX has no #include, so each
-// of those .ptx files spells the same functions out (gauss_pdf, gauss_cdf, activate,
-// activate_grad); this file is their one twin.
+// Shared by the CUDA C twins of forward.ptx, grad.ptx and fused.ptx, which include it (NVRTC
+// gets each twin's directory as an include path): the hidden activation (gauss_pdf,
+// gauss_cdf, activate, activate_grad) and the softmax cross-entropy delta (softmax_delta).
+// PTX has no #include, so each .ptx file spells its functions out; this file is their one twin.
 #pragma once
 
 // ---- The hidden activation of code `act` (host/recipe.hpp: 0 relu, 1 leaky-relu, 2 tanh,
@@ -68,3 +68,22 @@ __device__ inline float activate_grad(float z, float a, unsigned act)
     return pos ? 1.0f : 0.0f;                                        // relu
 }
 
+
+// d[o] = softmax(y)[o] - t[o]   (loss code 1), the recipe's sequence as in grad.ptx: the max
+// in o order, z = (y - m) * log2(e) rounded to float, e = 2^z, the sum from +0 in o order,
+// d = e / sum - t. The exponentials wait in d[] between the passes, as in the PTX.
+// exp2f is what NVRTC turns into exactly `ex2.approx.f32` (not .ftz; no range fix-ups) with
+// ptxlab's NVRTC options (no -ftz, no -use_fast_math); checked by reading its PTX.
+__device__ inline void softmax_delta(float* d, const float* y, const float* t, unsigned n)
+{
+    if (n == 0) return;
+    float m = y[0];
+    for (unsigned o = 1; o < n; ++o) m = fmaxf(m, y[o]);
+    float sum = 0.0f;
+    for (unsigned o = 0; o < n; ++o) {
+        const float e = exp2f(__fmul_rn(__fsub_rn(y[o], m), 1.44269502162933349609375f));  // 0x3FB8AA3B
+        d[o] = e;
+        sum = __fadd_rn(sum, e);
+    }
+    for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
+}
