@@ -70,7 +70,7 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
     if (entry == "forward2") return {entry, {B, kI, kH, kO, kActRelu}};
     if (entry == "outer") return {entry, {B, kH, kI}};               // gW1 of one step
     // The default recipe's step: cross-entropy, Nesterov.
-    if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov)}};
+    if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov), kActRelu}};
     return {entry, {B, kI, kH, kO}};                                // fused_grad
 }
 

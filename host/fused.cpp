@@ -58,9 +58,11 @@ void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s) {
     const OptimConfig& o = a.optim;
     // Always a plain launch, never a programmatic dependent one: its grid barrier needs every
     // block resident, and a dependent launch's waiting blocks could take their SMs (step.ptx).
-    launch(k, false, fused_step_grid(k, a.H), s, a.X, a.T, a.P, a.M, a.V, a.A1, a.Y, a.Yp, a.sync, a.hyp, a.B, a.I,
-           a.H, a.O, a.steps, a.loss, a.scale, optim_code(o.kind), o.momentum, o.beta1, o.beta2, o.eps, o.alpha,
-           o.weight_decay);
+    // Z (the pre-activations, for the derivative of an activation other than ReLU) is a.D1.
+    if (a.act != kActRelu && a.D1 == 0) PTXLAB_THROW(Error, "internal error: fused_step needs D1 as Z for act {}", a.act);
+    launch(k, false, fused_step_grid(k, a.H), s, a.X, a.T, a.P, a.M, a.V, a.A1, a.D1, a.Y, a.Yp, a.sync, a.hyp, a.B,
+           a.I, a.H, a.O, a.steps, a.loss, a.scale, optim_code(o.kind), o.momentum, o.beta1, o.beta2, o.eps, o.alpha,
+           o.weight_decay, a.act);
 }
 
 void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s) {

@@ -59,8 +59,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U, U, U}},
         // GW1 Gb1 GW2 Gb2 X A D1 D2 | B I H O | scale
         {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
-        // X T P M V A Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
-        {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F}},
+        // X T P M V A Z Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd | act
+        {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F, U}},
         // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
         {"conv_fwd", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
         // dX dY Y Wt | N C H W K KS act

@@ -208,9 +208,11 @@ void dense_bounded(const float* W, const float* b, const double* in, const doubl
 // (ref_output_delta) and D1 = (D2 W) * [a > 0], an fma chain over the O outputs (gamma_O);
 // a unit at the ReLU kink (kink[h], when given) gets an infinite bound. For another
 // activation code D1 = fl((D2 W) * f'), f' from the exact inputs a or (GELU) z.
+// (fused_step computes a and z itself: with zd given, a, z carry the bounds ea, ezd.)
 void output_deltas(unsigned loss, const float* W, const double* y, const double* ey, const float* t, const double* a,
                    const std::vector<char>* kink, unsigned H, unsigned O, Bounded& D2, Bounded& D1, unsigned s,
-                   unsigned act = 0, const float* z = nullptr) {
+                   unsigned act = 0, const float* z = nullptr, const double* ea = nullptr, const double* zd = nullptr,
+                   const double* ezd = nullptr) {
     double* d = D2.v.data() + size_t(s) * O;
     double* ed = D2.e.data() + size_t(s) * O;
     ref_output_delta(loss, y, ey, t, O, d, ed);
@@ -224,9 +226,12 @@ void output_deltas(unsigned loss, const float* W, const double* y, const double*
         }
         if (act != 0) {
             double g = 0.0, eg = 0.0;
-            act_grad_bounded(act, z ? double(z[h]) : 0.0, 0.0, a[h], 0.0, g, eg);
+            if (zd) act_grad_bounded(act, zd[h], ezd[h], a[h], ea[h], g, eg);
+            else act_grad_bounded(act, z ? double(z[h]) : 0.0, 0.0, a[h], 0.0, g, eg);
             D1.v[size_t(s) * H + h] = sum * g;
-            D1.e[size_t(s) * H + h] = product_bound(sum, gamma(O) * mag + prop, g, eg);
+            // leaky-relu's slope at an uncertain sign: not comparable.
+            D1.e[size_t(s) * H + h] =
+                (kink && (*kink)[h]) ? kInf : product_bound(sum, gamma(O) * mag + prop, g, eg);
             continue;
         }
         const bool active = a[h] > 0.0;
@@ -472,7 +477,7 @@ void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const 
 }
 
 RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                            unsigned loss, float scale) {
+                            unsigned loss, float scale, unsigned act) {
     const unsigned I = net.sizes[0], H = net.sizes[1], O = net.sizes[2];
     RefFusedStep r;
     r.A.resize(size_t(B) * H);
@@ -481,18 +486,20 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
     D1.resize(size_t(B) * H);
     D2.resize(size_t(B) * O);
     std::vector<char> kink(H);
-    std::vector<double> x(I), ex(I, 0.0);
+    std::vector<double> x(I), ex(I, 0.0), z(H), ez(H);
     for (unsigned s = 0; s < B; ++s) {
         for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
         double* a = r.A.v.data() + size_t(s) * H;
         double* ea = r.A.e.data() + size_t(s) * H;
         // A rank's fma chain, 7 adds joining the 8 ranks, the bias: at most I + 8 roundings.
-        dense_bounded(net.W[0].data(), net.b[0].data(), x.data(), ex.data(), H, I, true, a, ea, &kink, 10);
+        dense_bounded(net.W[0].data(), net.b[0].data(), x.data(), ex.data(), H, I, true, a, ea, &kink, 10, act,
+                      z.data(), ez.data());
         double* y = r.Y.v.data() + size_t(s) * O;
         double* ey = r.Y.e.data() + size_t(s) * O;
         // A 16-term chain per tile, the tiles added in order, then the bias.
         dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr, (H + 15) / 16 + 1);
-        output_deltas(loss, net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s);
+        output_deltas(loss, net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s, act, nullptr,
+                      ea, z.data(), ez.data());
     }
     // G = scale * sum_s L[s][row] R[s][col], R = nullptr for a bias (R = 1); both factors bounded.
     auto grad = [&](Bounded& out, const Bounded& L, const Bounded* R, unsigned rows, unsigned cols) {

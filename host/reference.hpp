@@ -154,8 +154,10 @@ void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const 
 struct RefFusedStep {
     Bounded A, Y, GW1, Gb1, GW2, Gb2;
 };
+// act: the hidden activation's code (recipe.hpp act_code); D1 then takes f' from the bounded
+// A (or, for GELU, Z) as fused_step computes them.
 RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                            unsigned loss, float scale);
+                            unsigned loss, float scale, unsigned act = 0);
 
 // dst[r][c] = src[idx[r]][c] (exact).
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols);

@@ -116,7 +116,6 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // Whether training with `cfg` runs the one-launch fused_step (any loss and optimizer).
 bool uses_fused_step(const TrainConfig& cfg) {
     return cfg.kernels.design == Design::Fused && cfg.one_launch &&
-           cfg.activation == Activation::Relu &&  // fused_step (step.ptx) has ReLU only
            fused_step_preferred(cfg.batch, cfg.layers.front(), cfg.layers.back());
 }
 

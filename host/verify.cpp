@@ -47,7 +47,7 @@ std::string shape_names(const std::string& entry) {
     if (entry == "outer") return "B,R,C";
     // fused_step: the loss code, then the optimizer code (recipe.hpp optim_code: 0 sgd,
     // 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop).
-    if (entry == "fused_step") return "B,I,H,O,loss,optim";
+    if (entry == "fused_step") return "B,I,H,O,loss,optim,act";
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
@@ -213,24 +213,28 @@ std::vector<VerifyCase> default_cases() {
     // 2000 (125 tiles: more tiles than resident clusters, so clusters loop); I = 13 and 257
     // (single-float copies, ranks with few or no columns), I = 800 (the widest it takes),
     // O = 32 (the most), 1 x 1 x 1 x 1. The first three shapes with every loss and optimizer
-    // code; the others with one pair each, in turn, so that every pair runs on some shape.
+    // code (ReLU), and every other activation with CE and Nesterov; the others with one
+    // pair and one activation each, in turn, so that every pair runs on some shape.
     const std::vector<std::vector<unsigned>> step_shapes = {
         {64, 784, 128, 10}, {65, 13, 5, 3},     {1, 1, 1, 1},      {1, 784, 128, 10}, {63, 784, 128, 10},
         {1000, 784, 128, 10}, {64, 784, 300, 10}, {64, 100, 2000, 10}, {9, 257, 33, 17}, {64, 800, 16, 32}};
     const unsigned optim_codes = optim_code(OptimKind::RmsProp) + 1;
     for (size_t i = 0; i < step_shapes.size(); ++i) {
-        auto with = [&](unsigned loss, unsigned optim) {
+        auto with = [&](unsigned loss, unsigned optim, unsigned act) {
             std::vector<unsigned> s = step_shapes[i];
             s.push_back(loss);
             s.push_back(optim);
+            s.push_back(act);
             v.push_back({"fused_step", s});
         };
         if (i < 3) {
             for (unsigned loss : {kLossDiff, kLossSoftmax})
-                for (unsigned o = 0; o < optim_codes; ++o) with(loss, o);
+                for (unsigned o = 0; o < optim_codes; ++o) with(loss, o, kActRelu);
+            for (unsigned act = kActRelu + 1; act <= kActGelu; ++act)
+                with(kLossSoftmax, optim_code(OptimKind::Nesterov), act);
         } else {
             const unsigned pair = unsigned(i - 3) * 5;  // walks the 12 pairs
-            with(pair % 2, (pair / 2) % optim_codes);
+            with(pair % 2, (pair / 2) % optim_codes, unsigned(i) % (kActGelu + 1));
         }
     }
     // The fast set's outer products: gW1 and gW2 of a batch of 64 (16-byte path), odd row
@@ -249,8 +253,8 @@ static std::vector<VerifyCase> quick_shapes() {
             {"batch_mean", {10, 63}},             {"batch_mean", {1000, 64}},             {"gather", {63, 784, 100}},
             {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
             {"fused_output", {64, 33, 17}},       {"fused_grad", {65, 13, 5, 3}},     {"fused_grad", {64, 784, 128, 10}},
-            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10, 1, 2}},
-            {"fused_step", {65, 13, 5, 3, 0, 4}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
+            {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10, 1, 2, 0}},
+            {"fused_step", {65, 13, 5, 3, 0, 4, 4}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
             {"optim_adam", {1000, 2}},            {"optim_rmsprop", {1000, 1}}};
 }
 
@@ -260,7 +264,9 @@ std::vector<VerifyCase> quick_cases() {
     // polynomial sequences) with one loss code each.
     std::vector<VerifyCase> out;
     for (auto& c : quick_shapes()) {
-        if (!takes_act_code(c.entry)) {
+        const std::string names = shape_names(c.entry);
+        const bool complete = c.shape.size() == size_t(std::count(names.begin(), names.end(), ',')) + 1;
+        if (!takes_act_code(c.entry) || complete) {  // fused_step's quick shapes name every code
             out.push_back(std::move(c));
             continue;
         }
@@ -558,6 +564,7 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
 // adamw and rmsprop (sgd and nesterov run without).
 Harness make_step_harness(const VerifyCase& c, Rng& rng) {
     const unsigned B = c.shape[0], I = c.shape[1], H = c.shape[2], O = c.shape[3], loss = c.shape[4];
+    const unsigned act = c.shape[6];
     if (!fused_step_fits(I, O))
         PTXLAB_THROW(InputError, "fused_step takes I <= 800 and O <= 32, got I = {}, O = {}", I, O);
     OptimConfig o;
@@ -574,7 +581,7 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
     NetParams net = random_net(rng, {I, H, O});
     std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
     std::vector<float> T = random_targets(rng, B, O);
-    RefFusedStep r = ref_fused_step(net, X, T, B, loss, scale);
+    RefFusedStep r = ref_fused_step(net, X, T, B, loss, scale, act);
 
     // The flat arrays: parameters, their gradient (the reference's), the state.
     std::vector<float> P;
@@ -612,7 +619,9 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
                  {"Yp", {fused_step_partials(B, H, O)}, Role::In,
                   std::vector<float>(fused_step_partials(B, H, O), std::bit_cast<float>(kPoison))},
                  {"sync", {2}, Role::In, sync},
-                 {"hyp", {4}, Role::In, {hy.lr, hy.step_size, hy.bc2_sqrt, hy.decay}}};
+                 {"hyp", {4}, Role::In, {hy.lr, hy.step_size, hy.bc2_sqrt, hy.decay}},
+                 // Z: scratch for the pre-activations (written and read when act is not ReLU).
+                 {"Z", {B, H}, Role::In, std::vector<float>(size_t(B) * H, std::bit_cast<float>(kPoison))}};
     h.tensors[2].parts = parts;  // P
     if (use_m) {
         h.expected["M"] = std::move(after.M);
@@ -637,6 +646,8 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
         a.loss = loss;
         a.scale = scale;
         a.optim = o;
+        a.act = act;
+        a.D1 = ptr(m, "Z");
         launch_fused_step(k, a, s);
     };
     return h;

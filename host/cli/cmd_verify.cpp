@@ -134,7 +134,7 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "(optim_sgd: 0 plain, 1 momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain + weight decay; "
                     "optim_adam: 0 adam, 1 adam + weight decay, 2 adamw; optim_rmsprop: 0 plain, 1 + weight decay), "
                     "rows,cols,src_rows (gather), B,I,H,act (fused_forward), B,H,O,loss,act (fused_output), B,I,H,O "
-                    "(fused_grad), B,I,H,O,loss,optim (fused_step; optim 0 sgd, 1 momentum, 2 nesterov, 3 adam, "
+                    "(fused_grad), B,I,H,O,loss,optim,act (fused_step; optim 0 sgd, 1 momentum, 2 nesterov, 3 adam, "
                     "4 adamw, 5 rmsprop), B,R,C (outer), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
                     "conv_bwd_weights: act 0 none, 1 ReLU), N,C,H,W (pool_fwd, pool_bwd); loss is the output-delta "
                     "code: 0 = y - t, 1 = softmax(y) - t; act the hidden activation: 0 relu, 1 leaky-relu, 2 tanh, "

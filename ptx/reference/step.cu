@@ -11,6 +11,8 @@
 // own copy of b2 and of its optimizer state (updated by itself), and phase 2 reads X from
 // global memory.
 
+#include "activation.cuh"  // activate, activate_grad: the sequences of fused.ptx and step.ptx
+
 // One parameter's optimizer step, PyTorch's rules, the instruction sequence of optim.cu
 // (and of step.ptx's optimizer_update). kind: recipe.hpp's optim_code (0 sgd, 1 momentum,
 // 2 nesterov, 3 adam, 4 adamw, 5 rmsprop); h: this step's {lr, step_size, bc2_sqrt, decay}.
@@ -79,10 +81,10 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256)
-fused_step(const float* X, const float* T, float* P, float* M, float* V, float* A, float* Y, float* Yp,
-           unsigned long long* sync, const float* hyp, unsigned B, unsigned I, unsigned H, unsigned O, unsigned steps,
-           unsigned loss, float scale, unsigned optim, float momentum, float beta1, float beta2, float eps,
-           float alpha, float weight_decay)
+fused_step(const float* X, const float* T, float* P, float* M, float* V, float* A, float* Z, float* Y,
+           float* Yp, unsigned long long* sync, const float* hyp, unsigned B, unsigned I, unsigned H, unsigned O,
+           unsigned steps, unsigned loss, float scale, unsigned optim, float momentum, float beta1, float beta2,
+           float eps, float alpha, float weight_decay, unsigned act)
 {
     __shared__ __align__(16) float pool[6400];  // phase 1: xs [64][kc]; phase 2: d2c, d1c, ac
     __shared__ float ws[1600];                  // W1 tile [16][kc]
@@ -152,8 +154,9 @@ fused_step(const float* X, const float* T, float* P, float* M, float* V, float* 
                         z = __fadd_rn(z, *static_cast<float*>(__cluster_map_shared_rank(&part[idx], q)));
                     const bool ok = h < H && s < B;
                     z = __fadd_rn(z, ok ? b1[h] : 0.0f);
-                    const float a = ok ? fmaxf(z, 0.0f) : 0.0f;
+                    const float a = ok ? (act == 0u ? fmaxf(z, 0.0f) : activate(z, act)) : 0.0f;
                     if (ok) A[(size_t)s * H + h] = a;
+                    if (ok && act != 0u) Z[(size_t)s * H + h] = z;  // for phase 2's derivative
                     aown[tid] = a;
                 }
                 __syncthreads();
@@ -226,8 +229,13 @@ fused_step(const float* X, const float* T, float* P, float* M, float* V, float* 
                 for (unsigned e = tid; e < 1024; e += 256) {
                     const unsigned s = e / 16, u = e % 16;
                     float z = 0.0f;
-                    if (ac[e] > 0.0f)
+                    if (act != 0u || ac[e] > 0.0f)
                         for (unsigned o = 0; o < O; ++o) z = fmaf(d2c[s * O + o], w2s[o * 16 + u], z);
+                    if (act != 0u) {  // times f', from A, or (GELU) from Z
+                        const unsigned h = h0 + u;
+                        const float zp = (s < n && h < H) ? Z[(size_t)(c0 + s) * H + h] : 0.0f;
+                        z = __fmul_rn(z, activate_grad(zp, ac[e], act));
+                    }
                     d1c[e] = z;
                 }
                 __syncthreads();

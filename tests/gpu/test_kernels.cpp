@@ -131,17 +131,22 @@ TEST_CASE("kernels: fused_output, both sets, both loss codes, every activation")
 }
 TEST_CASE("kernels: fused_grad, both sets") { check_both_sets("fused_grad", {65, 784, 128, 10}); }
 TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}); }
-// fused_step's shape ends in the loss code and the optimizer code (0 sgd, 1 momentum,
-// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop).
-TEST_CASE("kernels: fused_step, both sets, every loss and optimizer") {
+// fused_step's shape ends in the loss code, the optimizer code (0 sgd, 1 momentum,
+// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop) and the activation code (0 relu .. 4 gelu).
+TEST_CASE("kernels: fused_step, both sets, every loss, optimizer and activation") {
     for (unsigned loss : {0u, 1u})
         for (unsigned optim = 0; optim < 6; ++optim) {
             CAPTURE(loss);
             CAPTURE(optim);
-            check_both_sets("fused_step", {64, 784, 128, 10, loss, optim});  // one chunk, one tile a cluster
+            check_both_sets("fused_step", {64, 784, 128, 10, loss, optim, 0});  // one chunk, one tile a cluster
         }
-    check_both_sets("fused_step", {130, 257, 300, 17, 1, 3});  // three chunks, single-float copies, 19 tiles
-    check_both_sets("fused_step", {130, 257, 300, 17, 0, 2});
+    for (unsigned act = 1; act <= 4; ++act) {
+        CAPTURE(act);
+        check_both_sets("fused_step", {64, 784, 128, 10, 1, 2, act});
+        check_both_sets("fused_step", {130, 257, 300, 17, 0, 3, act});  // three chunks: Z read back from memory
+    }
+    check_both_sets("fused_step", {130, 257, 300, 17, 1, 3, 0});  // three chunks, single-float copies, 19 tiles
+    check_both_sets("fused_step", {130, 257, 300, 17, 0, 2, 0});
 }
 
 namespace {
@@ -152,7 +157,7 @@ struct StepRun {
     std::vector<std::vector<float>> out;  // P (W1 b1 W2 b2) M V A Y
 };
 StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, Loss loss,
-                  OptimKind kind, bool one_launch, uint64_t seed) {
+                  OptimKind kind, unsigned act, bool one_launch, uint64_t seed) {
     Rng rng(seed);  // the same inputs for every run of one seed
     auto rand = [&](size_t n, float lo, float hi) {
         std::vector<float> v(n);
@@ -179,7 +184,7 @@ StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned
         p.back().upload(init[i]);
     }
     DeviceBuffer dX(X.size() * 4, "X"), dT(T.size() * 4, "T"), Yp(fused_step_partials(B, H, O) * 4, "Yp"),
-        sync(8, "sync"), dh(S * sizeof(StepHyper), "hyp");
+        sync(8, "sync"), dh(S * sizeof(StepHyper), "hyp"), dZ(size_t(B) * H * 4, "Z");
     dX.upload(X);
     dT.upload(T);
     CU(cuMemcpyHtoD, dh.ptr(), hyp.data(), S * sizeof(StepHyper));
@@ -198,6 +203,8 @@ StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned
     a.loss = loss_code(loss);
     a.scale = grad_scale(loss, B, O);
     a.optim = o;
+    a.act = act;
+    a.D1 = dZ.ptr();  // fused_step's Z scratch
     if (one_launch) {
         a.steps = S;
         launch_fused_step(k, a, st.get());
@@ -223,14 +230,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-void check_steps_in_one_launch(unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, Loss loss, OptimKind kind) {
+void check_steps_in_one_launch(unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, Loss loss, OptimKind kind,
+                               unsigned act = kActRelu) {
     const uint64_t seed = std::random_device{}();
     INFO("B=", B, " I=", I, " H=", H, " O=", O, " steps=", S, " loss ", to_string(loss), " optimizer ", to_string(kind),
-         " seed ", seed);
-    const StepRun ptx_one = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, true, seed);
-    const StepRun ptx_many = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, false, seed);
-    const StepRun ref_one = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, true, seed);
-    const StepRun ref_many = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, false, seed);
+         " activation ", act, " seed ", seed);
+    const StepRun ptx_one = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, act, true, seed);
+    const StepRun ptx_many = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, act, false, seed);
+    const StepRun ref_one = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, act, true, seed);
+    const StepRun ref_many = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, act, false, seed);
     const char* names[] = {"P", "M", "V", "A", "Y"};
     for (size_t i = 0; i < 5; ++i) {
         INFO(names[i]);
@@ -250,6 +258,8 @@ TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launc
     check_steps_in_one_launch(65, 13, 5, 3, 4, Loss::Ce, OptimKind::AdamW);       // two chunks (X restaged), single-float copies
     check_steps_in_one_launch(9, 257, 33, 17, 3, Loss::HalfSse, OptimKind::RmsProp);  // partial chunk and tile, O > 16
     check_steps_in_one_launch(64, 100, 2000, 10, 3, Loss::Ce, OptimKind::Momentum);  // 125 tiles: clusters loop over tiles
+    check_steps_in_one_launch(64, 784, 128, 10, 4, Loss::Ce, OptimKind::Nesterov, kActTanh);  // activations through Z
+    check_steps_in_one_launch(65, 13, 5, 3, 3, Loss::Ce, OptimKind::Adam, kActGelu);
 }
 
 // The CNN's kernels (conv.ptx, pool.ptx): the issue's network's layers at batch 64, and odd
