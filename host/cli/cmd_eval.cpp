@@ -2,6 +2,7 @@
 #include "commands.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
+#include "train_cnn.hpp"
 
 namespace ptxlab::cli {
 
@@ -12,17 +13,54 @@ struct EvalOptions {
     int device = 0;
 };
 
+void print_result(const EvalResult& r) {
+    fmt::print("test accuracy {:.2f} % ({} of {}), mean cross-entropy {:.5f}\n", 100.0 * r.accuracy,
+               static_cast<size_t>(r.accuracy * double(r.count) + 0.5), r.count, r.loss);
+    fmt::print("confusion matrix (rows: true label, columns: predicted)\n      ");
+    for (unsigned p = 0; p < kClasses; ++p) fmt::print("{:>6}", p);
+    fmt::print("\n");
+    for (unsigned t = 0; t < kClasses; ++t) {
+        fmt::print("{:>6}", t);
+        for (unsigned p = 0; p < kClasses; ++p) fmt::print("{:>6}", r.confusion[t * kClasses + p]);
+        fmt::print("\n");
+    }
+}
+
+// A --model checkpoint with conv layers: the CNN's forward pass (train_cnn.hpp; ReLU only).
+int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
+    if (auto it = mc.metadata.find("train.activation"); it != mc.metadata.end() && it->second != "relu")
+        PTXLAB_THROW(InputError, "{}: trained with the activation '{}'; the conv kernels run ReLU only", o.load,
+                     it->second);
+    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference")
+        PTXLAB_THROW(InputError, "--kernels {}: a CNN checkpoint runs on the conv kernels: auto (the PTX), ptx or "
+                                 "reference (their twins)",
+                     o.kernels);
+    const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
+    const std::string dir = o.data.empty() ? default_data_dir() : o.data;
+    Dataset data = load_dataset(dir);
+    if (mc.model.layers.front().in != Shape3{1, data.test.rows, data.test.cols})
+        PTXLAB_THROW(InputError, "{}: the model {} takes {}x{}x{} images but the dataset in {} has 1x{}x{}", o.load,
+                     mc.model.text(), mc.model.layers.front().in.c, mc.model.layers.front().in.h,
+                     mc.model.layers.front().in.w, dir, data.test.rows, data.test.cols);
+    Context ctx(o.device);
+    const KernelSource src = o.kernels == "reference" ? KernelSource::Reference : KernelSource::Ptx;
+    KernelSet ks(src, ctx.info(), dirs, {"conv_fwd", "pool_fwd", "fused_output"});
+    const CnnParams p(mc.model, mc.params, OptimConfig{});
+    const EvalResult r = evaluate_cnn(ks, mc.model, p, data.test, Loss::Ce);
+    fmt::print("eval: {} (--model {}, relu) on {} test images from {}, {} conv kernels, {}\n", o.load, mc.model.text(),
+               r.count, dir, to_string(src), ctx.info().name);
+    print_result(r);
+    return kExitOk;
+}
+
 int run_eval(const EvalOptions& o) {
     // Everything that needs no GPU first: the flags, the checkpoint, the data, the kernel directory.
     if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
     const KernelChoice k0 = o.kernels == "auto" ? KernelChoice{} : parse_kernel_choice(o.kernels);
     const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
-    // A --model checkpoint with conv layers (its tensors checked against its spec) is refused here
-    // with its spec; an MLP checkpoint goes on to the MLP's kernels.
-    if (const ModelCheckpoint mc = load_model_checkpoint(o.load); !uses_mlp_format(mc.model))
-        PTXLAB_THROW(InputError, "{}: holds the model '{}'; eval runs 2- and 3-layer MLPs so far (the CNN's "
-                                 "forward pass on the GPU comes with its trainer, #15)",
-                     o.load, mc.model.text());
+    // A --model checkpoint with conv layers (its tensors checked against its spec) runs on the
+    // conv kernels; an MLP checkpoint goes on to the MLP's kernels.
+    if (const ModelCheckpoint mc = load_model_checkpoint(o.load); !uses_mlp_format(mc.model)) return run_eval_cnn(o, mc);
     Checkpoint ck = load_checkpoint(o.load);
     NetParams& net = ck.net;
     // The forward kernels need the hidden activation the checkpoint was trained with
@@ -52,16 +90,7 @@ int run_eval(const EvalOptions& o) {
     EvalResult r = evaluate(ks, net, data.test, Loss::Ce, act);
     fmt::print("eval: {} ({} MLP, {}) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
                to_string(act), r.count, dir, to_string(k), ctx.info().name);
-    fmt::print("test accuracy {:.2f} % ({} of {}), mean cross-entropy {:.5f}\n", 100.0 * r.accuracy,
-               static_cast<size_t>(r.accuracy * double(r.count) + 0.5), r.count, r.loss);
-    fmt::print("confusion matrix (rows: true label, columns: predicted)\n      ");
-    for (unsigned p = 0; p < kClasses; ++p) fmt::print("{:>6}", p);
-    fmt::print("\n");
-    for (unsigned t = 0; t < kClasses; ++t) {
-        fmt::print("{:>6}", t);
-        for (unsigned p = 0; p < kClasses; ++p) fmt::print("{:>6}", r.confusion[t * kClasses + p]);
-        fmt::print("\n");
-    }
+    print_result(r);
     return kExitOk;
 }
 

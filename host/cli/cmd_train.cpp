@@ -4,6 +4,7 @@
 #include "model.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
+#include "train_cnn.hpp"
 
 #include <chrono>
 #include <csignal>
@@ -121,7 +122,79 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
                format_ms(r.eval_ms), r.curve.size(), format_ms(r.jit_ms), format_ms(load_ms));
 }
 
+// ---- train --model with conv layers (host/train_cnn.hpp; not yet run on a GPU) ----
+int run_train_cnn(const TrainOptions& o, const Model& model) {
+    for (const char* flag : {"--layers", "--hidden", "--resume", "--three-launches", "--steps-per-launch", "--no-overlap",
+                             "--eval-every"})
+        if (o.given(flag))
+            PTXLAB_THROW(InputError, "--model {} (conv layers): {} is not taken by the CNN trainer yet", o.model, flag);
+    CnnTrainConfig cc;
+    cc.model = model;
+    TrainConfig& cfg = cc.base;
+    cfg.batch = o.batch;
+    cfg.seed = o.seed;
+    apply_recipe(o, cfg);
+    // The CNN's recipe where the flag is not given (train_cnn.hpp): peak lr 0.05, 4 epochs, target 99 %.
+    if (!o.given("--lr") && o.preset.empty()) cfg.lr = kCnnDefaultLr;
+    if (!o.given("--epochs") && o.preset.empty()) cfg.epochs = kCnnDefaultEpochs;
+    if (!o.given("--target") && o.preset.empty()) cfg.target = 0.99;
+    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference")
+        PTXLAB_THROW(InputError, "--model {} (conv layers): --kernels {}: the CNN runs on the conv and pool kernels: "
+                                 "ptx (the default) or reference (their NVRTC twins)",
+                     o.model, o.kernels);
+    cfg.kernels = o.kernels == "auto" ? KernelChoice{Design::Seed, KernelSource::Ptx} : parse_kernel_choice(o.kernels);
+    cfg.graphs = !o.no_graphs;
+    set_kernel_timeout(o.timeout);
+    cfg.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
+    if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
+    cfg.max_steps = o.max_steps;
+    cfg.log_csv = o.log;
+    if (!o.log_steps.empty()) PTXLAB_THROW(InputError, "--model {}: --log-steps is not written by the CNN trainer yet", o.model);
+    cc.validate_flags();
+    for (const auto& [flag, path] : {std::pair{"--save", o.save}, {"--save-init", o.save_init}, {"--log", o.log}})
+        if (!path.empty()) require_output_file(path, flag);
+    const std::string dir = o.data.empty() ? default_data_dir() : o.data;
+    Dataset data = load_dataset(dir);
+    Context ctx(o.device);
+    const unsigned K = static_cast<unsigned>(data.train.count / cfg.batch);
+    fmt::print("ptxlab train: --model {} ({} parameters), {} conv kernels, on {} ({})\n  {}\n", model.text(),
+               model.param_count, to_string(cfg.kernels.source), ctx.info().name, ctx.info().arch(), model.shapes_text());
+    fmt::print("  {}\n", recipe_text(cfg, K));
+    std::cout.flush();
+    if (!o.save_init.empty())
+        save_model_safetensors(o.save_init, model, init_model_params(model, cfg.init, cfg.seed),
+                               {{"init", to_string(cfg.init)}, {"seed", std::to_string(cfg.seed)}});
+    g_stop_requested = false;
+    auto old = std::signal(SIGINT, on_sigint);
+    CnnTrainResult r;
+    try {
+        r = train_cnn(ctx, data, cc, std::cout);
+    } catch (...) {
+        std::signal(SIGINT, old);
+        throw;
+    }
+    std::signal(SIGINT, old);
+    fmt::print("summary: {}\n  final test accuracy {:.2f} % after {} steps in {} epochs; training {}\n", r.stop_reason,
+               100.0 * r.accuracy, r.steps, r.epochs, format_ms(r.train_ms));
+    if (r.reached)
+        fmt::print("  target {:.2f} % first reached at step {}, after {} of training\n", 100.0 * cfg.target,
+                   r.target_step, format_ms(r.train_ms_to_target));
+    if (!o.save.empty()) {
+        save_model_safetensors(o.save, model, r.params,
+                               {{"recipe", recipe_text(cfg, K)}, {"steps", std::to_string(r.steps)},
+                                {"test_accuracy", fmt::format("{:.6f}", r.accuracy)}, {"train.activation", "relu"}});
+        fmt::print("  saved {} (safetensors, nn.Sequential's names: conv1.weight, ...)\n", o.save);
+    }
+    if (r.diverged) {
+        fmt::print(stderr, "ptxlab: error: {}\n", r.stop_reason);
+        return kExitFailure;
+    }
+    return r.interrupted ? kExitInterrupted : kExitOk;
+}
+
 int run_train(const TrainOptions& o) {
+    if (o.given("--model") && !o.given("--layers") && !o.given("--hidden"))
+        if (const Model m = parse_model(o.model); !m.fc_only()) return run_train_cnn(o, m);
     TrainConfig cfg;
     if (o.given("--model") && (o.given("--layers") || o.given("--hidden")))
         PTXLAB_THROW(InputError, "--model and --{} both set the network: give one of them",
@@ -248,8 +321,9 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_option("--model", o->model,
                     "the network as a layer list: conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, "
                     "K = 1, 3, 5), pool (2x2 max, stride 2), fc<N> (dense; the first flattens); the last is fc10, "
-                    "without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. Today only fc lists train "
-                    "(fc128,fc10 is --layers 784,128,10); conv and pool are refused (#15)");
+                    "without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. An fc list trains as --layers "
+                    "(fc128,fc10 is --layers 784,128,10); a list with conv layers trains on the conv and pool "
+                    "kernels (ReLU; defaults lr 0.05, 4 epochs, target 99 %; #15)");
     sub->add_option("--hidden", o->hidden, "hidden width of the 2-layer network (shorthand for --layers 784,N,10)");
     sub->add_option("--batch", o->batch, "batch size")->capture_default_str();
     sub->add_option("--lr", o->lr, "the learning rate; the peak of the schedule")->capture_default_str();

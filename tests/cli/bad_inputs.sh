@@ -159,12 +159,14 @@ expect "flags: verify unknown kernel"   2 "kernel 'nope'"                       
 expect "flags: train --batch 0"         2 "--batch must be at least 1"                      $nogpu "$P" train --batch 0
 expect "flags: train --seed -1"         2 "--seed must be a whole number >= 0, got '-1'"    $nogpu "$P" train --seed -1
 expect "flags: --hidden with --layers"  2 "both set the network: give one of them"          $nogpu "$P" train --layers 784,64,10 --hidden 32
-# --model (#15): a bad layer list names the layer; conv and pool are not trained yet.
+# --model (#15): a bad layer list names the layer; what the CNN trainer does not take yet is refused.
 expect "flags: --model unknown layer"     2 "layer 2 'poo' is not a layer"                   $nogpu "$P" train --model conv32,poo,fc10
 expect "flags: --model conv after fc"     2 "layer 2 'conv8' comes after an fc layer"        $nogpu "$P" train --model fc64,conv8,fc10
 expect "flags: --model odd pool"          2 "layer 3 'pool' gets 1x7x7"                      $nogpu "$P" train --model pool,pool,pool,fc10
 expect "flags: --model trailing comma"    2 "layer 3 is empty"                               $nogpu "$P" train --model fc64,fc10,
-expect "flags: --model cnn not trained"   2 "not trained yet (#15"                           $nogpu "$P" train --model cnn
+expect "flags: --model cnn, not relu"     2 "trains with --activation relu only"             $nogpu "$P" train --model cnn --activation tanh
+expect "flags: --model cnn --resume"      2 "--resume is not taken by the CNN trainer yet"   $nogpu "$P" train --model cnn --resume x.safetensors
+expect "flags: --model cnn --kernels"     2 "the CNN runs on the conv and pool kernels"      $nogpu "$P" train --model cnn --kernels fused
 expect "flags: --model with --layers"     2 "--model and --layers both set the network"      $nogpu "$P" train --model fc64,fc10 --layers 784,64,10
 expect "flags: train --optimizer"       2 "unknown optimizer 'lbfgs'"                       $nogpu "$P" train --optimizer lbfgs
 expect "flags: train --warmup 1"        2 "--warmup"                                        $nogpu "$P" train --warmup 1

@@ -126,15 +126,22 @@ TEST_CASE("model checkpoint: a file whose tensors do not fit its spec is refused
           "ck: its metadata 'input' is '1x28y28', not CxHxW (e.g. 1x28x28)");
 }
 
-TEST_CASE("model checkpoint: eval refuses a CNN checkpoint with its spec before it looks for data or a GPU") {
+TEST_CASE("model checkpoint: eval takes a CNN checkpoint to the data and the GPU, and refuses what the conv kernels cannot run") {
     TempDir t;
     const Model m = parse_model("cnn");
     save_model_safetensors(t.file("cnn.safetensors"), m, init_model_params(m, Init::Torch, 1));
-    RunResult r = run_command("PTXLAB_LIBCUDA=/nonexistent/libcuda.so.1 " +
-                              ptxlab_cmd("eval --data /nonexistent --load " + t.file("cnn.safetensors")));
+    const std::string nogpu = "PTXLAB_LIBCUDA=/nonexistent/libcuda.so.1 ";
+    RunResult r = run_command(nogpu + ptxlab_cmd("eval --data /nonexistent --load " + t.file("cnn.safetensors")));
     CHECK(r.code == 2);
-    CHECK(r.output.find("holds the model 'conv32,pool,conv64,pool,fc128,fc10'; eval runs 2- and 3-layer MLPs") !=
-          std::string::npos);
+    CHECK(r.output.find("data directory '/nonexistent' does not exist") != std::string::npos);
+    RunResult k = run_command(nogpu + ptxlab_cmd("eval --kernels fused --load " + t.file("cnn.safetensors")));
+    CHECK(k.code == 2);
+    CHECK(k.output.find("a CNN checkpoint runs on the conv kernels") != std::string::npos);
+    save_model_safetensors(t.file("tanh.safetensors"), m, init_model_params(m, Init::Torch, 1),
+                           {{"train.activation", "tanh"}});
+    RunResult a = run_command(nogpu + ptxlab_cmd("eval --load " + t.file("tanh.safetensors")));
+    CHECK(a.code == 2);
+    CHECK(a.output.find("the conv kernels run ReLU only") != std::string::npos);
 }
 
 TEST_CASE("model checkpoint: tools/ptxlab_model.py reads ptxlab's checkpoints and refuses bad specs with ptxlab's words") {

@@ -1,0 +1,442 @@
+// Training of a --model with conv layers on the GPU (see train_cnn.hpp). NOT YET RUN ON A GPU.
+#include "train_cnn.hpp"
+
+#include "conv.hpp"
+#include "fused.hpp"
+#include "optim.hpp"
+#include "recipe.hpp"
+#include "rng.hpp"
+
+#include <fmt/ostream.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+
+namespace ptxlab {
+
+namespace {
+
+constexpr unsigned kConvActNone = 0, kConvActRelu = 1;  // the conv kernels' act codes
+constexpr unsigned kEvalBatch = 500;
+
+// A conv or fc layer as the conv kernels see it (fc: a 1x1 convolution of a 1x1 image).
+ConvDims kernel_dims(const LayerSpec& l, unsigned B) {
+    if (l.kind == LayerKind::Fc) return {B, static_cast<unsigned>(l.in.size()), 1, 1, l.width, 1};
+    return {B, l.in.c, l.in.h, l.in.w, l.width, l.ksize};
+}
+
+CUdeviceptr at(const DeviceBuffer& b, size_t floats) { return b.ptr() + floats * 4; }
+
+std::vector<float> one_hot_rows(const std::vector<uint8_t>& labels) {
+    std::vector<float> t(labels.size() * kClasses, 0.0f);
+    for (size_t i = 0; i < labels.size(); ++i) t[i * kClasses + labels[i]] = 1.0f;
+    return t;
+}
+
+// The mean loss of B rows of logits against their labels, and how many are argmax-correct.
+double rows_loss(Loss loss, const float* Y, const uint8_t* labels, size_t B, size_t* correct) {
+    double sum = 0, y[kClasses], t[kClasses];
+    for (size_t s = 0; s < B; ++s) {
+        size_t best = 0;
+        for (unsigned o = 0; o < kClasses; ++o) {
+            y[o] = Y[s * kClasses + o];
+            t[o] = labels[s] == o ? 1.0 : 0.0;
+            if (Y[s * kClasses + o] > Y[s * kClasses + best]) best = o;
+        }
+        sum += loss_value(loss, y, t, kClasses);
+        if (correct) *correct += best == labels[s];
+    }
+    return sum / double(B);
+}
+
+}  // namespace
+
+void CnnTrainConfig::validate_flags() const {
+    base.validate_flags();
+    if (base.activation != Activation::Relu)
+        PTXLAB_THROW(InputError, "--model {} trains with --activation relu only (the conv kernels' epilogue has "
+                                 "ReLU alone); got {}",
+                     model.text(), to_string(base.activation));
+    if (model.layers.front().in != kMnistInput)
+        PTXLAB_THROW(InputError, "--model {}: takes {}x{}x{} images; MNIST's are 1x28x28", model.text(),
+                     model.layers.front().in.c, model.layers.front().in.h, model.layers.front().in.w);
+    if (chunk == 0) PTXLAB_THROW(InputError, "the CNN trainer's chunk must be at least 1");
+    for (const LayerSpec& l : model.layers) {
+        if (l.kind == LayerKind::Pool) continue;
+        for (unsigned B : {base.batch, kEvalBatch})
+            if (std::string why = conv_unfit(kernel_dims(l, B)); !why.empty())
+                PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", model.text(), l.name, l.text(), why);
+    }
+}
+
+std::vector<std::string> cnn_training_entries(const OptimConfig& o) {
+    return {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output", "gather",
+            optimizer_entry(o.kind)};
+}
+
+CnnParams::CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o) : count(m.param_count) {
+    if (init.size() != count)
+        PTXLAB_THROW(Error, "internal error: {} initial parameters for the model {} of {}", init.size(), m.text(),
+                     count);
+    params = DeviceBuffer(count * 4, "parameters");
+    params.upload(init);
+    grads = DeviceBuffer(count * 4, "gradients");
+    grads.fill_u32(0x7fc00000u);  // NaN: a gradient no kernel writes shows
+    const unsigned n = o.state_buffers();
+    if (n > 0) state1 = DeviceBuffer(count * 4, "optimizer state 1 (m; RMSprop's v)");
+    if (n > 1) state2 = DeviceBuffer(count * 4, "optimizer state 2 (Adam's v)");
+    for (auto* st : {&state1, &state2})
+        if (st->bytes()) st->fill_u32(0);  // PyTorch starts the state at zero
+}
+
+CUdeviceptr CnnParams::m_ptr(const OptimConfig& o) const { return optim_uses_m(o.kind) ? state1.ptr() : 0; }
+CUdeviceptr CnnParams::v_ptr(const OptimConfig& o) const {
+    if (!optim_uses_v(o.kind)) return 0;
+    return optim_uses_m(o.kind) ? state2.ptr() : state1.ptr();
+}
+
+CnnActs::CnnActs(const Model& m, unsigned B_) : B(B_) {
+    size_t largest = 0;
+    for (const LayerSpec& l : m.layers) {
+        out.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} output", l.name));
+        idx.emplace_back(l.kind == LayerKind::Pool ? size_t(B) * l.out.size() * 4 : 4, fmt::format("{} argmax", l.name));
+        largest = std::max(largest, l.in.size());
+        largest = std::max(largest, l.out.size());
+    }
+    for (auto& d : delta) d = DeviceBuffer(size_t(B) * largest * 4, "deltas");
+    D2 = DeviceBuffer(size_t(B) * kClasses * 4, "output deltas");
+}
+
+ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B) { return kernel_dims(l, B); }
+
+namespace {
+
+// The operations as kernel launches on one stream.
+class KernelOps : public CnnOps {
+public:
+    KernelOps(const KernelSet& ks, CUstream s) : ks_(ks), s_(s) {}
+    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
+        launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_);
+    }
+    void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                       unsigned act) override {
+        launch_conv_bwd_data(ks_.get("conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
+    }
+    void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
+                          CUdeviceptr Y, unsigned act, float scale) override {
+        launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
+    }
+    void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
+        launch_pool_fwd(ks_.get("pool_fwd"), P, H, W, Y, idx, X, s_);
+    }
+    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) override {
+        launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, s_);
+    }
+    void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
+
+private:
+    const KernelSet& ks_;
+    CUstream s_;
+};
+
+CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
+    CnnBuffers b;
+    b.B = a.B;
+    b.params = p.params.ptr();
+    b.grads = p.grads.ptr();
+    b.D2 = a.D2.ptr();
+    b.delta[0] = a.delta[0].ptr();
+    b.delta[1] = a.delta[1].ptr();
+    for (size_t l = 0; l < a.out.size(); ++l) {
+        b.out.push_back(a.out[l].ptr());
+        b.idx.push_back(a.idx[l].ptr());
+    }
+    return b;
+}
+
+}  // namespace
+
+void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
+                 unsigned loss_code) {
+    const size_t L = m.layers.size();
+    CUdeviceptr in = X;
+    for (size_t l = 0; l + 1 < L; ++l) {
+        const LayerSpec& ly = m.layers[l];
+        if (ly.kind == LayerKind::Pool)
+            ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
+        else
+            ops.conv_fwd(kernel_dims(ly, b.B), in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4,
+                         b.out[l], kConvActRelu);
+        in = b.out[l];
+    }
+    // The last fc: logits, output deltas and the deltas of its input (into delta[0]).
+    const LayerSpec& last = m.layers.back();
+    FusedArgs f{};
+    f.A1 = in;
+    f.W2 = b.params + last.weight_offset * 4;
+    f.b2 = b.params + last.bias_offset * 4;
+    f.T = T;
+    f.Y = Y;
+    f.D2 = b.D2;
+    f.D1 = b.delta[0];
+    f.B = b.B;
+    f.H = static_cast<unsigned>(last.in.size());
+    f.O = last.width;
+    f.loss = loss_code;
+    f.act = kActRelu;
+    ops.fused_output(f);
+}
+
+void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale) {
+    const size_t L = m.layers.size();
+    auto input_of = [&](size_t l) { return l == 0 ? X : b.out[l - 1]; };
+    const LayerSpec& last = m.layers.back();
+    ops.conv_bwd_weights(kernel_dims(last, b.B), b.grads + last.weight_offset * 4, b.grads + last.bias_offset * 4,
+                         input_of(L - 1), b.D2, b.D2, kConvActNone, scale);
+    unsigned cur = 0;  // delta[cur] holds dL/d(output of layer l)
+    for (size_t l = L - 1; l-- > 0;) {
+        const LayerSpec& ly = m.layers[l];
+        const CUdeviceptr dY = b.delta[cur], dX = b.delta[cur ^ 1];
+        if (ly.kind == LayerKind::Pool) {
+            if (l > 0) ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l]);
+        } else {
+            const ConvDims d = kernel_dims(ly, b.B);
+            ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
+                                 b.out[l], kConvActRelu, scale);
+            if (l > 0) ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
+        }
+        cur ^= 1;
+    }
+}
+
+void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
+                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s) {
+    KernelOps ops(ks, s);
+    cnn_forward(ops, m, buffers_of(p, a), X, T, Y, loss_code);
+}
+
+void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
+                          float scale, CUstream s) {
+    KernelOps ops(ks, s);
+    cnn_backward(ops, m, buffers_of(p, a), X, scale);
+}
+
+void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
+                      CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s) {
+    enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s);
+    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s);
+    launch_optimizer(ks, cfg.optim, p.params.ptr(), p.grads.ptr(), p.m_ptr(cfg.optim), p.v_ptr(cfg.optim), hyp,
+                     static_cast<unsigned>(p.count), s);
+}
+
+EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss) {
+    if (test.count % kEvalBatch)
+        PTXLAB_THROW(InputError, "the CNN evaluation takes batches of {}: the test split's {} images are not a "
+                                 "multiple",
+                     kEvalBatch, test.count);
+    Stream stream;
+    CnnActs a(m, kEvalBatch);
+    DeviceBuffer X(test.images.size() * 4, "test images"), T(test.count * kClasses * 4, "test targets"),
+        Y(test.count * kClasses * 4, "test logits");
+    X.upload(test.images);
+    T.upload(one_hot_rows(test.labels));
+    for (size_t first = 0; first < test.count; first += kEvalBatch)
+        enqueue_cnn_forward(ks, m, p, a, at(X, first * test.dim()), at(T, first * kClasses), at(Y, first * kClasses),
+                            loss_code(loss), stream.get());
+    stream.synchronize();
+    const std::vector<float> y = Y.download_vector<float>();
+    EvalResult r;
+    r.count = test.count;
+    r.confusion.assign(kClasses * kClasses, 0);
+    size_t correct = 0;
+    r.loss = rows_loss(loss, y.data(), test.labels.data(), test.count, &correct);
+    r.accuracy = double(correct) / double(test.count);
+    for (size_t s = 0; s < test.count; ++s) {
+        const float* row = y.data() + s * kClasses;
+        const size_t best = size_t(std::max_element(row, row + kClasses) - row);
+        ++r.confusion[test.labels[s] * kClasses + best];
+    }
+    return r;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The device side of a run: the training set, its per-epoch shuffle, the step table, the logits
+// log and the graphs of each chunk of steps.
+class CnnRun {
+public:
+    CnnRun(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg)
+        : cfg_(cfg), c_(cfg.base), data_(data),
+          ks_(c_.kernels.source, ctx.info(), c_.dirs, cnn_training_entries(c_.optim)),
+          N_(data.train.count), I_(data.train.dim()), B_(c_.batch), K_(unsigned(N_ / B_)),
+          p_(cfg.model, init_model_params(cfg.model, c_.init, c_.seed), c_.optim), a_(cfg.model, B_),
+          X_(N_ * I_ * 4, "training images"), T_(N_ * kClasses * 4, "training targets"),
+          Xs_(N_ * I_ * 4, "shuffled images"), Ts_(N_ * kClasses * 4, "shuffled targets"), perm_(N_ * 4, "order"),
+          hyp_(K_ * sizeof(StepHyper), "step table"), Ylog_(size_t(K_) * B_ * kClasses * 4, "logits log"),
+          shuffle_rng_(c_.seed ^ 0x5eed5eed5eed5eedull), order_(N_), labels_(N_),
+          schedule_(c_.schedule_for(K_)), total_(uint64_t(c_.epochs) * K_) {
+        X_.upload(data.train.images);
+        T_.upload(one_hot_rows(data.train.labels));
+    }
+    unsigned steps_per_epoch() const { return K_; }
+    const KernelSet& kernels() const { return ks_; }
+    const CnnParams& params() const { return p_; }
+
+    // A new order and the epoch's step table (the MLP trainer's: same seed, same batches).
+    void start_epoch(unsigned epoch) {
+        for (uint32_t i = 0; i < N_; ++i) order_[i] = i;
+        shuffle_rng_.shuffle(order_);
+        for (size_t i = 0; i < N_; ++i) labels_[i] = data_.train.labels[order_[i]];
+        std::vector<StepHyper> hyp(K_);
+        lr_.resize(K_);
+        for (unsigned k = 0; k < K_; ++k) {
+            const uint64_t s = uint64_t(epoch - 1) * K_ + k;
+            lr_[k] = schedule_lr(schedule_, c_.lr, s, total_);
+            hyp[k] = step_hyper(c_.optim, lr_[k], s + 1);
+        }
+        perm_.upload(order_);
+        hyp_.upload(hyp);
+        const Kernel& gather = ks_.get("gather");
+        gather.launch(grid_for(N_ * I_), 256, stream_.get(), Xs_.ptr(), X_.ptr(), perm_.ptr(), unsigned(N_), unsigned(I_));
+        gather.launch(grid_for(N_ * kClasses), 256, stream_.get(), Ts_.ptr(), T_.ptr(), perm_.ptr(), unsigned(N_),
+                      kClasses);
+    }
+
+    // Steps [k0, k1) of the epoch: a captured graph for a whole chunk, plain launches otherwise.
+    void run_steps(unsigned k0, unsigned k1) {
+        auto enqueue = [&](unsigned first, unsigned last) {
+            for (unsigned k = first; k < last; ++k)
+                enqueue_cnn_step(ks_, cfg_.model, p_, a_, at(Xs_, size_t(k) * B_ * I_), at(Ts_, size_t(k) * B_ * kClasses),
+                                 at(Ylog_, size_t(k) * B_ * kClasses), c_, hyp_.ptr() + k * sizeof(StepHyper),
+                                 stream_.get());
+        };
+        const unsigned chunk = cfg_.chunk;
+        if (!c_.graphs || k0 % chunk || (k1 - k0 != chunk)) {
+            enqueue(k0, k1);
+        } else {
+            const unsigned c = k0 / chunk;
+            if (graphs_.size() <= c) graphs_.resize(c + 1);
+            if (!graphs_[c]) graphs_[c] = std::make_unique<Graph>(stream_.get(), [&] { enqueue(k0, k1); });
+            graphs_[c]->launch(stream_.get());
+        }
+        stream_.synchronize();
+    }
+
+    // The batch losses of steps [k0, k1) from the logits log.
+    std::vector<double> losses(unsigned k0, unsigned k1) const {
+        std::vector<float> y(size_t(k1 - k0) * B_ * kClasses);
+        Ylog_.download(y.data(), y.size() * 4, size_t(k0) * B_ * kClasses * 4);
+        std::vector<double> out;
+        for (unsigned k = k0; k < k1; ++k)
+            out.push_back(rows_loss(c_.loss, y.data() + size_t(k - k0) * B_ * kClasses, labels_.data() + size_t(k) * B_,
+                                    B_, nullptr));
+        return out;
+    }
+    double lr(unsigned k) const { return lr_[k]; }
+
+private:
+    const CnnTrainConfig& cfg_;
+    const TrainConfig& c_;
+    const Dataset& data_;
+    Stream stream_;
+    KernelSet ks_;
+    size_t N_, I_;
+    unsigned B_, K_;
+    CnnParams p_;
+    CnnActs a_;
+    DeviceBuffer X_, T_, Xs_, Ts_, perm_, hyp_, Ylog_;
+    Rng shuffle_rng_;
+    std::vector<uint32_t> order_;
+    std::vector<uint8_t> labels_;
+    std::vector<double> lr_;
+    ScheduleConfig schedule_;
+    uint64_t total_;
+    std::vector<std::unique_ptr<Graph>> graphs_;
+};
+
+// The epoch-local steps after which an evaluation runs: floor(j K / n), j = 1..n.
+std::vector<unsigned> eval_points(unsigned K, unsigned n) {
+    std::vector<unsigned> v;
+    for (unsigned j = 1; j <= n; ++j)
+        if (unsigned e = unsigned(uint64_t(j) * K / n); e > 0 && (v.empty() || v.back() != e)) v.push_back(e);
+    return v;
+}
+
+}  // namespace
+
+CnnTrainResult train_cnn(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg, std::ostream& out) {
+    cfg.validate_flags();
+    cfg.base.validate(data.train);  // batch against the set; the MLP's --layers checks pass (not used)
+    CnnRun run(ctx, data, cfg);
+    const TrainConfig& c = cfg.base;
+    const unsigned K = run.steps_per_epoch();
+    CnnTrainResult r;
+    std::ofstream csv;
+    if (!c.log_csv.empty()) {
+        csv.open(c.log_csv);
+        if (!csv) PTXLAB_THROW(InputError, "--log: cannot write '{}'", c.log_csv);
+        csv << "step,epoch,train_loss,test_loss,test_accuracy,train_s,elapsed_s,lr\n";
+    }
+    double eval_ms = 0;
+    for (unsigned epoch = 1; epoch <= c.epochs && r.stop_reason.empty(); ++epoch) {
+        const auto t0 = Clock::now();
+        run.start_epoch(epoch);
+        unsigned k = 0;
+        for (unsigned point : eval_points(K, c.evals_per_epoch)) {
+            if (c.max_steps) point = std::min<unsigned>(point, k + (c.max_steps - r.steps));
+            const auto t1 = Clock::now();
+            for (unsigned k0 = k; k0 < point; k0 = std::min(point, (k0 / cfg.chunk + 1) * cfg.chunk))
+                run.run_steps(k0, std::min(point, (k0 / cfg.chunk + 1) * cfg.chunk));
+            r.train_ms += ms_since(epoch == 1 && k == 0 ? t0 : t1);
+            const std::vector<double> losses = run.losses(k, point);
+            r.step_losses.insert(r.step_losses.end(), losses.begin(), losses.end());
+            r.steps += point - k;
+            double train_loss = 0;
+            for (double l : losses) train_loss += l;
+            train_loss /= double(std::max<size_t>(1, losses.size()));
+            if (!std::isfinite(train_loss)) {
+                r.diverged = true;
+                r.stop_reason = fmt::format("training diverged: the loss is {} by step {}", train_loss, r.steps);
+                break;
+            }
+            const auto t2 = Clock::now();
+            const EvalResult e = evaluate_cnn(run.kernels(), cfg.model, run.params(), data.test, c.loss);
+            eval_ms += ms_since(t2);
+            r.accuracy = e.accuracy;
+            EvalPoint pt{r.steps, epoch, train_loss, e.loss, e.accuracy, r.train_ms / 1e3, (r.train_ms + eval_ms) / 1e3,
+                         run.lr(point - 1)};
+            r.curve.push_back(pt);
+            fmt::print(out, "epoch {:2d}  step {:6d}  train loss {:.5f}  test loss {:.5f}  test accuracy {:.2f} %  "
+                            "training {}\n",
+                       epoch, r.steps, train_loss, e.loss, 100.0 * e.accuracy, format_ms(r.train_ms));
+            out.flush();
+            if (csv)
+                csv << fmt::format("{},{},{:.9g},{:.9g},{:.6f},{:.6f},{:.6f},{:.9g}\n", pt.step, epoch, train_loss,
+                                   e.loss, e.accuracy, pt.train_s, pt.elapsed_s, pt.lr);
+            if (!r.reached && e.accuracy >= c.target) {
+                r.reached = true;
+                r.target_step = r.steps;
+                r.train_ms_to_target = r.train_ms;
+                if (c.stop_at_target) r.stop_reason = "the target was reached (--stop-at-target)";
+            }
+            k = point;
+            if (c.max_steps && r.steps >= c.max_steps) r.stop_reason = fmt::format("--max-steps {} reached", c.max_steps);
+            if (g_stop_requested) {
+                r.interrupted = true;
+                r.stop_reason = "interrupted (Ctrl-C)";
+            }
+            if (!r.stop_reason.empty()) break;
+        }
+        r.epochs = epoch;
+    }
+    if (r.stop_reason.empty()) r.stop_reason = fmt::format("the schedule's {} epochs are done", c.epochs);
+    r.params = run.params().params.download_vector<float>();
+    return r;
+}
+
+}  // namespace ptxlab

@@ -1,0 +1,137 @@
+// Training of a --model with conv layers on the GPU (issue #15). NOT YET RUN ON A GPU: it
+// compiles and its CPU-side checks pass; tests/gpu/test_cnn_train.cpp holds the device checks.
+//
+// One step on a batch X [B][C*H*W] (NCHW) with one-hot targets T [B][10]:
+//   forward   every layer but the last: conv -> conv_fwd (bias and ReLU in the epilogue, act 1);
+//             pool -> pool_fwd (keeps the argmax); fc -> conv_fwd on a 1x1 image of in = C*H*W
+//             channels with a 1x1 kernel (the same memory layout, nn.Linear's [out][in] weights:
+//             y[n][k] = b[k] + sum_c x[n][c] W[k][c], the conv kernels' fma chain over c)
+//   last fc   fused_output (ptx/fused.ptx): the logits Y, the loss code's output deltas D2 and
+//             D1 = W^T D2 masked where the layer's input A <= 0 (ReLU's derivative; when that
+//             input is a pool output of ReLU values the mask changes nothing: a zero maximum
+//             passes no gradient through the ReLU below anyway)
+//   backward  the last fc's weights: conv_bwd_weights on the 1x1 image (act 0, scale =
+//             grad_scale(loss, B, 10)); then down the layers: conv and fc -> conv_bwd_weights
+//             (act 1: dY masked by the layer's output Y > 0) and, above the first layer,
+//             conv_bwd_data; pool -> pool_bwd. Every gradient lands in its place of the flat
+//             gradient (model.hpp's layout), written (not accumulated) every step.
+//   optimizer one launch of ptx/optim.ptx over the flat parameters, with this step's StepHyper
+//             record from the epoch's table (recipe.hpp step_hyper, schedule_lr).
+// Hidden activation: ReLU only (the conv kernels' epilogue has none other).
+// The training set is shuffled on the GPU once per epoch (gather, the MLP trainer's SplitMix64
+// order: the same batches as `train --layers`); chunks of steps are captured as CUDA graphs once
+// and replayed every epoch (the pointers of step k are the same in every epoch).
+#pragma once
+
+#include "cuda.hpp"
+#include "fused.hpp"
+#include "ref_conv.hpp"
+#include "idx.hpp"
+#include "kernels.hpp"
+#include "model.hpp"
+#include "train.hpp"
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+// What `train --model` with conv layers runs: the MLP trainer's flags (batch, lr, epochs, seed,
+// init, loss, optimizer, schedule, kernel source, evaluation, logs; `layers` and the kernel
+// design are not used) and the model.
+struct CnnTrainConfig {
+    TrainConfig base;
+    Model model;
+    unsigned chunk = 32;  // steps a CUDA graph holds
+    void validate_flags() const;  // what the CNN trainer cannot run (activation, kernel shapes): InputError
+};
+
+// The defaults of `train --model cnn` where the flag is not given (ptx-notes.md's anchors:
+// CE, Nesterov 0.9, one-cycle from 0 with 20 % warm-up, batch 64, peak lr 0.05; 99.12 % after
+// 2 epochs, 99.25 to 99.29 % after 4).
+inline constexpr float kCnnDefaultLr = 0.05f;
+inline constexpr unsigned kCnnDefaultEpochs = 4;
+
+// The kernel entries a CNN training run needs.
+std::vector<std::string> cnn_training_entries(const OptimConfig& o);
+
+// The parameters and their optimizer state on the GPU, in the model's flat layout.
+struct CnnParams {
+    DeviceBuffer params, grads, state1, state2;
+    size_t count = 0;
+    CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o);
+    CUdeviceptr m_ptr(const OptimConfig& o) const;  // the optimizer's M (0 when it keeps none)
+    CUdeviceptr v_ptr(const OptimConfig& o) const;  // its V
+};
+
+// The per-batch buffers of a model at batch size B: each layer's output, the pool argmaxes,
+// two delta buffers (ping-pong down the layers) and the output deltas.
+struct CnnActs {
+    unsigned B = 0;
+    std::vector<DeviceBuffer> out, idx;  // out[l]: layer l's output ([B][...]; the last: unused, Y is given)
+    DeviceBuffer delta[2], D2;
+    CnnActs(const Model& m, unsigned B);
+};
+
+// ---- The step's data flow, apart from what runs it ----
+// The buffers of a step by address: the flat parameters and gradient, each layer's output and
+// pool argmax (out[l], idx[l]; B rows), two delta buffers and the output deltas D2 [B][10].
+struct CnnBuffers {
+    unsigned B = 0;
+    CUdeviceptr params = 0, grads = 0, D2 = 0;
+    CUdeviceptr delta[2] = {0, 0};
+    std::vector<CUdeviceptr> out, idx;
+};
+// The operations a step is made of, with the kernels' parameters and semantics (conv.hpp,
+// ref_conv.hpp: act 0 none, 1 ReLU; the backward passes mask dY where Y <= 0 with act 1;
+// fused_output as launch_fused_output with FusedArgs' A1, W2, b2, T, Y, D2, D1, B, H, O, loss,
+// act). The GPU runs them as launches on a stream; the CPU tests run them on host memory in
+// float64 (addresses are then host pointers), which checks the data flow below without a GPU.
+struct CnnOps {
+    virtual ~CnnOps() = default;
+    virtual void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y,
+                          unsigned act) = 0;
+    virtual void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                               unsigned act) = 0;
+    virtual void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
+                                  CUdeviceptr Y, unsigned act, float scale) = 0;
+    virtual void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) = 0;
+    virtual void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) = 0;
+    virtual void fused_output(const FusedArgs& a) = 0;
+};
+// A conv or fc layer as the conv kernels see it: an fc layer is {B, in = C*H*W, 1, 1, out, 1}.
+ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B);
+// Forward: every layer, the last through fused_output (logits to Y, D2, and the deltas of its
+// input to delta[0]). Backward: every parameter's gradient (scale times the batch sum) into the
+// flat gradient, the deltas down the layers through delta[0] and delta[1] in turn.
+void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
+                 unsigned loss_code);
+void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale);
+
+// The launches of one step (or a forward pass), on stream s. X and T: the batch's images and
+// one-hot targets; Y: where the logits go ([B][10]); hyp: this step's StepHyper record.
+void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
+                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s);
+void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
+                          float scale, CUstream s);
+void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
+                      CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s);
+
+struct CnnTrainResult {
+    bool reached = false, diverged = false, interrupted = false;
+    unsigned steps = 0, epochs = 0;
+    double accuracy = 0, train_ms = 0, train_ms_to_target = 0;
+    unsigned target_step = 0;
+    std::vector<double> step_losses;
+    std::vector<EvalPoint> curve;
+    std::vector<float> params;  // the final parameters, flat
+    std::string stop_reason;
+};
+
+// Test accuracy and mean loss of the flat parameters on a split (batches of 500 on the GPU).
+EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss);
+
+CnnTrainResult train_cnn(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg, std::ostream& out);
+
+}  // namespace ptxlab

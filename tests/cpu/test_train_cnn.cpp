@@ -1,0 +1,205 @@
+// The CNN trainer's checks that need no GPU (host/train_cnn.hpp): what it refuses, which kernels
+// it loads. Its device behaviour is in tests/gpu/test_cnn_train.cpp.
+#include "error.hpp"
+#include "model.hpp"
+#include "recipe.hpp"
+#include "ref_conv.hpp"
+#include "ref_model.hpp"
+#include "rng.hpp"
+#include "train_cnn.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+using namespace ptxlab;
+
+namespace {
+
+// The step's operations on host memory, in float64 from float32 buffers (the kernels'
+// semantics, ref_conv.hpp), with host pointers as the addresses: the trainer's own data flow
+// (cnn_forward, cnn_backward) runs on them without a GPU.
+template <class T> T* host(CUdeviceptr p) { return reinterpret_cast<T*>(static_cast<uintptr_t>(p)); }
+template <class T> CUdeviceptr addr(T* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+std::vector<double> get(CUdeviceptr p, size_t n) { return {host<float>(p), host<float>(p) + n}; }
+void put(CUdeviceptr p, const std::vector<double>& v) {
+    for (size_t i = 0; i < v.size(); ++i) host<float>(p)[i] = static_cast<float>(v[i]);
+}
+std::vector<double> masked(CUdeviceptr dY, CUdeviceptr Y, size_t n, unsigned act) {
+    std::vector<double> g = get(dY, n);
+    if (act == 1)
+        for (size_t i = 0; i < n; ++i)
+            if (!(host<float>(Y)[i] > 0.0f)) g[i] = 0.0;
+    return g;
+}
+
+struct HostOps : CnnOps {
+    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
+        put(Y, conv2d_forward(d, get(X, d.x_size()), get(Wt, d.w_size()), get(b, d.K),
+                              act == 1 ? std::optional(Activation::Relu) : std::nullopt));
+    }
+    void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                       unsigned act) override {
+        put(dX, conv2d_backward_input(d, masked(dY, Y, d.y_size(), act), get(Wt, d.w_size())));
+    }
+    void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
+                          CUdeviceptr Y, unsigned act, float scale) override {
+        std::vector<double> gw, gb;
+        conv2d_backward_weights(d, get(X, d.x_size()), masked(dY, Y, d.y_size(), act), gw, gb);
+        for (auto& v : gw) v *= scale;
+        for (auto& v : gb) v *= scale;
+        put(dW, gw);
+        put(db, gb);
+    }
+    void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
+        const PoolResult r = maxpool2_forward(P, H, W, get(X, size_t(P) * H * W));
+        put(Y, r.Y);
+        std::copy(r.idx.begin(), r.idx.end(), host<uint32_t>(idx));
+    }
+    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) override {
+        const size_t n = size_t(P) * (H / 2) * (W / 2);
+        put(dX, maxpool2_backward(P, H, W, get(dY, n), std::vector<uint32_t>(host<uint32_t>(idx), host<uint32_t>(idx) + n)));
+    }
+    // fused_output: y = b + W a; D2 = the loss code's delta; D1 = W^T D2 where a > 0 (ReLU), else 0.
+    void fused_output(const FusedArgs& f) override {
+        const auto A = get(f.A1, size_t(f.B) * f.H), W = get(f.W2, size_t(f.O) * f.H), b = get(f.b2, f.O);
+        const auto T = get(f.T, size_t(f.B) * f.O);
+        std::vector<double> Y(size_t(f.B) * f.O), D2(Y.size()), D1(size_t(f.B) * f.H);
+        for (unsigned s = 0; s < f.B; ++s) {
+            for (unsigned o = 0; o < f.O; ++o) {
+                double acc = b[o];
+                for (unsigned h = 0; h < f.H; ++h) acc += A[size_t(s) * f.H + h] * W[size_t(o) * f.H + h];
+                Y[size_t(s) * f.O + o] = acc;
+            }
+            loss_grad(f.loss == kLossSoftmax ? Loss::Ce : Loss::HalfSse, &Y[size_t(s) * f.O], &T[size_t(s) * f.O], f.O,
+                      &D2[size_t(s) * f.O]);
+            for (unsigned h = 0; h < f.H; ++h) {
+                double acc = 0;
+                for (unsigned o = 0; o < f.O; ++o) acc += D2[size_t(s) * f.O + o] * W[size_t(o) * f.H + h];
+                D1[size_t(s) * f.H + h] = A[size_t(s) * f.H + h] > 0 ? acc : 0.0;
+            }
+        }
+        put(f.Y, Y);
+        put(f.D2, D2);
+        put(f.D1, D1);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("train_cnn: the flags it takes and those it refuses, with the reason") {
+    CnnTrainConfig c;
+    c.model = parse_model("cnn");
+    CHECK_NOTHROW(c.validate_flags());
+    c.base.activation = Activation::Tanh;
+    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("trains with --activation relu only"), InputError);
+    c.base.activation = Activation::Relu;
+    c.base.batch = 0;
+    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("--batch must be at least 1"), InputError);
+    c.base.batch = 64;
+    c.chunk = 0;
+    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("chunk must be at least 1"), InputError);
+    c.chunk = 32;
+    c.model = parse_model("conv4,pool,fc10", Shape3{1, 8, 8});
+    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("takes 1x8x8 images; MNIST's are 1x28x28"), InputError);
+    // Every conv and pool layer of a 28x28 model fits the kernels, 5x5 included.
+    c.model = parse_model("conv16k5,pool,conv32k5,pool,conv8k1,fc64,fc10");
+    CHECK_NOTHROW(c.validate_flags());
+}
+
+TEST_CASE("train_cnn: the kernels a run loads") {
+    OptimConfig o;
+    auto has = [](const std::vector<std::string>& v, const char* e) { return std::find(v.begin(), v.end(), e) != v.end(); };
+    const auto v = cnn_training_entries(o);
+    for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output", "gather",
+                          "optim_sgd"})
+        CHECK(has(v, e));
+    o.kind = OptimKind::Adam;
+    CHECK(has(cnn_training_entries(o), "optim_adam"));
+    CHECK(kCnnDefaultLr == 0.05f);
+}
+
+TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float64 reference's logits and gradient") {
+    // The trainer's cnn_forward and cnn_backward (the same code the GPU runs, with HostOps for the
+    // launches): each loss, four models (two convs and two fc; a pool straight into the last fc;
+    // a pool first; a 1x1 conv), B = 3 on 8x8 images.
+    const Shape3 in{1, 8, 8};
+    const unsigned B = 3;
+    for (const char* spec : {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10", "conv3k1,fc7,fc10"})
+        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse}) {
+            CAPTURE(spec);
+            CAPTURE(to_string(loss));
+            const Model m = parse_model(spec, in);
+            std::vector<float> params = init_model_params(m, Init::Torch, 4);
+            for (auto& p : params) p *= 2.0f;  // fewer dead ReLUs
+            Rng rng(8);
+            std::vector<float> X(size_t(B) * in.size()), T(size_t(B) * kClasses, 0.0f);
+            std::vector<uint8_t> labels(B);
+            for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+            for (unsigned s = 0; s < B; ++s) T[s * kClasses + (labels[s] = uint8_t(rng.below(10)))] = 1.0f;
+            // The buffers, NaN-poisoned: whatever is read before it is written shows.
+            const float nan = std::nanf("");
+            std::vector<float> grads(m.param_count, nan), Y(size_t(B) * kClasses, nan), D2(Y.size(), nan);
+            size_t largest = 0;
+            std::vector<std::vector<float>> out;
+            std::vector<std::vector<uint32_t>> idx;
+            for (const LayerSpec& l : m.layers) {
+                out.emplace_back(size_t(B) * l.out.size(), nan);
+                idx.emplace_back(size_t(B) * l.out.size(), 0xffffffffu);
+                largest = std::max({largest, l.in.size(), l.out.size()});
+            }
+            std::vector<float> delta[2] = {std::vector<float>(size_t(B) * largest, nan),
+                                           std::vector<float>(size_t(B) * largest, nan)};
+            CnnBuffers b;
+            b.B = B;
+            b.params = addr(params.data());
+            b.grads = addr(grads.data());
+            b.D2 = addr(D2.data());
+            b.delta[0] = addr(delta[0].data());
+            b.delta[1] = addr(delta[1].data());
+            for (size_t l = 0; l < m.layers.size(); ++l) {
+                b.out.push_back(addr(out[l].data()));
+                b.idx.push_back(addr(idx[l].data()));
+            }
+            HostOps ops;
+            cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
+            cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
+
+            Recipe r;
+            r.loss = loss;
+            const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
+            std::vector<double> g;
+            model_loss_grad64(m, P, r, X64, labels, B, &g);
+            const auto f = model_forward64(m, P, X64, B, Activation::Relu);
+            for (size_t i = 0; i < Y.size(); ++i) CHECK(Y[i] == doctest::Approx(f.logits()[i]).epsilon(1e-5));
+            // float32 buffers between float64 operations: each within 1e-5 of the largest |g|.
+            double gmax = 0;
+            for (double v : g) gmax = std::max(gmax, std::fabs(v));
+            REQUIRE(gmax > 0);
+            size_t bad = 0;
+            for (size_t i = 0; i < g.size(); ++i)
+                if (!(std::fabs(double(grads[i]) - g[i]) <= 1e-5 * gmax)) {
+                    if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": ", grads[i], " vs ", g[i]);
+                }
+            CHECK(bad == 0);
+        }
+}
+
+TEST_CASE("train_cnn: an fc layer is a 1x1 convolution of a 1x1 image") {
+    const Model m = parse_model("cnn");
+    const ConvDims d = cnn_kernel_dims(m.layers[4], 64);  // fc1: 64x7x7 -> 128
+    CHECK(d.N == 64);
+    CHECK(d.C == 3136);
+    CHECK(d.H == 1);
+    CHECK(d.W == 1);
+    CHECK(d.K == 128);
+    CHECK(d.KS == 1);
+    CHECK(d.w_size() == m.layers[4].weight_count());  // nn.Linear's [out][in] is Conv2d's [out][in][1][1]
+    const ConvDims c = cnn_kernel_dims(m.layers[2], 64);  // conv2: 32x14x14 -> 64, 3x3
+    CHECK(c.C == 32);
+    CHECK(c.H == 14);
+    CHECK(c.K == 64);
+    CHECK(c.KS == 3);
+}

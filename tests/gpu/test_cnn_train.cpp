@@ -1,0 +1,162 @@
+// The CNN trainer (host/train_cnn.hpp) on the GPU: steps against the float64 reference of the
+// whole model (ref_model.hpp), the PTX against the NVRTC twins bit for bit, and a short run on
+// MNIST. WRITTEN WITHOUT A GPU: not yet run (see /work/design/cnn-train.md).
+#include "../helpers.hpp"
+#include "common.hpp"
+#include "error.hpp"
+#include "model.hpp"
+#include "recipe.hpp"
+#include "ref_model.hpp"
+#include "rng.hpp"
+#include "safetensors.hpp"
+#include "train_cnn.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+using namespace ptxlab;
+using namespace ptxlab::test;
+
+namespace {
+
+// What a few steps on one batch leave on the GPU.
+struct Steps {
+    std::vector<float> params, first_grad, logits;  // after the last step; the first step's gradient; every step's Y
+};
+
+// `lrs.size()` steps of `m` on the batch X (B images), each with its own lr, from `init`.
+Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init, const TrainConfig& cfg,
+                const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs) {
+    const unsigned B = static_cast<unsigned>(labels.size());
+    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), cnn_training_entries(cfg.optim));
+    CnnParams p(m, init, cfg.optim);
+    CnnActs a(m, B);
+    std::vector<float> t(size_t(B) * kClasses, 0.0f);
+    for (unsigned s = 0; s < B; ++s) t[size_t(s) * kClasses + labels[s]] = 1.0f;
+    std::vector<StepHyper> hyp;
+    for (size_t k = 0; k < lrs.size(); ++k) hyp.push_back(step_hyper(cfg.optim, lrs[k], k + 1));
+    DeviceBuffer dX(X.size() * 4, "X"), dT(t.size() * 4, "T"), dY(lrs.size() * t.size() * 4, "Y"),
+        dH(hyp.size() * sizeof(StepHyper), "hyp");
+    dX.upload(X);
+    dT.upload(t);
+    dH.upload(hyp);
+    dY.fill_u32(0x7fc00000u);
+    Stream s;
+    Steps r;
+    for (size_t k = 0; k < lrs.size(); ++k) {
+        enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr() + k * t.size() * 4, cfg,
+                         dH.ptr() + k * sizeof(StepHyper), s.get());
+        s.synchronize();
+        if (k == 0) r.first_grad = p.grads.download_vector<float>();
+    }
+    r.params = p.params.download_vector<float>();
+    r.logits = dY.download_vector<float>();
+    return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the PTX its twins bit for bit") {
+    // Two convs (3x3, then 5x5), two pools, two fc layers; batch 16 of random pixels in [0, 1).
+    const Model m = parse_model("conv8,pool,conv16k5,pool,fc32,fc10");
+    const unsigned B = 16;
+    Rng rng(21);
+    std::vector<float> X(size_t(B) * 784);
+    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+    std::vector<uint8_t> labels(B);
+    for (auto& l : labels) l = uint8_t(rng.below(10));
+    const std::vector<float> init = init_model_params(m, Init::Torch, 5);
+    // Learning rates exact in float, so the GPU's StepHyper and the reference use the same lr.
+    const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
+    for (Loss loss : {Loss::Ce, Loss::Mse})
+        for (OptimKind kind : {OptimKind::Nesterov, OptimKind::Adam}) {
+            CAPTURE(to_string(loss));
+            CAPTURE(to_string(kind));
+            TrainConfig cfg;
+            cfg.loss = loss;
+            cfg.optim.kind = kind;
+            const Steps ptx = gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs);
+            const Steps twin = gpu_steps(KernelSource::Reference, m, init, cfg, X, labels, lrs);
+            CHECK(same_bits(ptx.params, twin.params));
+            CHECK(same_bits(ptx.first_grad, twin.first_grad));
+            CHECK(same_bits(ptx.logits, twin.logits));
+
+            Recipe r;
+            r.loss = loss;
+            r.optim = cfg.optim;
+            std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
+            model_loss_grad64(m, P, r, X64, labels, B, &g);
+            // The first gradient: within 1e-4 of the largest |g| (float32 sums of up to 16 * 784
+            // terms; a ReLU whose input rounds across 0 moves one term).
+            double gmax = 0, gerr = 0;
+            for (size_t i = 0; i < g.size(); ++i) {
+                gmax = std::max(gmax, std::fabs(g[i]));
+                gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
+            }
+            MESSAGE("largest gradient ", gmax, ", largest error ", gerr);
+            CHECK(gerr <= 1e-4 * gmax);
+            // Three steps: each loss (from the logits the GPU wrote) within 1e-5 relative, each
+            // parameter within 1e-5 absolute + 1e-5 relative (parameters ~0.1, updates ~1e-2).
+            // Adam's first steps move each parameter by about lr times the sign of its gradient, so
+            // a gradient that float32 rounds across 0 moves it the other way: for Adam only the
+            // first step's loss is compared (and the twins bit for bit, above).
+            const bool sign_sensitive = kind == OptimKind::Adam;
+            ModelOptim64 st;
+            for (size_t k = 0; k < (sign_sensitive ? 1 : lrs.size()); ++k) {
+                const double want = cpu_model_step(m, P, st, r, X64, labels, B, lrs[k]);
+                double got = 0, y[kClasses], t[kClasses];
+                for (unsigned s = 0; s < B; ++s) {
+                    for (unsigned o = 0; o < kClasses; ++o) {
+                        y[o] = ptx.logits[(k * B + s) * kClasses + o];
+                        t[o] = labels[s] == o;
+                    }
+                    got += loss_value(loss, y, t, kClasses) / B;
+                }
+                CHECK(got == doctest::Approx(want).epsilon(1e-5));
+            }
+            if (sign_sensitive) continue;
+            size_t bad = 0;
+            for (size_t i = 0; i < P.size(); ++i)
+                if (std::fabs(double(ptx.params[i]) - P[i]) > 1e-5 + 1e-5 * std::fabs(P[i])) ++bad;
+            CHECK(bad == 0);
+        }
+}
+
+TEST_CASE("cnn: train --model conv8,pool,fc10 learns MNIST in 300 steps, the PTX and the twins alike") {
+    const Dataset data = load_dataset(default_data_dir());
+    CnnTrainResult res[2];
+    for (int i = 0; i < 2; ++i) {
+        CnnTrainConfig cfg;
+        cfg.model = parse_model("conv8,pool,fc10");
+        cfg.base.lr = kCnnDefaultLr;
+        cfg.base.epochs = 1;
+        cfg.base.max_steps = 300;
+        cfg.base.kernels.source = i == 0 ? KernelSource::Ptx : KernelSource::Reference;
+        std::ostringstream out;
+        res[i] = train_cnn(gpu(), data, cfg, out);
+        MESSAGE(out.str());
+    }
+    CHECK(res[0].steps == 300);
+    CHECK(res[0].accuracy >= 0.90);
+    CHECK(res[0].step_losses == res[1].step_losses);  // bit for bit: the same kernels' arithmetic
+    CHECK(same_bits(res[0].params, res[1].params));
+    // The checkpoint evaluates to the accuracy the run reported (eval's code path: the file, the
+    // spec, the forward pass on batches of 500).
+    TempDir t;
+    const Model m = parse_model("conv8,pool,fc10");
+    save_model_safetensors(t.file("cnn.safetensors"), m, res[0].params);
+    const ModelCheckpoint ck = load_model_checkpoint(t.file("cnn.safetensors"));
+    KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), {"conv_fwd", "pool_fwd", "fused_output"});
+    const EvalResult e = evaluate_cnn(ks, ck.model, CnnParams(ck.model, ck.params, OptimConfig{}), data.test, Loss::Ce);
+    CHECK(e.accuracy == res[0].accuracy);
+    size_t total = 0;
+    for (auto c : e.confusion) total += c;
+    CHECK(total == data.test.count);
+}
