@@ -11,7 +11,7 @@
 // own copy of b2 and of its optimizer state (updated by itself), and phase 2 reads X from
 // global memory.
 
-#include "activation.cuh"  // activate, activate_grad: the sequences of fused.ptx and step.ptx
+#include "recipe.cuh"  // activate, activate_grad: the sequences of fused.ptx and step.ptx
 
 // One parameter's optimizer step, PyTorch's rules, the instruction sequence of optim.cu
 // (and of step.ptx's optimizer_update). kind: recipe.hpp's optim_code (0 sgd, 1 momentum,
