@@ -300,7 +300,7 @@ TEST_CASE("train: a kernel that writes NaN is named, with the element") {
     };
     inject("fused.ptx", "    max.f32         z, z, 0f00000000;\n",
            "    setp.eq.u32     ok, h, 3;\n    @ok mov.f32     z, 0f7FFFFFFF;\n");
-    inject("step.ptx", "    max.f32         a, z, 0f00000000;\n",
+    inject("step.ptx", "P1_ACT_DONE:\n",
            "    setp.eq.u32     ok2, h, 3;\n    @ok2 mov.f32    a, 0f7FFFFFFF;\n");
     for (const bool one_launch : {false, true}) {
         const std::string kernel = one_launch ? "fused_step" : "fused_forward";
