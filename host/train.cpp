@@ -430,6 +430,17 @@ public:
     TrainResult run();
 
 private:
+    // An epoch's shuffle and step table, made on the host from the shuffle RNG's state. The
+    // loop makes the next epoch's while the GPU runs the current epoch's last chunk.
+    struct EpochPlan {
+        unsigned epoch = 0;  // 0: none made
+        uint64_t rng_before = 0, rng_after = 0;
+        std::vector<uint32_t> order;
+        std::vector<uint8_t> labels;
+        std::vector<float> lr;
+        std::vector<StepHyper> hyp;
+    };
+    EpochPlan plan_epoch(unsigned epoch, uint64_t rng_state) const;
     void start_epoch(unsigned epoch);
     std::vector<StepKernel> step_kernels(const KernelSet& ks, unsigned k);
     void enqueue_steps(unsigned a, unsigned b);
@@ -475,6 +486,8 @@ private:
     std::vector<uint32_t> order_;
     std::vector<uint8_t> labels_shuffled_;
     std::vector<float> Yhost_, lr_epoch_;
+    std::vector<StepHyper> hyp_host_;  // the source of hyp_'s upload, kept until the next epoch
+    EpochPlan next_;                   // the next epoch's plan, when made ahead
     std::map<std::pair<unsigned, unsigned>, Graph> graphs_;
     Event ev_start_, ev_end_;  // around each chunk's steps
     std::ofstream csv_, steps_csv_;
@@ -572,23 +585,46 @@ void Trainer::open_logs() {
 
 // A new order for this epoch, applied on the GPU by the gather kernel, and the epoch's table
 // of per-step optimizer values (recipe.hpp StepHyper) for the optimizer kernel.
-void Trainer::start_epoch(unsigned epoch) {
-    epoch_rng_ = shuffle_rng_.state();
-    for (uint32_t i = 0; i < N_; ++i) order_[i] = i;
-    shuffle_rng_.shuffle(order_);
-    for (size_t i = 0; i < N_; ++i) labels_shuffled_[i] = data_.train.labels[order_[i]];
-    std::vector<StepHyper> hyp(K_);
+Trainer::EpochPlan Trainer::plan_epoch(unsigned epoch, uint64_t rng_state) const {
+    EpochPlan p;
+    p.epoch = epoch;
+    p.rng_before = rng_state;
+    Rng rng(rng_state);
+    p.order.resize(N_);
+    for (uint32_t i = 0; i < N_; ++i) p.order[i] = i;
+    rng.shuffle(p.order);
+    p.rng_after = rng.state();
+    p.labels.resize(N_);
+    for (size_t i = 0; i < N_; ++i) p.labels[i] = data_.train.labels[p.order[i]];
+    p.lr.resize(K_);
+    p.hyp.resize(K_);
     for (unsigned k = 0; k < K_; ++k) {
         const uint64_t s = uint64_t(epoch - 1) * K_ + k;
-        lr_epoch_[k] = schedule_lr(schedule_, cfg_.lr, s, total_steps_);
-        hyp[k] = step_hyper(cfg_.optim, lr_epoch_[k], s + 1);
+        p.lr[k] = static_cast<float>(schedule_lr(schedule_, cfg_.lr, s, total_steps_));
+        p.hyp[k] = step_hyper(cfg_.optim, p.lr[k], s + 1);
     }
+    return p;
+}
+
+// The epoch's shuffle (the plan made ahead when it is this epoch's from this RNG state, else
+// a new one), its upload, and the gathers. No wait: the copies' sources are members that
+// outlive them, and the chunks follow on the same stream.
+void Trainer::start_epoch(unsigned epoch) {
+    EpochPlan p = next_.epoch == epoch && next_.rng_before == shuffle_rng_.state()
+                      ? std::move(next_)
+                      : plan_epoch(epoch, shuffle_rng_.state());
+    next_ = EpochPlan{};
+    epoch_rng_ = p.rng_before;
+    shuffle_rng_ = Rng(p.rng_after);
+    order_.swap(p.order);
+    labels_shuffled_.swap(p.labels);
+    lr_epoch_.swap(p.lr);
+    hyp_host_.swap(p.hyp);
     CU(cuMemcpyHtoDAsync, perm_.ptr(), order_.data(), N_ * 4, s_);
-    CU(cuMemcpyHtoDAsync, hyp_.ptr(), hyp.data(), K_ * sizeof(StepHyper), s_);
+    CU(cuMemcpyHtoDAsync, hyp_.ptr(), hyp_host_.data(), K_ * sizeof(StepHyper), s_);
     const Kernel& gather = ks_.get("gather");
     gather.launch(grid_for(N_ * I_), 256, s_, Xs_.ptr(), X_.ptr(), perm_.ptr(), unsigned(N_), unsigned(I_));
     gather.launch(grid_for(N_ * O_), 256, s_, Ts_.ptr(), T_.ptr(), perm_.ptr(), unsigned(N_), O_);
-    wait_for_stream(s_);  // `order` and `hyp` are host memory the copies read
 }
 
 // The launches of epoch-local step k with the kernels of `ks`, in order.
@@ -702,17 +738,25 @@ void Trainer::restore_state(const DeviceBuffer& from) {
     }
 }
 
-// Steps [a, b) of the epoch, as a CUDA graph captured on first use and replayed after.
+// Steps [a, b) of the epoch, after a copy of the state they start from (for the NaN hunt),
+// as a CUDA graph captured on first use and replayed after. In a graph, the copy is part of
+// it (one submission, no host round trips between copy and steps) and so of the chunk's GPU time.
 void Trainer::run_steps(unsigned a, unsigned b) {
-    save_state(saved_);
     if (!cfg_.graphs || graphs_.size() >= 512) {
+        save_state(saved_);
         ev_start_.record(s_);
         enqueue_steps(a, b);
         ev_end_.record(s_);
         return;
     }
     auto it = graphs_.find({a, b});
-    if (it == graphs_.end()) it = graphs_.emplace(std::pair{a, b}, Graph(s_, [&] { enqueue_steps(a, b); })).first;
+    if (it == graphs_.end()) {
+        const auto enqueue = [&] {
+            save_state(saved_);
+            enqueue_steps(a, b);
+        };
+        it = graphs_.emplace(std::pair{a, b}, Graph(s_, enqueue)).first;
+    }
     ev_start_.record(s_);
     it->second.launch(s_);
     ev_end_.record(s_);
@@ -864,6 +908,8 @@ TrainResult Trainer::run() {
             auto t0 = Clock::now();
             try {
                 run_steps(k, end);
+                // The epoch's last chunk: make the next epoch's plan while the GPU works.
+                if (end == K_ && epoch < cfg_.epochs) next_ = plan_epoch(epoch + 1, shuffle_rng_.state());
                 wait_for_stream(s_);
             } catch (const TimeoutError&) {
                 throw;
