@@ -48,6 +48,21 @@ void on_sigint(int) {
     if (g_stop_requested.exchange(true)) std::_Exit(kExitInterrupted);  // a second Ctrl-C stops at once
 }
 
+// While it lives, Ctrl-C asks the trainer to stop after the current chunk (on_sigint).
+class SigintScope {
+public:
+    SigintScope() {
+        g_stop_requested = false;
+        old_ = std::signal(SIGINT, on_sigint);
+    }
+    ~SigintScope() { std::signal(SIGINT, old_); }
+    SigintScope(const SigintScope&) = delete;
+    SigintScope& operator=(const SigintScope&) = delete;
+
+private:
+    void (*old_)(int) = nullptr;
+};
+
 // The recipe flags, then a preset's values for the flags that were not given.
 void apply_recipe(const TrainOptions& o, TrainConfig& cfg) {
     cfg.lr = o.lr;
@@ -164,16 +179,11 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     if (!o.save_init.empty())
         save_model_safetensors(o.save_init, model, init_model_params(model, cfg.init, cfg.seed),
                                {{"init", to_string(cfg.init)}, {"seed", std::to_string(cfg.seed)}});
-    g_stop_requested = false;
-    auto old = std::signal(SIGINT, on_sigint);
     CnnTrainResult r;
-    try {
+    {
+        SigintScope ctrl_c;
         r = train_cnn(ctx, data, cc, std::cout);
-    } catch (...) {
-        std::signal(SIGINT, old);
-        throw;
     }
-    std::signal(SIGINT, old);
     fmt::print("summary: {}\n  final test accuracy {:.2f} % after {} steps in {} epochs; training {}\n", r.stop_reason,
                100.0 * r.accuracy, r.steps, r.epochs, format_ms(r.train_ms));
     if (r.reached)
@@ -260,16 +270,11 @@ int run_train(const TrainOptions& o) {
         fmt::print("  saved the initial parameters to {}\n", o.save_init);
     }
 
-    g_stop_requested = false;
-    auto old = std::signal(SIGINT, on_sigint);
     TrainResult r;
-    try {
+    {
+        SigintScope ctrl_c;
         r = train(ctx, data, cfg, std::cout);
-    } catch (...) {
-        std::signal(SIGINT, old);
-        throw;
     }
-    std::signal(SIGINT, old);
 
     if (!o.resume.empty())
         fmt::print("  resumed from {} at step {} (epoch {}, step {} of it)\n", o.resume, resume.step, resume.epoch,
