@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <string>
 #include <vector>
 
 using namespace ptxlab;
@@ -167,6 +169,19 @@ TEST_CASE("activation: verify's shapes carry the activation code, and every code
         for (unsigned act = 0; act < 5; ++act) CHECK(seen[act] > 0);
         CHECK(quick[kActTanh] > 0);
         CHECK(quick[kActGelu] > 0);
+    }
+    // The kernels that form output deltas: every (loss code, activation) pair in the default
+    // set; the per-sample gradients at batch 1000 (gigabytes a case) with ReLU only.
+    for (const char* e : {"grad2", "grad3", "fused_output"}) {
+        CAPTURE(e);
+        std::set<std::pair<unsigned, unsigned>> pairs;
+        for (const auto& c : default_cases()) {
+            if (c.entry != e) continue;
+            const unsigned loss = c.shape[c.shape.size() - 2], act = c.shape.back();
+            pairs.insert({loss, act});
+            if (std::string(e) != "fused_output" && c.shape[0] >= 1000) CHECK(act == kActRelu);
+        }
+        CHECK(pairs.size() == 10);
     }
 }
 
