@@ -137,7 +137,7 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
                format_ms(r.eval_ms), r.curve.size(), format_ms(r.jit_ms), format_ms(load_ms));
 }
 
-// ---- train --model with conv layers (host/train_cnn.hpp; not yet run on a GPU) ----
+// ---- train --model with conv layers (host/train_cnn.hpp) ----
 int run_train_cnn(const TrainOptions& o, const Model& model) {
     for (const char* flag : {"--layers", "--hidden", "--resume", "--three-launches", "--steps-per-launch", "--no-overlap",
                              "--eval-every"})

@@ -1,6 +1,6 @@
 // The CNN trainer (host/train_cnn.hpp) on the GPU: steps against the float64 reference of the
 // whole model (ref_model.hpp), the PTX against the NVRTC twins bit for bit, and a short run on
-// MNIST. WRITTEN WITHOUT A GPU: not yet run (see /work/design/cnn-train.md).
+// MNIST.
 #include "../helpers.hpp"
 #include "common.hpp"
 #include "error.hpp"
