@@ -244,6 +244,8 @@ void Graph::launch(CUstream s) const {
     CU(cuGraphLaunch, exec_, s);
 }
 
+void Graph::upload(CUstream s) const { CU(cuGraphUpload, exec_, s); }
+
 }  // namespace ptxlab
 
 // ---- The watchdog ----------------------------------------------------------------

@@ -34,7 +34,7 @@ namespace ptxlab {
     X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                    \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery) X(cuStreamBeginCapture)     \
     X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)          \
-    X(cuGraphExecDestroy) X(cuOccupancyMaxActiveClusters)
+    X(cuGraphExecDestroy) X(cuGraphUpload) X(cuOccupancyMaxActiveClusters)
 
 struct Driver {
 #define PTXLAB_DECLARE(name) decltype(&::name) name = nullptr;  // the signature cuda.h maps `name` to
@@ -180,6 +180,8 @@ public:
     Graph(const Graph&) = delete;
     Graph& operator=(const Graph&) = delete;
     void launch(CUstream s) const;
+    // Moves the graph's work to the device ahead of its first launch (which would do it otherwise).
+    void upload(CUstream s) const;
 
 private:
     CUgraphExec exec_ = nullptr;

@@ -113,6 +113,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// CUDA graphs of chunks kept at most (past that, chunks launch without one), and how many of
+// them are captured before the clock starts.
+constexpr size_t kMaxGraphs = 512, kPreparedGraphs = 64;
+
 // Whether training with `cfg` runs the one-launch fused_step (any loss and optimizer).
 bool uses_fused_step(const TrainConfig& cfg) {
     return cfg.kernels.design == Design::Fused && cfg.one_launch &&
@@ -445,6 +449,8 @@ private:
     std::vector<StepKernel> step_kernels(const KernelSet& ks, unsigned k);
     void enqueue_steps(unsigned a, unsigned b);
     void run_steps(unsigned a, unsigned b);
+    const Graph& chunk_graph(unsigned a, unsigned b);
+    void prepare_graphs(unsigned epoch, unsigned k);
     bool take_losses(unsigned k, unsigned end, unsigned epoch);
     void save_state(DeviceBuffer& to);
     void restore_state(const DeviceBuffer& from);
@@ -742,13 +748,21 @@ void Trainer::restore_state(const DeviceBuffer& from) {
 // as a CUDA graph captured on first use and replayed after. In a graph, the copy is part of
 // it (one submission, no host round trips between copy and steps) and so of the chunk's GPU time.
 void Trainer::run_steps(unsigned a, unsigned b) {
-    if (!cfg_.graphs || graphs_.size() >= 512) {
+    if (!cfg_.graphs || (graphs_.size() >= kMaxGraphs && !graphs_.count({a, b}))) {
         save_state(saved_);
         ev_start_.record(s_);
         enqueue_steps(a, b);
         ev_end_.record(s_);
         return;
     }
+    const Graph& g = chunk_graph(a, b);
+    ev_start_.record(s_);
+    g.launch(s_);
+    ev_end_.record(s_);
+}
+
+// The graph of steps [a, b): the state copy and the steps, captured on first use.
+const Graph& Trainer::chunk_graph(unsigned a, unsigned b) {
     auto it = graphs_.find({a, b});
     if (it == graphs_.end()) {
         const auto enqueue = [&] {
@@ -757,9 +771,29 @@ void Trainer::run_steps(unsigned a, unsigned b) {
         };
         it = graphs_.emplace(std::pair{a, b}, Graph(s_, enqueue)).first;
     }
-    ev_start_.record(s_);
-    it->second.launch(s_);
-    ev_end_.record(s_);
+    return it->second;
+}
+
+// Before the clock starts, as the JIT does: capture and upload the graphs of the chunks the run
+// will launch (from epoch-local step k of `epoch`, up to kPreparedGraphs of them), walking the
+// same chunk boundaries as the loop. A graph captured inside the loop would count its capture
+// (tens of microseconds a graph) as training time, once per distinct chunk.
+void Trainer::prepare_graphs(unsigned epoch, unsigned k) {
+    if (!cfg_.graphs) return;
+    const auto t0 = Clock::now();
+    const unsigned at = step_;
+    for (; epoch <= cfg_.epochs && graphs_.size() < kPreparedGraphs; ++epoch, k = 0) {
+        while (k < K_ && graphs_.size() < kPreparedGraphs && !(cfg_.max_steps && step_ >= cfg_.max_steps)) {
+            const unsigned end = next_stop(k);
+            if (!graphs_.count({k, end})) chunk_graph(k, end).upload(s_);
+            step_ += end - k;
+            k = end;
+        }
+        if (cfg_.max_steps && step_ >= cfg_.max_steps) break;
+    }
+    step_ = at;
+    wait_for_stream(s_);
+    res_.graph_ms = ms_since(t0);
 }
 
 // Replays steps [a, b) from the saved state one kernel at a time with `ks`, up to the first
@@ -897,6 +931,7 @@ bool Trainer::eval_point(unsigned end) const {
 TrainResult Trainer::run() {
     const unsigned first_epoch = cfg_.resume ? cfg_.resume->epoch : 1;
     unsigned epoch = first_epoch, k = cfg_.resume ? cfg_.resume->k : 0;
+    prepare_graphs(epoch, k);
     for (; epoch <= cfg_.epochs && !stop_; ++epoch, k = 0) {
         auto t_epoch = Clock::now();
         start_epoch(epoch);

@@ -114,6 +114,7 @@ struct TrainResult {
     std::vector<EvalPoint> curve;
     std::vector<double> step_losses;  // every step's batch loss
     double jit_ms = 0, train_ms = 0, eval_ms = 0;
+    double graph_ms = 0;  // capturing and uploading the chunks' CUDA graphs, before the clock starts
     // The first evaluation at or above the target: its step and the training time until then
     // (kernels and shuffles, no evaluation).
     unsigned target_step = 0;

@@ -133,8 +133,9 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
                    r.target_step, format_ms(r.train_ms_to_target));
     else
         fmt::print("  target {:.2f} % not reached\n", 100.0 * cfg.target);
-    fmt::print("  time: training {}, evaluation {} ({} evaluations), JIT {}, data loading {}\n", format_ms(r.train_ms),
-               format_ms(r.eval_ms), r.curve.size(), format_ms(r.jit_ms), format_ms(load_ms));
+    fmt::print("  time: training {}, evaluation {} ({} evaluations), CUDA graph capture {}, JIT {}, data loading {}\n",
+               format_ms(r.train_ms), format_ms(r.eval_ms), r.curve.size(), format_ms(r.graph_ms), format_ms(r.jit_ms),
+               format_ms(load_ms));
 }
 
 // ---- train --model with conv layers (host/train_cnn.hpp) ----
