@@ -9,7 +9,8 @@
 #             and the same batch order (--order ptxlab), each loss x optimizer x schedule for
 #             $STEPS steps; tools/compare_steps.py checks every step's loss to --rtol 1e-4
 #   same      from the same initial weights and batch order, the default recipe (seeds 1..$SEEDS)
-#             and Adam: test accuracy at each epoch's end, ptxlab then PyTorch
+#             and Adam: test accuracy at each epoch's end, ptxlab, PyTorch, and PyTorch in
+#             float64 (how far float32 rounding alone moves the curve)
 #   f64       half-SSE with Nesterov, 200 steps: ptxlab and PyTorch float32 each against
 #             PyTorch in float64 (--dtype float64), to tell semantics from float32 rounding
 #   diverge   the 3-layer half-SSE lr 0.2 run that diverges: ptxlab must say so
@@ -74,13 +75,15 @@ if has steps; then
 fi
 epochs() { awk -F, -v K="$2" 'NR>1 && ($1 % K == 0) {printf "%.2f ", 100*$5}' "$1"; }
 if has same; then
-  log "from the same weights and batches: test accuracy at each epoch's end (ptxlab | PyTorch)"
+  log "from the same weights and batches: test accuracy at each epoch's end (ptxlab | PyTorch | PyTorch float64)"
   K=$((60000 / ${BATCH:-64}))
   for s in $(seq 1 "$SEEDS") adam; do
     f="--seed $s"; [ "$s" = adam ] && f="--optimizer adam --lr 1e-3 --schedule cosine --warmup 0"
     "$P" train --no-progress $f $EXTRA --save-init "$out/same_$s.safetensors" --log "$out/same_p$s.csv" >/dev/null 2>&1
     $T $f $EXTRA --init-from "$out/same_$s.safetensors" --order ptxlab --log "$out/same_t$s.csv" >/dev/null 2>&1
-    echo "$s: $(epochs "$out/same_p$s.csv" $K)| $(epochs "$out/same_t$s.csv" $K)"
+    $T $f $EXTRA --dtype float64 --init-from "$out/same_$s.safetensors" --order ptxlab --log "$out/same_d$s.csv" \
+      >/dev/null 2>&1
+    echo "$s: $(epochs "$out/same_p$s.csv" $K)| $(epochs "$out/same_t$s.csv" $K)| $(epochs "$out/same_d$s.csv" $K)"
   done
 fi
 if has f64; then
