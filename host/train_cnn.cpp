@@ -1,4 +1,4 @@
-// Training of a --model with conv layers on the GPU (see train_cnn.hpp). NOT YET RUN ON A GPU.
+// Training of a --model with conv layers on the GPU (see train_cnn.hpp).
 #include "train_cnn.hpp"
 
 #include "conv.hpp"
