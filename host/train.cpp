@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 namespace ptxlab {
 
@@ -431,6 +433,9 @@ std::string first_bad_write(const StepKernel& sk, const DeviceBuffer& Ylog, unsi
 class Trainer {
 public:
     Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
     TrainResult run();
 
 private:
@@ -444,12 +449,22 @@ private:
         std::vector<float> lr;
         std::vector<StepHyper> hyp;
     };
+    // The device side of an epoch: its shuffle order, the images and targets in that order
+    // (gathered on the GPU) and its per-step optimizer records. Two of them: while the GPU runs
+    // epoch e from sets_[e % 2], the next epoch's is uploaded and gathered into the other on a
+    // second stream, on the SMs the one-launch step leaves idle (it runs 8 clusters of 8 blocks).
+    struct EpochSet {
+        DeviceBuffer Xs, Ts, perm, hyp;
+    };
     EpochPlan plan_epoch(unsigned epoch, uint64_t rng_state) const;
+    void fill_set(EpochSet& set, const EpochPlan& p, CUstream s);
+    void prepare_next_epoch(unsigned epoch);
     void start_epoch(unsigned epoch);
+    const EpochSet& set() const { return sets_[cur_]; }
     std::vector<StepKernel> step_kernels(const KernelSet& ks, unsigned k);
     void enqueue_steps(unsigned a, unsigned b);
     void run_steps(unsigned a, unsigned b);
-    const Graph& chunk_graph(unsigned a, unsigned b);
+    const Graph& chunk_graph(unsigned a, unsigned b);  // of the current set
     void prepare_graphs(unsigned epoch, unsigned k);
     bool take_losses(unsigned k, unsigned end, unsigned epoch);
     void save_state(DeviceBuffer& to);
@@ -480,7 +495,12 @@ private:
     const bool one_launch_;
     const uint64_t total_steps_;
     KernelSet ks_;
-    DeviceBuffer X_, T_, Xs_, Ts_, perm_, Ylog_, hyp_;
+    DeviceBuffer X_, T_, Ylog_;
+    std::array<EpochSet, 2> sets_;
+    unsigned cur_ = 0;       // the set the steps read: the epoch's number % 2
+    unsigned prepped_ = 0;   // the epoch whose set the second stream is filling (0: none)
+    Stream prep_stream_;     // uploads and gathers the next epoch's set
+    Event ev_prepped_;       // recorded on prep_stream_ after them
     Evaluator evaluator_;
     DeviceNet net_;
     DeviceBuffer saved_;    // parameters and optimizer state at the start of the current chunk
@@ -492,9 +512,9 @@ private:
     std::vector<uint32_t> order_;
     std::vector<uint8_t> labels_shuffled_;
     std::vector<float> Yhost_, lr_epoch_;
-    std::vector<StepHyper> hyp_host_;  // the source of hyp_'s upload, kept until the next epoch
+    std::vector<StepHyper> hyp_host_;  // the source of the epoch's hyp upload, kept until the next epoch
     EpochPlan next_;                   // the next epoch's plan, when made ahead
-    std::map<std::pair<unsigned, unsigned>, Graph> graphs_;
+    std::map<std::tuple<unsigned, unsigned, unsigned>, Graph> graphs_;  // by (set, first step, end)
     Event ev_start_, ev_end_;  // around each chunk's steps
     std::ofstream csv_, steps_csv_;
     Progress bar_;
@@ -511,9 +531,7 @@ Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg
       total_steps_(uint64_t(cfg.epochs) * K_),
       ks_(cfg.kernels.source, ctx.info(), cfg.dirs, training_entries(cfg)),
       X_(N_ * I_ * 4, "training images"), T_(N_ * O_ * 4, "training targets"),
-      Xs_(N_ * I_ * 4, "shuffled training images"), Ts_(N_ * O_ * 4, "shuffled training targets"),
-      perm_(N_ * 4, "shuffle order"), Ylog_(size_t(K_) * B_ * O_ * 4, "outputs of every step of an epoch"),
-      hyp_(size_t(K_) * sizeof(StepHyper), "per-step learning rates and bias corrections of an epoch"),
+      Ylog_(size_t(K_) * B_ * O_ * 4, "outputs of every step of an epoch"),
       evaluator_(data.test, cfg.layers, design_),
       net_(init_params(cfg.layers, cfg.init, cfg.seed), cfg.batch, design_, cfg.optim.state_buffers(), one_launch_),
       s_(stream_.get()), shuffle_rng_(cfg.seed ^ 0x5eed5eed5eed5eedull), schedule_(cfg.schedule_for(K_)),
@@ -523,11 +541,23 @@ Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg
     for (const auto& [file, log] : ks_.logs())
         if (log.find("warning") != std::string::npos) fmt::print(stderr, "{}: {}\n", file, log);
     net_.act = act_code(cfg.activation);
+    for (auto& st : sets_) {
+        st.Xs = DeviceBuffer(N_ * I_ * 4, "shuffled training images");
+        st.Ts = DeviceBuffer(N_ * O_ * 4, "shuffled training targets");
+        st.perm = DeviceBuffer(N_ * 4, "shuffle order");
+        st.hyp = DeviceBuffer(size_t(K_) * sizeof(StepHyper), "per-step learning rates and bias corrections of an epoch");
+    }
     saved_ = DeviceBuffer(net_.count * 4 * net_.state().size(), "saved parameters and optimizer state");
     X_.upload(data.train.images);
     T_.upload(one_hot(data.train.labels));
     open_logs();
     if (cfg.resume) resume_from(*cfg.resume);
+}
+
+// The second stream may still be filling the next epoch's set (a run that stopped early):
+// its buffers must outlive that work.
+Trainer::~Trainer() {
+    if (prepped_ && !device_hung()) driver().cuStreamSynchronize(prep_stream_.get());
 }
 
 // Continue a run: its parameters, optimizer state, step count, shuffle stream and bookkeeping.
@@ -612,31 +642,49 @@ Trainer::EpochPlan Trainer::plan_epoch(unsigned epoch, uint64_t rng_state) const
     return p;
 }
 
-// The epoch's shuffle (the plan made ahead when it is this epoch's from this RNG state, else
-// a new one), its upload, and the gathers. No wait: the copies' sources are members that
-// outlive them, and the chunks follow on the same stream.
+// The set's order and step records uploaded from the plan (whose vectors must live until the
+// copies are done), then the gathers of the images and targets in that order, on stream s.
+void Trainer::fill_set(EpochSet& st, const EpochPlan& p, CUstream s) {
+    CU(cuMemcpyHtoDAsync, st.perm.ptr(), p.order.data(), N_ * 4, s);
+    CU(cuMemcpyHtoDAsync, st.hyp.ptr(), p.hyp.data(), K_ * sizeof(StepHyper), s);
+    const Kernel& gather = ks_.get("gather");
+    gather.launch(grid_for(N_ * I_), 256, s, st.Xs.ptr(), X_.ptr(), st.perm.ptr(), unsigned(N_), unsigned(I_));
+    gather.launch(grid_for(N_ * O_), 256, s, st.Ts.ptr(), T_.ptr(), st.perm.ptr(), unsigned(N_), O_);
+}
+
+// While the GPU runs epoch `epoch`'s first chunk: make the next epoch's plan on the host and
+// fill its set on the second stream (the other set: the current epoch's chunks read this one).
+void Trainer::prepare_next_epoch(unsigned epoch) {
+    if (epoch >= cfg_.epochs || next_.epoch == epoch + 1) return;
+    next_ = plan_epoch(epoch + 1, shuffle_rng_.state());
+    fill_set(sets_[(epoch + 1) % 2], next_, prep_stream_.get());
+    ev_prepped_.record(prep_stream_.get());
+    prepped_ = epoch + 1;
+}
+
+// The epoch's shuffle: the plan and set made ahead when they are this epoch's from this RNG
+// state (the steps wait for the second stream's event), else made now on the training stream.
+// No host wait: the copies' sources are members that outlive them.
 void Trainer::start_epoch(unsigned epoch) {
-    EpochPlan p = next_.epoch == epoch && next_.rng_before == shuffle_rng_.state()
-                      ? std::move(next_)
-                      : plan_epoch(epoch, shuffle_rng_.state());
+    const bool ahead = next_.epoch == epoch && next_.rng_before == shuffle_rng_.state() && prepped_ == epoch;
+    EpochPlan p = ahead ? std::move(next_) : plan_epoch(epoch, shuffle_rng_.state());
     next_ = EpochPlan{};
+    prepped_ = 0;
+    cur_ = epoch % 2;
+    if (ahead) CU(cuStreamWaitEvent, s_, ev_prepped_.get(), 0);
+    else fill_set(sets_[cur_], p, s_);
     epoch_rng_ = p.rng_before;
     shuffle_rng_ = Rng(p.rng_after);
     order_.swap(p.order);
     labels_shuffled_.swap(p.labels);
     lr_epoch_.swap(p.lr);
     hyp_host_.swap(p.hyp);
-    CU(cuMemcpyHtoDAsync, perm_.ptr(), order_.data(), N_ * 4, s_);
-    CU(cuMemcpyHtoDAsync, hyp_.ptr(), hyp_host_.data(), K_ * sizeof(StepHyper), s_);
-    const Kernel& gather = ks_.get("gather");
-    gather.launch(grid_for(N_ * I_), 256, s_, Xs_.ptr(), X_.ptr(), perm_.ptr(), unsigned(N_), unsigned(I_));
-    gather.launch(grid_for(N_ * O_), 256, s_, Ts_.ptr(), T_.ptr(), perm_.ptr(), unsigned(N_), O_);
 }
 
 // The launches of epoch-local step k with the kernels of `ks`, in order.
 std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
     const size_t first = size_t(k) * B_;
-    const CUdeviceptr Xb = Xs_.ptr() + first * I_ * 4, Tb = Ts_.ptr() + first * O_ * 4;
+    const CUdeviceptr Xb = set().Xs.ptr() + first * I_ * 4, Tb = set().Ts.ptr() + first * O_ * 4;
     const size_t y_off = first * O_ * 4;
     const CUdeviceptr Yk = Ylog_.ptr() + y_off;
     DeviceNet& n = net_;
@@ -648,7 +696,7 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
     std::vector<StepKernel> v;
     if (one_launch_) {  // the whole step in one launch
         FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, &cfg_);
-        a.hyp = hyp_.ptr() + size_t(k) * sizeof(StepHyper);
+        a.hyp = set().hyp.ptr() + size_t(k) * sizeof(StepHyper);
         const Kernel& fs = ks.get("fused_step");
         std::vector<StepKernel::Write> w = {{"A1", &n.acts[0], sizes_[1]}};
         w.insert(w.end(), params.begin(), params.end());
@@ -697,7 +745,7 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
                      grads, 0});
     }
     const OptimConfig& o = cfg_.optim;
-    const CUdeviceptr hyp = hyp_.ptr() + size_t(k) * sizeof(StepHyper);
+    const CUdeviceptr hyp = set().hyp.ptr() + size_t(k) * sizeof(StepHyper);
     // The state buffers in order: m (momentum, Adam), v (Adam); RMSprop's only buffer is its v.
     CUdeviceptr M = n.state1.ptr(), V = n.state2.ptr();
     if (o.kind == OptimKind::RmsProp) std::swap(M, V);
@@ -716,9 +764,9 @@ void Trainer::enqueue_steps(unsigned a, unsigned b) {
         const Kernel& fs = ks_.get("fused_step");
         for (unsigned k = a; k < b; k += per) {
             const size_t first = size_t(k) * B_;
-            FusedArgs fa = fused_args(net_, Xs_.ptr() + first * I_ * 4, Ts_.ptr() + first * O_ * 4,
+            FusedArgs fa = fused_args(net_, set().Xs.ptr() + first * I_ * 4, set().Ts.ptr() + first * O_ * 4,
                                       Ylog_.ptr() + first * O_ * 4, B_, &cfg_);
-            fa.hyp = hyp_.ptr() + size_t(k) * sizeof(StepHyper);
+            fa.hyp = set().hyp.ptr() + size_t(k) * sizeof(StepHyper);
             fa.steps = std::min(per, b - k);
             launch_fused_step(fs, fa, s_);
         }
@@ -748,7 +796,7 @@ void Trainer::restore_state(const DeviceBuffer& from) {
 // as a CUDA graph captured on first use and replayed after. In a graph, the copy is part of
 // it (one submission, no host round trips between copy and steps) and so of the chunk's GPU time.
 void Trainer::run_steps(unsigned a, unsigned b) {
-    if (!cfg_.graphs || (graphs_.size() >= kMaxGraphs && !graphs_.count({a, b}))) {
+    if (!cfg_.graphs || (graphs_.size() >= kMaxGraphs && !graphs_.count({cur_, a, b}))) {
         save_state(saved_);
         ev_start_.record(s_);
         enqueue_steps(a, b);
@@ -763,13 +811,13 @@ void Trainer::run_steps(unsigned a, unsigned b) {
 
 // The graph of steps [a, b): the state copy and the steps, captured on first use.
 const Graph& Trainer::chunk_graph(unsigned a, unsigned b) {
-    auto it = graphs_.find({a, b});
+    auto it = graphs_.find({cur_, a, b});
     if (it == graphs_.end()) {
         const auto enqueue = [&] {
             save_state(saved_);
             enqueue_steps(a, b);
         };
-        it = graphs_.emplace(std::pair{a, b}, Graph(s_, enqueue)).first;
+        it = graphs_.emplace(std::tuple{cur_, a, b}, Graph(s_, enqueue)).first;
     }
     return it->second;
 }
@@ -783,15 +831,17 @@ void Trainer::prepare_graphs(unsigned epoch, unsigned k) {
     const auto t0 = Clock::now();
     const unsigned at = step_;
     for (; epoch <= cfg_.epochs && graphs_.size() < kPreparedGraphs; ++epoch, k = 0) {
+        cur_ = epoch % 2;
         while (k < K_ && graphs_.size() < kPreparedGraphs && !(cfg_.max_steps && step_ >= cfg_.max_steps)) {
             const unsigned end = next_stop(k);
-            if (!graphs_.count({k, end})) chunk_graph(k, end).upload(s_);
+            if (!graphs_.count({cur_, k, end})) chunk_graph(k, end).upload(s_);
             step_ += end - k;
             k = end;
         }
         if (cfg_.max_steps && step_ >= cfg_.max_steps) break;
     }
     step_ = at;
+    cur_ = 0;
     wait_for_stream(s_);
     res_.graph_ms = ms_since(t0);
 }
@@ -943,8 +993,7 @@ TrainResult Trainer::run() {
             auto t0 = Clock::now();
             try {
                 run_steps(k, end);
-                // The epoch's last chunk: make the next epoch's plan while the GPU works.
-                if (end == K_ && epoch < cfg_.epochs) next_ = plan_epoch(epoch + 1, shuffle_rng_.state());
+                prepare_next_epoch(epoch);  // while the GPU works (once an epoch)
                 wait_for_stream(s_);
             } catch (const TimeoutError&) {
                 throw;
