@@ -72,7 +72,8 @@ void CnnTrainConfig::validate_flags() const {
 }
 
 std::vector<std::string> cnn_training_entries(const OptimConfig& o) {
-    return {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output", "gather",
+    return {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output", "fused_forward",
+            "fused_grad", "gather",
             optimizer_entry(o.kind)};
 }
 
@@ -135,6 +136,8 @@ public:
         launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, s_);
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
+    void fused_forward(const FusedArgs& a) override { launch_fused_forward(ks_, a, s_); }
+    void fused_grad(const FusedArgs& a) override { launch_fused_grad(ks_, a, s_); }
 
 private:
     const KernelSet& ks_;
@@ -164,11 +167,23 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
     CUdeviceptr in = X;
     for (size_t l = 0; l + 1 < L; ++l) {
         const LayerSpec& ly = m.layers[l];
-        if (ly.kind == LayerKind::Pool)
+        if (ly.kind == LayerKind::Pool) {
             ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
-        else
+        } else if (ly.kind == LayerKind::Fc) {  // A = ReLU(X W^T + b)
+            FusedArgs f{};
+            f.X = in;
+            f.W1 = b.params + ly.weight_offset * 4;
+            f.b1 = b.params + ly.bias_offset * 4;
+            f.A1 = b.out[l];
+            f.B = b.B;
+            f.I = static_cast<unsigned>(ly.in.size());
+            f.H = ly.width;
+            f.act = kActRelu;
+            ops.fused_forward(f);
+        } else {
             ops.conv_fwd(kernel_dims(ly, b.B), in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4,
                          b.out[l], kConvActRelu);
+        }
         in = b.out[l];
     }
     // The last fc: logits, output deltas and the deltas of its input (into delta[0]).
@@ -193,8 +208,30 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     const size_t L = m.layers.size();
     auto input_of = [&](size_t l) { return l == 0 ? X : b.out[l - 1]; };
     const LayerSpec& last = m.layers.back();
-    ops.conv_bwd_weights(kernel_dims(last, b.B), b.grads + last.weight_offset * 4, b.grads + last.bias_offset * 4,
-                         input_of(L - 1), b.D2, b.D2, kConvActNone, scale);
+    // Two fc layers last: both gradients in one fused_grad, from fused_output's D2 and the
+    // ReLU-masked deltas D1 it left in delta[0]. Else the last layer's through conv_bwd_weights.
+    const bool fc_pair = L >= 2 && m.layers[L - 2].kind == LayerKind::Fc;
+    if (fc_pair) {
+        const LayerSpec& fc = m.layers[L - 2];
+        FusedArgs f{};
+        f.GW1 = b.grads + fc.weight_offset * 4;
+        f.Gb1 = b.grads + fc.bias_offset * 4;
+        f.GW2 = b.grads + last.weight_offset * 4;
+        f.Gb2 = b.grads + last.bias_offset * 4;
+        f.X = input_of(L - 2);
+        f.A1 = b.out[L - 2];
+        f.D1 = b.delta[0];
+        f.D2 = b.D2;
+        f.B = b.B;
+        f.I = static_cast<unsigned>(fc.in.size());
+        f.H = fc.width;
+        f.O = last.width;
+        f.scale = scale;
+        ops.fused_grad(f);
+    } else {
+        ops.conv_bwd_weights(kernel_dims(last, b.B), b.grads + last.weight_offset * 4,
+                             b.grads + last.bias_offset * 4, input_of(L - 1), b.D2, b.D2, kConvActNone, scale);
+    }
     unsigned cur = 0;  // delta[cur] holds dL/d(output of layer l)
     for (size_t l = L - 1; l-- > 0;) {
         const LayerSpec& ly = m.layers[l];
@@ -203,8 +240,9 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
             if (l > 0) ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l]);
         } else {
             const ConvDims d = kernel_dims(ly, b.B);
-            ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
-                                 b.out[l], kConvActRelu, scale);
+            if (!(fc_pair && l == L - 2))
+                ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
+                                     b.out[l], kConvActRelu, scale);
             if (l > 0) ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
         }
         cur ^= 1;

@@ -85,6 +85,37 @@ struct HostOps : CnnOps {
         put(f.D2, D2);
         put(f.D1, D1);
     }
+    // fused_forward: A = ReLU(b1 + W1 x) (the only activation the CNN's fc layers take).
+    void fused_forward(const FusedArgs& f) override {
+        REQUIRE(f.act == kActRelu);
+        const auto X = get(f.X, size_t(f.B) * f.I), W = get(f.W1, size_t(f.H) * f.I), b = get(f.b1, f.H);
+        std::vector<double> A(size_t(f.B) * f.H);
+        for (unsigned s = 0; s < f.B; ++s)
+            for (unsigned h = 0; h < f.H; ++h) {
+                double acc = b[h];
+                for (unsigned i = 0; i < f.I; ++i) acc += X[size_t(s) * f.I + i] * W[size_t(h) * f.I + i];
+                A[size_t(s) * f.H + h] = std::max(acc, 0.0);
+            }
+        put(f.A1, A);
+    }
+    // fused_grad: GW1 = scale * sum_s D1[s] x X[s], Gb1 = scale * sum_s D1[s]; GW2, Gb2 from D2 and A1.
+    void fused_grad(const FusedArgs& f) override {
+        auto outer = [&](CUdeviceptr GW, CUdeviceptr Gb, CUdeviceptr L, CUdeviceptr R, unsigned rows, unsigned cols) {
+            const auto l = get(L, size_t(f.B) * rows), r = get(R, size_t(f.B) * cols);
+            std::vector<double> gw(size_t(rows) * cols, 0.0), gb(rows, 0.0);
+            for (unsigned s = 0; s < f.B; ++s)
+                for (unsigned i = 0; i < rows; ++i) {
+                    gb[i] += l[size_t(s) * rows + i];
+                    for (unsigned c = 0; c < cols; ++c) gw[size_t(i) * cols + c] += l[size_t(s) * rows + i] * r[size_t(s) * cols + c];
+                }
+            for (auto& v : gw) v *= f.scale;
+            for (auto& v : gb) v *= f.scale;
+            put(GW, gw);
+            put(Gb, gb);
+        };
+        outer(f.GW1, f.Gb1, f.D1, f.X, f.H, f.I);
+        outer(f.GW2, f.Gb2, f.D2, f.A1, f.O, f.H);
+    }
 };
 
 }  // namespace
@@ -113,8 +144,8 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     OptimConfig o;
     auto has = [](const std::vector<std::string>& v, const char* e) { return std::find(v.begin(), v.end(), e) != v.end(); };
     const auto v = cnn_training_entries(o);
-    for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output", "gather",
-                          "optim_sgd"})
+    for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output",
+                          "fused_forward", "fused_grad", "gather", "optim_sgd"})
         CHECK(has(v, e));
     o.kind = OptimKind::Adam;
     CHECK(has(cnn_training_entries(o), "optim_adam"));
