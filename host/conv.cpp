@@ -61,6 +61,15 @@ void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW,
     k.launch(div_up(d.K, kConvGroup) * d.C * 8, 32 * (d.KS * d.KS + 1), s, dW, db, X, dY, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act, scale);
 }
 
+void launch_fc_bwd_data(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
+                        CUdeviceptr Y, CUdeviceptr W, unsigned act, CUstream s) {
+    if (B == 0 || I == 0 || O == 0 || O > kFcMaxOut)
+        PTXLAB_THROW(InputError, "fc_bwd_data takes B, I >= 1 and 1 <= O <= {} (its shared memory), got B={} I={} O={}",
+                     kFcMaxOut, B, I, O);
+    // Blocks of 256 columns x 4 samples (ptx/fc.ptx).
+    k.launch(div_up(B, 4u) * div_up(I, 256u), 256, s, dX, dY, Y, W, B, I, O, act);
+}
+
 void launch_pool_fwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx,
                      CUdeviceptr X, CUstream s) {
     k.launch(grid_for(size_t(P) * (H / 2) * (W / 2)), 256, s, Y, idx, X, P, H, W);

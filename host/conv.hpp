@@ -33,6 +33,10 @@ void launch_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CU
                           CUdeviceptr Wt, unsigned act, CUstream s);
 void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X,
                              CUdeviceptr dY, CUdeviceptr Y, unsigned act, float scale, CUstream s);
+// A dense layer (W[O][I]) back to its input: dX[B][I] from dY and Y ([B][O]); O <= kFcMaxOut.
+inline constexpr unsigned kFcMaxOut = 1024;
+void launch_fc_bwd_data(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
+                        CUdeviceptr Y, CUdeviceptr W, unsigned act, CUstream s);
 // P = N * C planes of H x W.
 void launch_pool_fwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx,
                      CUdeviceptr X, CUstream s);

@@ -67,6 +67,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"conv_bwd_data", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
         // dW db X dY Y | N C H W K KS act | scale
         {"conv_bwd_weights", "conv", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
+        // dX dY Y W | B I O act   (a dense layer's backward pass to its input)
+        {"fc_bwd_data", "fc", {P, P, P, P, U, U, U, U}},
         // Y idx X | P H W
         {"pool_fwd", "pool", {P, P, P, U, U, U}},
         // dX dY idx | P H W

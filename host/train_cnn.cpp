@@ -73,7 +73,7 @@ void CnnTrainConfig::validate_flags() const {
 
 std::vector<std::string> cnn_training_entries(const OptimConfig& o) {
     return {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output", "fused_forward",
-            "fused_grad", "gather",
+            "fused_grad", "fc_bwd_data", "gather",
             optimizer_entry(o.kind)};
 }
 
@@ -138,6 +138,10 @@ public:
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
     void fused_forward(const FusedArgs& a) override { launch_fused_forward(ks_, a, s_); }
     void fused_grad(const FusedArgs& a) override { launch_fused_grad(ks_, a, s_); }
+    void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
+                     unsigned act) override {
+        launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
+    }
 
 private:
     const KernelSet& ks_;
@@ -243,7 +247,10 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
             if (!(fc_pair && l == L - 2))
                 ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
                                      b.out[l], kConvActRelu, scale);
-            if (l > 0) ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
+            if (l > 0 && ly.kind == LayerKind::Fc)
+                ops.fc_bwd_data(b.B, d.C, d.K, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
+            else if (l > 0)
+                ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
         }
         cur ^= 1;
     }

@@ -3,18 +3,21 @@
 //
 // One step on a batch X [B][C*H*W] (NCHW) with one-hot targets T [B][10]:
 //   forward   every layer but the last: conv -> conv_fwd (bias and ReLU in the epilogue, act 1);
-//             pool -> pool_fwd (keeps the argmax); fc -> conv_fwd on a 1x1 image of in = C*H*W
-//             channels with a 1x1 kernel (the same memory layout, nn.Linear's [out][in] weights:
-//             y[n][k] = b[k] + sum_c x[n][c] W[k][c], the conv kernels' fma chain over c)
+//             pool -> pool_fwd (keeps the argmax); fc -> fused_forward (ptx/fused.ptx, ReLU; the
+//             flattened NCHW input, nn.Linear's [out][in] weights)
 //   last fc   fused_output (ptx/fused.ptx): the logits Y, the loss code's output deltas D2 and
 //             D1 = W^T D2 masked where the layer's input A <= 0 (ReLU's derivative; when that
 //             input is a pool output of ReLU values the mask changes nothing: a zero maximum
 //             passes no gradient through the ReLU below anyway)
-//   backward  the last fc's weights: conv_bwd_weights on the 1x1 image (act 0, scale =
-//             grad_scale(loss, B, 10)); then down the layers: conv and fc -> conv_bwd_weights
-//             (act 1: dY masked by the layer's output Y > 0) and, above the first layer,
-//             conv_bwd_data; pool -> pool_bwd. Every gradient lands in its place of the flat
-//             gradient (model.hpp's layout), written (not accumulated) every step.
+//   backward  the weights of the last two layers when both are fc: one fused_grad (from D1 and
+//             D2, scale = grad_scale(loss, B, 10)), else the last one's through conv_bwd_weights
+//             on a 1x1 image (act 0); then down the layers: conv and the other fc layers ->
+//             conv_bwd_weights (act 1: dY masked by the layer's output Y > 0) and, above the
+//             first layer, conv_bwd_data (conv) or fc_bwd_data (fc, ptx/fc.ptx); pool ->
+//             pool_bwd. Every gradient lands in its place of the flat gradient (model.hpp's
+//             layout), written (not accumulated) every step. (A dense layer is a 1x1 conv of a
+//             1x1 image, but the conv kernels then keep one thread a block busy: 9 ms a step
+//             for fc 3136->128 at batch 64 on an H100.)
 //   optimizer one launch of ptx/optim.ptx over the flat parameters, with this step's StepHyper
 //             record from the epoch's table (recipe.hpp step_hyper, schedule_lr).
 // Hidden activation: ReLU only (the conv kernels' epilogue has none other).
@@ -105,6 +108,9 @@ struct CnnOps {
     // busy thread a block: fc 3136->128 took 9 ms a step that way).
     virtual void fused_forward(const FusedArgs& a) = 0;
     virtual void fused_grad(const FusedArgs& a) = 0;
+    // An fc layer's deltas back to its input (ptx/fc.ptx): dX[B][I] from dY, Y ([B][O]) and W[O][I].
+    virtual void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
+                             CUdeviceptr W, unsigned act) = 0;
 };
 // A conv or fc layer as the conv kernels see it: an fc layer is {B, in = C*H*W, 1, 1, out, 1}.
 ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B);

@@ -14,6 +14,7 @@ namespace ptxlab::verify_detail {
 namespace {
 
 bool is_pool(const std::string& e) { return e == "pool_fwd" || e == "pool_bwd"; }
+bool is_fc(const std::string& e) { return e == "fc_bwd_data"; }
 
 ConvDims dims_of(const VerifyCase& c) {
     const auto& z = c.shape;
@@ -94,6 +95,25 @@ Harness make_conv_bwd_weights(const ConvDims& d, unsigned act, Rng& rng) {
     return h;
 }
 
+// fc_bwd_data (B,I,O,act): conv_bwd_data's sums for a 1x1 convolution of a 1x1 image, so the
+// same float64 reference and bound.
+Harness make_fc_bwd_data(const VerifyCase& c, Rng& rng) {
+    const unsigned B = c.shape[0], I = c.shape[1], O = c.shape[2], act = c.shape[3];
+    const ConvDims d{B, I, 1, 1, O, 1};
+    const float w = 1.0f / std::sqrt(float(I));
+    Harness h;
+    std::vector<float> dY = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, size_t(B) * O);
+    std::vector<float> W = random_vector(rng, size_t(O) * I, -w, w);
+    h.expected["dX"] = ref_conv_bwd_data(d, dY, Y, W, act);
+    h.tensors = {{"dX", {B, I}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY}, {"Y", {B, O}, Role::In, Y},
+                 {"W", {O, I}, Role::In, W}};
+    h.launch = [B, I, O, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_fc_bwd_data(k, B, I, O, m.at("dX"), m.at("dY"), m.at("Y"), m.at("W"), act, s);
+    };
+    return h;
+}
+
 std::vector<float> as_floats(const std::vector<uint32_t>& v) {
     std::vector<float> f(v.size());
     for (size_t i = 0; i < v.size(); ++i) f[i] = std::bit_cast<float>(v[i]);
@@ -131,19 +151,29 @@ Harness make_pool(const VerifyCase& c, Rng& rng) {
 }  // namespace
 
 bool is_conv_entry(const std::string& e) {
-    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e);
+    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e) || is_fc(e);
 }
 
-std::string conv_shape_names(const std::string& e) { return is_pool(e) ? "N,C,H,W" : "N,C,H,W,K,KS,act"; }
+std::string conv_shape_names(const std::string& e) {
+    return is_pool(e) ? "N,C,H,W" : is_fc(e) ? "B,I,O,act" : "N,C,H,W,K,KS,act";
+}
 
 void validate_conv_case(const VerifyCase& c) {
     const std::string names = conv_shape_names(c.entry);
-    const size_t want = is_pool(c.entry) ? 4 : 7;
+    const size_t want = is_pool(c.entry) || is_fc(c.entry) ? 4 : 7;
     if (c.shape.size() != want)
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
                      c.shape.size());
-    for (size_t k = 0; k < 4; ++k)
+    for (size_t k = 0; k < (is_fc(c.entry) ? 3u : 4u); ++k)
         if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
+    if (is_fc(c.entry)) {
+        if (c.shape[2] > kFcMaxOut)
+            PTXLAB_THROW(InputError, "kernel '{}': O must be <= {} (its shared memory), got {}", c.entry, kFcMaxOut,
+                         c.shape[2]);
+        if (c.shape[3] > 1)
+            PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[3]);
+        return;
+    }
     if (is_pool(c.entry)) {
         if (c.shape[2] < 2 || c.shape[3] < 2)
             PTXLAB_THROW(InputError, "kernel '{}': a 2x2 pool needs H, W >= 2, got {}x{}", c.entry, c.shape[2],
@@ -171,6 +201,13 @@ std::vector<VerifyCase> conv_default_cases() {
                                                      {3, 3, 9, 9},     {1, 1, 2, 2},     {64, 3, 28, 28}};
     for (const char* e : {"pool_fwd", "pool_bwd"})
         for (const auto& s : pool) v.push_back({e, s});
+    // fc_bwd_data: the CNN's fc1 (3136 -> 128) at batch 64 and 500, both act codes; batch 1 and
+    // 1x1x1; batches and widths that leave a group of 4 samples or a tile of 256 columns part-empty;
+    // the widest O the shared memory takes.
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 3136, 128, 1}, {64, 3136, 128, 0}, {500, 3136, 128, 1}, {1, 1, 1, 0}, {3, 9, 5, 1},
+             {5, 257, 33, 1}, {2, 300, 1024, 0}, {7, 1000, 10, 1}})
+        v.push_back({"fc_bwd_data", s});
     return v;
 }
 
@@ -178,11 +215,13 @@ std::vector<VerifyCase> conv_quick_cases() {
     return {{"conv_fwd", {3, 3, 9, 9, 17, 3, 1}},         {"conv_fwd", {1, 9, 7, 7, 5, 5, 0}},
             {"conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},     {"conv_bwd_data", {1, 3, 7, 7, 17, 5, 0}},
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
-            {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7}}};
+            {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7}},
+            {"fc_bwd_data", {5, 257, 33, 1}}};
 }
 
 Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
     if (is_pool(c.entry)) return make_pool(c, rng);
+    if (is_fc(c.entry)) return make_fc_bwd_data(c, rng);
     const ConvDims d = dims_of(c);
     const unsigned act = c.shape[6];
     if (c.entry == "conv_fwd") return make_conv_fwd(d, act, rng);

@@ -221,4 +221,13 @@ TEST_CASE("conv: launch shapes and the sizes the kernels take") {
     CHECK_THROWS_AS(validate_case({"pool_fwd", {1, 1, 1, 8}}), InputError);
     CHECK_NOTHROW(validate_case({"pool_bwd", {3, 3, 7, 7}}));
     CHECK(shape_text({"conv_fwd", {64, 1, 28, 28, 32, 3, 1}}) == "N=64 C=1 H=28 W=28 K=32 KS=3 act=1");
+    // fc_bwd_data: B,I,O,act with O up to the 1024 its shared memory holds.
+    CHECK_NOTHROW(validate_case({"fc_bwd_data", {64, 3136, 128, 1}}));
+    CHECK_NOTHROW(validate_case({"fc_bwd_data", {1, 1, 1024, 0}}));
+    CHECK_THROWS_WITH_AS(validate_case({"fc_bwd_data", {1, 1, 1025, 0}}), doctest::Contains("O must be <= 1024"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(validate_case({"fc_bwd_data", {1, 1, 8, 2}}), doctest::Contains("act must be 0"), InputError);
+    CHECK_THROWS_AS(validate_case({"fc_bwd_data", {0, 1, 8, 0}}), InputError);
+    CHECK_THROWS_AS(validate_case({"fc_bwd_data", {1, 1, 8}}), InputError);
+    CHECK(shape_text({"fc_bwd_data", {64, 3136, 128, 1}}) == "B=64 I=3136 O=128 act=1");
 }

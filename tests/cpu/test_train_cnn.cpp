@@ -98,6 +98,11 @@ struct HostOps : CnnOps {
             }
         put(f.A1, A);
     }
+    void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
+                     unsigned act) override {
+        const ConvDims d{B, I, 1, 1, O, 1};
+        conv_bwd_data(d, dX, dY, Y, W, act);
+    }
     // fused_grad: GW1 = scale * sum_s D1[s] x X[s], Gb1 = scale * sum_s D1[s]; GW2, Gb2 from D2 and A1.
     void fused_grad(const FusedArgs& f) override {
         auto outer = [&](CUdeviceptr GW, CUdeviceptr Gb, CUdeviceptr L, CUdeviceptr R, unsigned rows, unsigned cols) {
@@ -145,7 +150,7 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     auto has = [](const std::vector<std::string>& v, const char* e) { return std::find(v.begin(), v.end(), e) != v.end(); };
     const auto v = cnn_training_entries(o);
     for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output",
-                          "fused_forward", "fused_grad", "gather", "optim_sgd"})
+                          "fused_forward", "fused_grad", "fc_bwd_data", "gather", "optim_sgd"})
         CHECK(has(v, e));
     o.kind = OptimKind::Adam;
     CHECK(has(cnn_training_entries(o), "optim_adam"));

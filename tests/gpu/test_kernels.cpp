@@ -272,6 +272,10 @@ TEST_CASE("kernels: conv_fwd, conv_bwd_data, conv_bwd_weights, both sets") {
         check_both_sets(e, {3, 9, 9, 9, 17, 5, 0});      // odd everything, 5x5
     }
 }
+TEST_CASE("kernels: fc_bwd_data, both sets") {
+    check_both_sets("fc_bwd_data", {64, 3136, 128, 1});  // the CNN's fc1
+    check_both_sets("fc_bwd_data", {5, 257, 33, 0});     // part-empty sample group and column tile
+}
 TEST_CASE("kernels: pool_fwd and pool_bwd, both sets") {
     for (const char* e : {"pool_fwd", "pool_bwd"}) {
         CAPTURE(e);
