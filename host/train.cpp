@@ -16,6 +16,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -514,6 +515,7 @@ private:
     std::vector<float> Yhost_, lr_epoch_;
     std::vector<StepHyper> hyp_host_;  // the source of the epoch's hyp upload, kept until the next epoch
     EpochPlan next_;                   // the next epoch's plan, when made ahead
+    std::future<EpochPlan> planning_;  // the next epoch's plan being made on a host thread
     std::map<std::tuple<unsigned, unsigned, unsigned>, Graph> graphs_;  // by (set, first step, end)
     Event ev_start_, ev_end_;  // around each chunk's steps
     std::ofstream csv_, steps_csv_;
@@ -556,7 +558,9 @@ Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg
 
 // The second stream may still be filling the next epoch's set (a run that stopped early):
 // its buffers must outlive that work.
+// So may the planning thread, which reads this Trainer.
 Trainer::~Trainer() {
+    if (planning_.valid()) planning_.wait();
     if (prepped_ && !device_hung()) driver().cuStreamSynchronize(prep_stream_.get());
 }
 
@@ -652,26 +656,37 @@ void Trainer::fill_set(EpochSet& st, const EpochPlan& p, CUstream s) {
     gather.launch(grid_for(N_ * O_), 256, s, st.Ts.ptr(), T_.ptr(), st.perm.ptr(), unsigned(N_), O_);
 }
 
-// While the GPU runs epoch `epoch`'s first chunk: make the next epoch's plan on the host and
-// fill its set on the second stream (the other set: the current epoch's chunks read this one).
+// Called after each chunk's launch, while the GPU runs it: the next epoch's plan is made on
+// a host thread (a shuffle of 60 000 takes about as long as a chunk of steps, so it must not hold
+// up the loop), and once it is there its set is filled on the second stream (the other set: the
+// current epoch's chunks read this one).
 void Trainer::prepare_next_epoch(unsigned epoch) {
-    if (epoch >= cfg_.epochs || next_.epoch == epoch + 1) return;
-    next_ = plan_epoch(epoch + 1, shuffle_rng_.state());
+    if (epoch >= cfg_.epochs || prepped_ == epoch + 1) return;
+    if (!planning_.valid()) {
+        planning_ = std::async(std::launch::async,
+                               [this, e = epoch + 1, st = shuffle_rng_.state()] { return plan_epoch(e, st); });
+        return;
+    }
+    if (planning_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    next_ = planning_.get();
     fill_set(sets_[(epoch + 1) % 2], next_, prep_stream_.get());
     ev_prepped_.record(prep_stream_.get());
     prepped_ = epoch + 1;
 }
 
 // The epoch's shuffle: the plan and set made ahead when they are this epoch's from this RNG
-// state (the steps wait for the second stream's event), else made now on the training stream.
+// state (the steps wait for the second stream's event), else the plan (waited for, or made now)
+// filled on the training stream.
 // No host wait: the copies' sources are members that outlive them.
 void Trainer::start_epoch(unsigned epoch) {
-    const bool ahead = next_.epoch == epoch && next_.rng_before == shuffle_rng_.state() && prepped_ == epoch;
-    EpochPlan p = ahead ? std::move(next_) : plan_epoch(epoch, shuffle_rng_.state());
+    if (planning_.valid()) next_ = planning_.get();  // made, but its set not filled yet
+    const bool planned = next_.epoch == epoch && next_.rng_before == shuffle_rng_.state();
+    const bool filled = planned && prepped_ == epoch;
+    EpochPlan p = planned ? std::move(next_) : plan_epoch(epoch, shuffle_rng_.state());
     next_ = EpochPlan{};
     prepped_ = 0;
     cur_ = epoch % 2;
-    if (ahead) CU(cuStreamWaitEvent, s_, ev_prepped_.get(), 0);
+    if (filled) CU(cuStreamWaitEvent, s_, ev_prepped_.get(), 0);
     else fill_set(sets_[cur_], p, s_);
     epoch_rng_ = p.rng_before;
     shuffle_rng_ = Rng(p.rng_after);
@@ -993,7 +1008,7 @@ TrainResult Trainer::run() {
             auto t0 = Clock::now();
             try {
                 run_steps(k, end);
-                prepare_next_epoch(epoch);  // while the GPU works (once an epoch)
+                prepare_next_epoch(epoch);  // while the GPU works
                 wait_for_stream(s_);
             } catch (const TimeoutError&) {
                 throw;
