@@ -5,6 +5,8 @@
 #include "rng.hpp"
 
 #include <doctest/doctest.h>
+
+#include <algorithm>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -204,4 +206,44 @@ TEST_CASE("idx: a non-MNIST dataset of the right format is accepted") {
     CHECK(d.train.rows == 8);
     CHECK(d.train.cols == 8);
     CHECK(d.test.count == 5);
+}
+
+TEST_CASE("rng: below() keeps the draws of plain rejection sampling, and shuffle is a permutation") {
+    // The plain form: limit computed for every draw. below() skips that division below 2^64 - n.
+    auto plain = [](ptxlab::Rng& r, uint64_t n) {
+        const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+        uint64_t x;
+        do x = r.next();
+        while (x >= limit);
+        return x % n;
+    };
+    for (uint64_t seed : {1ull, 77ull, 0x5eed5eed5eed5eedull}) {
+        ptxlab::Rng a(seed), b(seed);
+        for (uint64_t n : std::vector<uint64_t>{1, 2, 3, 10, 60000, 1ull << 32, (1ull << 63) + 12345, UINT64_MAX - 1, UINT64_MAX})
+            for (int k = 0; k < 2000; ++k) {
+                const uint64_t u = a.below(n), v = plain(b, n);
+                REQUIRE(u == v);
+                REQUIRE(u < n);
+            }
+        CHECK(a.state() == b.state());  // the same number of draws
+    }
+    // Where rejections are common (n just over 2^63: nearly half the draws fall in the top range).
+    ptxlab::Rng a(5), b(5);
+    int rejected = 0;
+    for (int k = 0; k < 4000; ++k) {
+        const uint64_t before = b.state();
+        REQUIRE(a.below((1ull << 63) + 1) == plain(b, (1ull << 63) + 1));
+        ptxlab::Rng c(before);
+        c.next();
+        rejected += c.state() != b.state();
+    }
+    CHECK(rejected > 1000);
+    std::vector<uint32_t> v(60000);
+    for (uint32_t i = 0; i < v.size(); ++i) v[i] = i;
+    ptxlab::Rng r(9);
+    r.shuffle(v);
+    std::vector<uint32_t> sorted = v;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint32_t i = 0; i < sorted.size(); ++i) REQUIRE(sorted[i] == i);
+    CHECK(v[0] != 0);
 }
