@@ -14,6 +14,10 @@
 #   f64       half-SSE with Nesterov, 200 steps: ptxlab and PyTorch float32 each against
 #             PyTorch in float64 (--dtype float64), to tell semantics from float32 rounding
 #   diverge   the 3-layer half-SSE lr 0.2 run that diverges: ptxlab must say so
+#   cnn       issue 15's checks of `train --model cnn`, seeds 1..$CNN_SEEDS: the default schedule
+#             (4 epochs, peak lr 0.05: ptxlab's CNN defaults, given to torch_reference.py) from
+#             the same weights and batches as PyTorch (and PyTorch in float64):
+#             test accuracy at each epoch's end; then `--epochs 2` (the 2-epoch schedule's final)
 #   plot      tools/plot_curves.py of the default run next to PyTorch's
 #   tools/recipe_runs.sh OUTDIR [STAGES]   (build first: tools/device_proof.sh OUT build)
 set -uo pipefail
@@ -103,6 +107,24 @@ if has diverge; then
   "$P" train --no-progress --layers 784,128,64,10 --loss half-sse --optimizer sgd --schedule const --warmup 0 \
     --init he-uniform --lr 0.2 >"$out/diverge.txt" 2>&1
   echo "rc=$?"; grep -E "error|summary" "$out/diverge.txt" | cut -c1-600
+fi
+if has cnn; then
+  log "--model cnn, from the same weights and batches: accuracy at each epoch's end (ptxlab | PyTorch | PyTorch float64)"
+  K=$((60000 / 64))
+  for s in $(seq 1 "${CNN_SEEDS:-3}"); do
+    "$P" train --no-progress --model cnn --seed "$s" --save-init "$out/cnn_$s.safetensors" --log "$out/cnn_p$s.csv" \
+      >"$out/cnn_p$s.txt" 2>&1
+    $T --model cnn --lr 0.05 --epochs 4 --seed "$s" --init-from "$out/cnn_$s.safetensors" --order ptxlab --log "$out/cnn_t$s.csv" \
+      >"$out/cnn_t$s.txt" 2>&1
+    $T --model cnn --lr 0.05 --epochs 4 --seed "$s" --dtype float64 --init-from "$out/cnn_$s.safetensors" --order ptxlab \
+      --log "$out/cnn_d$s.csv" >"$out/cnn_d$s.txt" 2>&1
+    echo "$s: $(epochs "$out/cnn_p$s.csv" $K)| $(epochs "$out/cnn_t$s.csv" $K)| $(epochs "$out/cnn_d$s.csv" $K)"
+  done
+  log "--model cnn --epochs 2 (the issue: >= 99.0 % after 2 epochs)"
+  for s in $(seq 1 "${CNN_SEEDS:-3}"); do
+    "$P" train --no-progress --model cnn --seed "$s" --epochs 2 >"$out/cnn2_p$s.txt" 2>&1
+    echo "ptxlab seed $s rc=$?: $(summary "$out/cnn2_p$s.txt")"
+  done
 fi
 if has plot; then
   log "plot"
