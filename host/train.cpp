@@ -676,8 +676,8 @@ void Trainer::prepare_next_epoch(unsigned epoch) {
 
 // The epoch's shuffle: the plan and set made ahead when they are this epoch's from this RNG
 // state (the steps wait for the second stream's event), else the plan (waited for, or made now)
-// filled on the training stream.
-// No host wait: the copies' sources are members that outlive them.
+// filled on the training stream. No host wait: the copies' sources end up in members that
+// outlive them (a vector keeps its buffer when it is moved or swapped).
 void Trainer::start_epoch(unsigned epoch) {
     if (planning_.valid()) next_ = planning_.get();  // made, but its set not filled yet
     const bool planned = next_.epoch == epoch && next_.rng_before == shuffle_rng_.state();
