@@ -3,6 +3,7 @@
 #include "error.hpp"
 #include "model.hpp"
 #include "recipe.hpp"
+#include "reference.hpp"
 #include "ref_conv.hpp"
 #include "ref_model.hpp"
 #include "rng.hpp"
@@ -24,6 +25,7 @@ namespace {
 template <class T> T* host(CUdeviceptr p) { return reinterpret_cast<T*>(static_cast<uintptr_t>(p)); }
 template <class T> CUdeviceptr addr(T* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
 std::vector<double> get(CUdeviceptr p, size_t n) { return {host<float>(p), host<float>(p) + n}; }
+std::vector<float> getf(CUdeviceptr p, size_t n) { return {host<float>(p), host<float>(p) + n}; }
 void put(CUdeviceptr p, const std::vector<double>& v) {
     for (size_t i = 0; i < v.size(); ++i) host<float>(p)[i] = static_cast<float>(v[i]);
 }
@@ -63,63 +65,34 @@ struct HostOps : CnnOps {
         put(dX, maxpool2_backward(P, H, W, get(dY, n), std::vector<uint32_t>(host<uint32_t>(idx), host<uint32_t>(idx) + n)));
     }
     // fused_output: y = b + W a; D2 = the loss code's delta; D1 = W^T D2 where a > 0 (ReLU), else 0.
+    // The fused kernels' float64 references (reference.hpp), on the buffers' float values.
     void fused_output(const FusedArgs& f) override {
-        const auto A = get(f.A1, size_t(f.B) * f.H), W = get(f.W2, size_t(f.O) * f.H), b = get(f.b2, f.O);
-        const auto T = get(f.T, size_t(f.B) * f.O);
-        std::vector<double> Y(size_t(f.B) * f.O), D2(Y.size()), D1(size_t(f.B) * f.H);
-        for (unsigned s = 0; s < f.B; ++s) {
-            for (unsigned o = 0; o < f.O; ++o) {
-                double acc = b[o];
-                for (unsigned h = 0; h < f.H; ++h) acc += A[size_t(s) * f.H + h] * W[size_t(o) * f.H + h];
-                Y[size_t(s) * f.O + o] = acc;
-            }
-            loss_grad(f.loss == kLossSoftmax ? Loss::Ce : Loss::HalfSse, &Y[size_t(s) * f.O], &T[size_t(s) * f.O], f.O,
-                      &D2[size_t(s) * f.O]);
-            for (unsigned h = 0; h < f.H; ++h) {
-                double acc = 0;
-                for (unsigned o = 0; o < f.O; ++o) acc += D2[size_t(s) * f.O + o] * W[size_t(o) * f.H + h];
-                D1[size_t(s) * f.H + h] = A[size_t(s) * f.H + h] > 0 ? acc : 0.0;
-            }
-        }
-        put(f.Y, Y);
-        put(f.D2, D2);
-        put(f.D1, D1);
+        const RefFusedOutput r = ref_fused_output(getf(f.A1, size_t(f.B) * f.H), getf(f.W2, size_t(f.O) * f.H),
+                                                  getf(f.b2, f.O), getf(f.T, size_t(f.B) * f.O), f.B, f.H, f.O,
+                                                  f.loss, f.act);
+        put(f.Y, r.Y.v);
+        put(f.D2, r.D2.v);
+        put(f.D1, r.D1.v);
     }
-    // fused_forward: A = ReLU(b1 + W1 x) (the only activation the CNN's fc layers take).
     void fused_forward(const FusedArgs& f) override {
-        REQUIRE(f.act == kActRelu);
-        const auto X = get(f.X, size_t(f.B) * f.I), W = get(f.W1, size_t(f.H) * f.I), b = get(f.b1, f.H);
-        std::vector<double> A(size_t(f.B) * f.H);
-        for (unsigned s = 0; s < f.B; ++s)
-            for (unsigned h = 0; h < f.H; ++h) {
-                double acc = b[h];
-                for (unsigned i = 0; i < f.I; ++i) acc += X[size_t(s) * f.I + i] * W[size_t(h) * f.I + i];
-                A[size_t(s) * f.H + h] = std::max(acc, 0.0);
-            }
-        put(f.A1, A);
+        REQUIRE(f.act == kActRelu);  // the only activation the CNN's fc layers take
+        put(f.A1, ref_fused_forward(getf(f.X, size_t(f.B) * f.I), getf(f.W1, size_t(f.H) * f.I), getf(f.b1, f.H), f.B,
+                                    f.I, f.H, f.act)
+                      .v);
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
         const ConvDims d{B, I, 1, 1, O, 1};
         conv_bwd_data(d, dX, dY, Y, W, act);
     }
-    // fused_grad: GW1 = scale * sum_s D1[s] x X[s], Gb1 = scale * sum_s D1[s]; GW2, Gb2 from D2 and A1.
     void fused_grad(const FusedArgs& f) override {
-        auto outer = [&](CUdeviceptr GW, CUdeviceptr Gb, CUdeviceptr L, CUdeviceptr R, unsigned rows, unsigned cols) {
-            const auto l = get(L, size_t(f.B) * rows), r = get(R, size_t(f.B) * cols);
-            std::vector<double> gw(size_t(rows) * cols, 0.0), gb(rows, 0.0);
-            for (unsigned s = 0; s < f.B; ++s)
-                for (unsigned i = 0; i < rows; ++i) {
-                    gb[i] += l[size_t(s) * rows + i];
-                    for (unsigned c = 0; c < cols; ++c) gw[size_t(i) * cols + c] += l[size_t(s) * rows + i] * r[size_t(s) * cols + c];
-                }
-            for (auto& v : gw) v *= f.scale;
-            for (auto& v : gb) v *= f.scale;
-            put(GW, gw);
-            put(Gb, gb);
-        };
-        outer(f.GW1, f.Gb1, f.D1, f.X, f.H, f.I);
-        outer(f.GW2, f.Gb2, f.D2, f.A1, f.O, f.H);
+        Bounded G, Gb;
+        ref_fused_grad(G, Gb, getf(f.D1, size_t(f.B) * f.H), getf(f.X, size_t(f.B) * f.I), f.B, f.H, f.I, f.scale);
+        put(f.GW1, G.v);
+        put(f.Gb1, Gb.v);
+        ref_fused_grad(G, Gb, getf(f.D2, size_t(f.B) * f.O), getf(f.A1, size_t(f.B) * f.H), f.B, f.O, f.H, f.scale);
+        put(f.GW2, G.v);
+        put(f.Gb2, Gb.v);
     }
 };
 
