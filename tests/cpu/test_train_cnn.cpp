@@ -20,7 +20,7 @@ using namespace ptxlab;
 namespace {
 
 // The step's operations on host memory, in float64 from float32 buffers (the kernels'
-// semantics, ref_conv.hpp), with host pointers as the addresses: the trainer's own data flow
+// semantics: ref_conv.hpp, reference.hpp), with host pointers as the addresses: the trainer's own data flow
 // (cnn_forward, cnn_backward) runs on them without a GPU.
 template <class T> T* host(CUdeviceptr p) { return reinterpret_cast<T*>(static_cast<uintptr_t>(p)); }
 template <class T> CUdeviceptr addr(T* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
