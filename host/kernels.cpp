@@ -73,6 +73,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"pool_fwd", "pool", {P, P, P, U, U, U}},
         // dX dY idx | P H W
         {"pool_bwd", "pool", {P, P, P, U, U, U}},
+        // The tensor-core kernels (tc.hpp). X W b A | B I H act   (a dense layer's forward pass, TF32 mma.sync)
+        {"tc_forward", "tc", {P, P, P, P, U, U, U, U}},
     };
     return specs;
 }

@@ -32,6 +32,7 @@ using namespace verify_detail;
 
 std::string shape_names(const std::string& entry) {
     if (is_conv_entry(entry)) return conv_shape_names(entry);
+    if (is_tc_entry(entry)) return tc_shape_names(entry);
     // The kernels with a loss-code parameter take it after the sizes: 0 (kLossDiff,
     // d = y - t) or 1 (kLossSoftmax, d = softmax(y) - t); those with an activation code take
     // it as the last number (recipe.hpp act_code: 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu).
@@ -91,6 +92,7 @@ std::string optim_variant_list(const std::string& entry) {
 
 void validate_case(const VerifyCase& c) {
     if (is_conv_entry(c.entry)) return validate_conv_case(c);
+    if (is_tc_entry(c.entry)) return validate_tc_case(c);
     const std::string names = shape_names(c.entry);
     const size_t want = static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
     if (c.shape.size() != want)
@@ -137,7 +139,7 @@ std::string shape_text(const VerifyCase& c) {
         out += fmt::format("{}{}={}", out.empty() ? "" : " ", n, c.shape[k]);
         if (n == "variant") out += fmt::format(" ({})", optim_variant_text(c.entry, c.shape[k]));
         if (n == "optim") out += fmt::format(" ({})", to_string(static_cast<OptimKind>(c.shape[k])));
-        if (n == "act" && !is_conv_entry(c.entry) && c.shape[k] <= kActGelu) out += fmt::format(" ({})", to_string(activation_of_code(c.shape[k])));
+        if (n == "act" && !is_conv_entry(c.entry) && !is_tc_entry(c.entry) && c.shape[k] <= kActGelu) out += fmt::format(" ({})", to_string(activation_of_code(c.shape[k])));
         ++k;
         if (comma == std::string::npos) break;
         start = comma + 1;
@@ -248,6 +250,7 @@ std::vector<VerifyCase> default_cases() {
     for (const auto& s : std::vector<std::vector<unsigned>>{{64, 128, 784}, {64, 10, 128}, {63, 37, 13}, {5, 3, 2001}, {1, 1, 1}})
         v.push_back({"outer", s});
     for (auto& c : conv_default_cases()) v.push_back(std::move(c));
+    for (auto& c : tc_default_cases()) v.push_back(std::move(c));
     return v;
 }
 
@@ -289,6 +292,7 @@ std::vector<VerifyCase> quick_cases() {
         }
     }
     for (auto& c : conv_quick_cases()) out.push_back(std::move(c));
+    for (auto& c : tc_quick_cases()) out.push_back(std::move(c));
     return out;
 }
 
@@ -663,6 +667,7 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
     validate_case(c);
     const unsigned variants = optim_variants(c.entry);
     if (is_conv_entry(c.entry)) return make_conv_harness(c, rng);
+    if (is_tc_entry(c.entry)) return make_tc_harness(c, rng);
     if (c.entry == "batch_mean") return make_mean_harness(c, rng);
     if (variants) return make_optim_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);

@@ -1,4 +1,5 @@
-// The pieces of a verify case that the harness files share (verify.cpp, verify_conv.cpp):
+// The pieces of a verify case that the harness files share (verify.cpp, verify_conv.cpp,
+// verify_tc.cpp):
 // its tensors, their float64 reference, and how to launch the kernel on them.
 #pragma once
 
@@ -62,5 +63,13 @@ void validate_conv_case(const VerifyCase& c);            // throws InputError
 std::vector<VerifyCase> conv_default_cases();
 std::vector<VerifyCase> conv_quick_cases();
 Harness make_conv_harness(const VerifyCase& c, Rng& rng);
+
+// verify_tc.cpp: the tensor-core kernels (tc_forward).
+bool is_tc_entry(const std::string& entry);
+std::string tc_shape_names(const std::string& entry);  // "B,I,H,act"
+void validate_tc_case(const VerifyCase& c);            // throws InputError
+std::vector<VerifyCase> tc_default_cases();
+std::vector<VerifyCase> tc_quick_cases();
+Harness make_tc_harness(const VerifyCase& c, Rng& rng);
 
 }  // namespace ptxlab::verify_detail

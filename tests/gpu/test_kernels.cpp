@@ -276,6 +276,11 @@ TEST_CASE("kernels: fc_bwd_data, both sets") {
     check_both_sets("fc_bwd_data", {64, 3136, 128, 1});  // the CNN's fc1
     check_both_sets("fc_bwd_data", {5, 257, 33, 0});     // part-empty sample group and column tile
 }
+// The tensor-core kernels (tc.ptx): TF32 mma.sync; shape B,I,H,act (act 0 none, 1 ReLU).
+TEST_CASE("kernels: tc_forward, both sets") {
+    check_both_sets("tc_forward", {64, 784, 128, 1});  // the MNIST net's first layer: full 16 x 8 and k tiles
+    check_both_sets("tc_forward", {17, 9, 5, 1});      // part-empty tiles of samples, units and columns
+}
 TEST_CASE("kernels: pool_fwd and pool_bwd, both sets") {
     for (const char* e : {"pool_fwd", "pool_bwd"}) {
         CAPTURE(e);
@@ -298,6 +303,19 @@ TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
     INFO(format_result(ok));
     CHECK(ok.pass());
     check_cli_fails("conv_fwd", "3,3,9,9,5,3,0", "conv");
+}
+
+TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verify") {
+    // tests/fixtures/tc/tc.ptx: the mma's A fragment with a1 and a2 exchanged, so each 16-sample
+    // tile mixes the columns of its two halves; every output is written, the sums are wrong.
+    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("tc"));
+    CaseResult r = verify_one("tc_forward", {64, 784, 128, 0}, bad);
+    INFO(format_result(r));
+    check_planted_caught(r);
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find("A[") == 0);
+    check_cli_fails("tc_forward", "17,9,5,0", "tc");
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
