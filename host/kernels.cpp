@@ -184,8 +184,13 @@ void Kernel::check_args(const ParamKind* kinds, size_t n) const {
     }
 }
 
-void Kernel::launch_raw(unsigned grid, unsigned block, CUstream stream, void** params, bool overlapped) const {
+void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
+                        bool overlapped) const {
     if (grid == 0) return;  // nothing to do (an empty batch or array)
+    if (smem > smem_optin) {
+        CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem));
+        smem_optin = smem;
+    }
     note_in_flight(fmt::format("'{}' ({})", spec->entry, origin));
     CUresult r;
     if (overlapped) {
@@ -197,12 +202,13 @@ void Kernel::launch_raw(unsigned grid, unsigned block, CUstream stream, void** p
         cfg.gridDimY = cfg.gridDimZ = 1;
         cfg.blockDimX = block;
         cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = smem;
         cfg.hStream = stream;
         cfg.attrs = &attr;
         cfg.numAttrs = 1;
         r = driver().cuLaunchKernelEx(&cfg, fn, params, nullptr);
     } else {
-        r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr);
+        r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, stream, params, nullptr);
     }
     if (r != CUDA_SUCCESS)
         throw CudaError(r, fmt::format("launch of kernel '{}' ({}) failed: cuLaunchKernel: {}", spec->entry,

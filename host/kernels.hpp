@@ -89,28 +89,36 @@ struct Kernel {
     const KernelSpec* spec = nullptr;
     std::string origin;  // the file it came from, for messages
     mutable int max_clusters = 0;  // fused_step: cuOccupancyMaxActiveClusters, asked once (0: not yet)
+    mutable unsigned smem_optin = 48 * 1024;  // dynamic shared memory the function may take (raised on demand)
 
     // Launches on a 1-D grid; the argument types must match the spec exactly.
     template <class... A> void launch(unsigned grid, unsigned block, CUstream stream, A... args) const {
-        launch_checked(false, grid, block, stream, args...);
+        launch_checked(false, grid, block, 0, stream, args...);
+    }
+    // The same with `smem` bytes of dynamic shared memory; above 48 KB the function's
+    // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES is raised first (conv_bwd_weights).
+    template <class... A> void launch_smem(unsigned grid, unsigned block, unsigned smem, CUstream stream, A... args) const {
+        launch_checked(false, grid, block, smem, stream, args...);
     }
     // The same, as a programmatic dependent launch (sm_90): the kernel may be scheduled
     // while the previous kernel in the stream still runs, and must execute
     // `griddepcontrol.wait` before it touches memory that kernel reads or writes.
     template <class... A> void launch_overlapped(unsigned grid, unsigned block, CUstream stream, A... args) const {
-        launch_checked(true, grid, block, stream, args...);
+        launch_checked(true, grid, block, 0, stream, args...);
     }
 
 private:
     template <class... A>
-    void launch_checked(bool overlapped, unsigned grid, unsigned block, CUstream stream, A... args) const {
+    void launch_checked(bool overlapped, unsigned grid, unsigned block, unsigned smem, CUstream stream,
+                        A... args) const {
         static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
         check_args(kinds, sizeof...(A));
         void* params[] = {static_cast<void*>(&args)...};
-        launch_raw(grid, block, stream, params, overlapped);
+        launch_raw(grid, block, smem, stream, params, overlapped);
     }
     void check_args(const ParamKind* kinds, size_t n) const;
-    void launch_raw(unsigned grid, unsigned block, CUstream stream, void** params, bool overlapped) const;
+    void launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
+                    bool overlapped) const;
 };
 
 // One loaded set of kernels: the hand-written PTX or the NVRTC twins, JIT-loaded by the driver.
