@@ -3,6 +3,8 @@
 
 #include "error.hpp"
 
+#include <algorithm>
+
 namespace ptxlab {
 
 namespace {
@@ -31,12 +33,46 @@ std::string conv_unfit(const ConvDims& d) {
         return fmt::format("the conv kernels stage 8 channels of {} rows of {} with their halo: {} floats, more than "
                            "the {} they hold",
                            s.rows, d.W, staged, kConvStaged);
-    // conv_bwd_weights stages G of 8 channels and X with its halo for one image.
+    // conv_bwd_weights stages whole images: G and Y of 8 channels and the slice's X planes
+    // with their halo, twice (double buffering). Within these limits a slice of one channel
+    // always fits (at most 10240 + 8 * 1552 + 128 * 1024 bytes).
     if (size_t(d.H) * d.W > 1024 || size_t(d.H + d.KS - 1) * (d.W + d.KS - 1) > 1536)
         return fmt::format("conv_bwd_weights stages whole images: H*W <= 1024 and (H+KS-1)*(W+KS-1) <= 1536, got "
                            "{}x{} with KS {}",
                            d.H, d.W, d.KS);
+    if (conv_wgrad_smem(d, 1) > kConvWgradSmem)  // cannot happen within the limits above
+        return fmt::format("conv_bwd_weights needs {} bytes of shared memory for {}x{} with KS {}, more than {}",
+                           conv_wgrad_smem(d, 1), d.H, d.W, d.KS, kConvWgradSmem);
     return {};
+}
+
+size_t conv_wgrad_smem(const ConvDims& d, unsigned cs) {
+    const size_t plane = size_t(d.H + d.KS - 1) * (d.W + d.KS - 1);
+    const size_t xp = (plane + 31) / 32 * 32 + 16;
+    return 10240 + 8 * cs * xp + 128 * size_t(d.H) * d.W;
+}
+
+ConvWgradPlan conv_wgrad_plan(const ConvDims& d) {
+    ConvWgradPlan p;
+    p.cs = 1;
+    while (p.cs < d.C && p.cs < kConvWgradMaxSlice) p.cs *= 2;
+    while (p.cs > 1 && conv_wgrad_smem(d, p.cs) > kConvWgradSmem) p.cs /= 2;
+    p.lanes = kConvBlock / p.cs;
+    p.slices = div_up(d.C, p.cs);
+    p.kgroups = div_up(d.K, kConvGroup);
+    p.grid = p.kgroups * p.slices * 8;
+    p.passes = div_up(size_t(d.KS) * d.KS, 9);
+    p.smem = static_cast<unsigned>(conv_wgrad_smem(d, p.cs));
+    return p;
+}
+
+size_t conv_wgrad_depth(const ConvDims& d) {
+    const ConvWgradPlan p = conv_wgrad_plan(d);
+    const size_t chain = size_t((d.N + 7) / 8) * ((size_t(d.H) * d.W + p.lanes - 1) / p.lanes);
+    size_t butterfly = 0;
+    for (unsigned m = std::min(p.lanes, 32u); m > 1; m /= 2) ++butterfly;
+    const size_t warps = p.lanes > 32 ? p.lanes / 32 - 1 : 0;
+    return chain + butterfly + warps + 7 + 1;
 }
 
 void launch_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
@@ -56,9 +92,10 @@ void launch_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CU
 void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X,
                              CUdeviceptr dY, CUdeviceptr Y, unsigned act, float scale, CUstream s) {
     require_fit(d);
-    // Clusters of 8 blocks, one per (8 output channels, input channel); a warp per tap and
-    // one for the bias.
-    k.launch(div_up(d.K, kConvGroup) * d.C * 8, 32 * (d.KS * d.KS + 1), s, dW, db, X, dY, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act, scale);
+    // Clusters of 8 blocks, one per (8 output channels, slice of cs input channels), with
+    // dynamic shared memory (conv_wgrad_plan).
+    const ConvWgradPlan p = conv_wgrad_plan(d);
+    k.launch_smem(p.grid, kConvBlock, p.smem, s, dW, db, X, dY, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act, scale);
 }
 
 void launch_fc_bwd_data(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,

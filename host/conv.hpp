@@ -22,8 +22,35 @@ ConvStrips conv_strips(unsigned H, unsigned W);
 
 // Why the conv kernels cannot take these dimensions (empty when they can): every size
 // >= 1, KS 1, 3 or 5, W <= 256, 8 channels of a strip with halo in kConvStaged floats, and
-// (conv_bwd_weights) H*W <= 1024, (H+KS-1)*(W+KS-1) <= 1536.
+// (conv_bwd_weights) H*W <= 1024, (H+KS-1)*(W+KS-1) <= 1536 (then a slice of one channel
+// always fits conv_bwd_weights' shared memory).
 std::string conv_unfit(const ConvDims& d);
+
+// conv_bwd_weights' launch (ptx/conv.ptx's header): clusters of 8 blocks of kConvBlock
+// threads; a cluster owns 8 output channels and a slice of `cs` input channels; thread t of a
+// block is (channel t / lanes, lane t % lanes). The kernel reads cs back from the grid
+// (slices = grid / (8 kgroups), cs = the least power of two >= ceil(C / slices)).
+inline constexpr unsigned kConvWgradMaxSlice = 16;     // most input channels a cluster owns
+inline constexpr unsigned kConvWgradSmem = 200 * 1024;  // most dynamic shared memory it asks for (sm_90: 227 KB a block)
+struct ConvWgradPlan {
+    unsigned cs = 1;       // input channels a cluster owns: a power of two <= 16
+    unsigned lanes = 256;  // L = 256 / cs threads a channel
+    unsigned slices = 1;   // ceil(C / cs) channel slices
+    unsigned kgroups = 1;  // ceil(K / 8) groups of output channels
+    unsigned grid = 8;     // blocks: kgroups * slices clusters of 8
+    unsigned passes = 1;   // passes over the images: ceil(KS*KS / 9) groups of at most 9 taps
+    unsigned smem = 0;     // dynamic shared memory a block, bytes (conv_wgrad_smem)
+};
+// cs = min(16, the least power of two >= C), halved while conv_wgrad_smem exceeds kConvWgradSmem.
+ConvWgradPlan conv_wgrad_plan(const ConvDims& d);
+// The kernel's dynamic shared memory for a slice of cs channels: 10240 bytes of partial sums,
+// two buffers of cs staged X planes of XP floats (XP = ceil32((H+KS-1)(W+KS-1)) + 16) and
+// two buffers each of G and Y for 8 channels: 10240 + 8 cs XP + 128 H W.
+size_t conv_wgrad_smem(const ConvDims& d, unsigned cs);
+// The longest chain of roundings behind one dW or db output (ref_conv_bwd_weights' bound): a
+// thread's fma chain of ceil(N/8) ceil(HW/L) terms, log2(min(L, 32)) butterfly adds, L/32 - 1
+// adds over the warps of a channel (L > 32), 7 over the cluster's ranks and the scale.
+size_t conv_wgrad_depth(const ConvDims& d);
 
 // The launches; act is the kernels' code (0 none, 1 ReLU), scale the factor from the batch
 // sum to the mean gradient.

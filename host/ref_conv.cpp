@@ -1,6 +1,8 @@
 // The float64 reference of convolution and max-pool (see ref_conv.hpp).
 #include "ref_conv.hpp"
 
+#include "conv.hpp"
+
 #include <cmath>
 #include <limits>
 
@@ -195,10 +197,10 @@ Bounded ref_conv_bwd_data(const ConvDims& d, const std::vector<float>& dY, const
 void ref_conv_bwd_weights(const ConvDims& d, const std::vector<float>& Xf, const std::vector<float>& dY,
                           const std::vector<float>& Y, unsigned act, float scale, Bounded& dW, Bounded& db) {
     const auto G = masked(dY, Y, act), X = widen(Xf);
-    // A lane's chain: ceil(H W / 32) pixels of each of its ceil(N / 8) images; then 5
-    // butterfly adds, 7 adds over the cluster's ranks and the scale.
-    const size_t chain = size_t((d.N + 7) / 8) * ((size_t(d.H) * d.W + 31) / 32);
-    const double g = gamma_n(chain + 13), sc = double(scale);
+    // conv.ptx's order (conv_wgrad_depth): a thread's chain of ceil(H W / L) pixels of each
+    // of its ceil(N / 8) images, the butterfly over min(L, 32) lanes, the adds over a
+    // channel's warps (L > 32), 7 adds over the cluster's ranks and the scale.
+    const double g = gamma_n(conv_wgrad_depth(d)), sc = double(scale);
     dW.resize(d.w_size());
     db.resize(d.K);
     for (unsigned k = 0; k < d.K; ++k) {

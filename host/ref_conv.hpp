@@ -26,9 +26,11 @@
 //                  gamma_{n+1} (|b| + sum |x w|); with ReLU, an output whose bound reaches
 //                  the kink (|Z| <= bound) is not compared (infinite bound)
 //   conv dX        an fma chain of K*KS*KS terms: gamma_{K KS KS} sum |g w|
-//   conv dW, db    each lane's fma chain of at most ceil(N/8) ceil(H W / 32) terms, 5
-//                  butterfly adds, 7 adds over the cluster's 8 ranks and the scale:
-//                  |scale| gamma_{ceil(N/8) ceil(HW/32) + 13} sum |g x| (conv.ptx's order)
+//   conv dW, db    each thread's fma chain of at most ceil(N/8) ceil(H W / L) terms (L =
+//                  256 / CS lanes a channel, conv_wgrad_plan), log2(min(L, 32)) butterfly
+//                  adds, L/32 - 1 adds over a channel's warps (L > 32), 7 adds over the
+//                  cluster's 8 ranks and the scale: |scale| gamma_m sum |g x| with
+//                  m = conv_wgrad_depth(d) (conv.ptx's order; conv.hpp)
 //   pool           exact (bound 0)
 #pragma once
 
