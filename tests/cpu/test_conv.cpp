@@ -231,3 +231,114 @@ TEST_CASE("conv: launch shapes and the sizes the kernels take") {
     CHECK_THROWS_AS(validate_case({"fc_bwd_data", {1, 1, 8}}), InputError);
     CHECK(shape_text({"fc_bwd_data", {64, 3136, 128, 1}}) == "B=64 I=3136 O=128 act=1");
 }
+
+TEST_CASE("conv: conv_bwd_weights' launch plan for the CNN's layers and the verify shapes") {
+    // conv1: one input channel, 256 lanes on it; 4 groups of 8 output channels.
+    const ConvWgradPlan c1 = conv_wgrad_plan({64, 1, 28, 28, 32, 3});
+    CHECK(c1.cs == 1);
+    CHECK(c1.lanes == 256);
+    CHECK(c1.slices == 1);
+    CHECK(c1.kgroups == 4);
+    CHECK(c1.grid == 32);
+    CHECK(c1.passes == 1);
+    CHECK(c1.smem == 10240 + 8 * 944 + 128 * 784);
+    CHECK(conv_wgrad_depth({64, 1, 28, 28, 32, 3}) == 8 * 4 + 5 + 7 + 7 + 1);
+    // conv2: slices of 16 channels, 16 lanes each; 8 x 2 clusters = 128 blocks.
+    const ConvWgradPlan c2 = conv_wgrad_plan({64, 32, 14, 14, 64, 3});
+    CHECK(c2.cs == 16);
+    CHECK(c2.lanes == 16);
+    CHECK(c2.slices == 2);
+    CHECK(c2.kgroups == 8);
+    CHECK(c2.grid == 128);
+    CHECK(c2.smem == 10240 + 8 * 16 * 272 + 128 * 196);
+    CHECK(conv_wgrad_depth({64, 32, 14, 14, 64, 3}) == 8 * 13 + 4 + 7 + 1);
+    // 5x5 taps take three passes; 1x1 one; C not a power of two rounds the slice up.
+    CHECK(conv_wgrad_plan({64, 1, 28, 28, 32, 5}).passes == 3);
+    CHECK(conv_wgrad_plan({2, 3, 9, 9, 8, 1}).passes == 1);
+    CHECK(conv_wgrad_plan({3, 3, 7, 7, 17, 5}).cs == 4);
+    CHECK(conv_wgrad_plan({3, 3, 7, 7, 17, 5}).kgroups == 3);
+    CHECK(conv_wgrad_plan({3, 64, 9, 9, 32, 5}).slices == 4);
+    CHECK(conv_wgrad_plan({1, 9, 14, 14, 3, 3}).cs == 16);
+    // 16 channels of 28x28 with their halo would pass 200 KB: 8 of them.
+    CHECK(conv_wgrad_plan({3, 32, 28, 28, 64, 3}).cs == 8);
+    // The kernel reads the slice width back from the grid: the least power of two >= ceil(C / slices).
+    for (const ConvDims d : {ConvDims{64, 1, 28, 28, 32, 3}, ConvDims{64, 32, 14, 14, 64, 3}, ConvDims{3, 3, 7, 7, 17, 5},
+                             ConvDims{3, 32, 28, 28, 64, 3}, ConvDims{1, 9, 14, 14, 3, 3}, ConvDims{3, 64, 9, 9, 32, 5},
+                             ConvDims{64, 1568, 1, 1, 10, 1}, ConvDims{2, 17, 32, 32, 5, 5}, ConvDims{2, 5, 32, 32, 5, 5}}) {
+        CAPTURE(d.C);
+        CAPTURE(d.H);
+        const ConvWgradPlan p = conv_wgrad_plan(d);
+        const unsigned slices = p.grid / 8 / ((d.K + 7) / 8), want = (d.C + slices - 1) / slices;
+        unsigned cs = 1;
+        while (cs < want) cs *= 2;
+        CHECK(cs == p.cs);
+        CHECK(p.cs * p.lanes == 256);
+        CHECK(p.smem <= kConvWgradSmem);
+        CHECK(p.smem == conv_wgrad_smem(d, p.cs));
+    }
+    // Every shape conv_unfit takes fits with a slice of one channel.
+    CHECK(conv_wgrad_smem({1, 1, 32, 32, 1, 5}, 1) <= kConvWgradSmem);
+    CHECK(conv_wgrad_smem({1, 1, 4, 256, 1, 5}, 1) <= kConvWgradSmem);
+}
+
+namespace {
+// conv_bwd_weights' summation order (conv.ptx's header), emulated in float32 from the plan.
+std::vector<float> emulate_wgrad(const ConvDims& d, const std::vector<float>& X, const std::vector<float>& G,
+                                 float scale, int shift) {
+    const ConvWgradPlan p = conv_wgrad_plan(d);
+    const unsigned L = p.lanes, seg = std::min(L, 32u), nseg = L > 32 ? L / 32 : 1, HW = d.H * d.W, T = d.KS * d.KS;
+    const int pad = int(d.pad()) + shift;
+    std::vector<float> dW(d.w_size());
+    for (unsigned k = 0; k < d.K; ++k)
+        for (unsigned c = 0; c < d.C; ++c)
+            for (unsigned tap = 0; tap < T; ++tap) {
+                float ranks[8];
+                for (unsigned r = 0; r < 8; ++r) {
+                    std::vector<float> lane(L, 0.0f);
+                    for (unsigned j = 0; j < L; ++j)
+                        for (unsigned n = r; n < d.N; n += 8)
+                            for (unsigned q = j; q < HW; q += L) {
+                                const int iy = int(q / d.W + tap / d.KS) - pad, ix = int(q % d.W + tap % d.KS) - pad;
+                                const bool in = iy >= 0 && ix >= 0 && iy < int(d.H) && ix < int(d.W);
+                                const float x = in ? X[((size_t(n) * d.C + c) * d.H + iy) * d.W + ix] : 0.0f;
+                                lane[j] = std::fma(G[(size_t(n) * d.K + k) * HW + q], x, lane[j]);
+                            }
+                    for (unsigned m = seg / 2; m >= 1; m /= 2) {
+                        std::vector<float> o = lane;
+                        for (unsigned j = 0; j < L; ++j) lane[j] = o[j] + o[j ^ m];
+                    }
+                    float s = lane[0];
+                    for (unsigned w = 1; w < nseg; ++w) s += lane[w * 32];
+                    ranks[r] = s;
+                }
+                float sum = ranks[0];
+                for (unsigned r = 1; r < 8; ++r) sum += ranks[r];
+                dW[(size_t(k) * d.C + c) * T + tap] = sum * scale;
+            }
+    return dW;
+}
+}  // namespace
+
+TEST_CASE("conv: conv_bwd_weights' bound holds a float32 emulation of its order and catches an off-by-one") {
+    Rng rng(12);
+    for (const ConvDims d : {ConvDims{20, 3, 9, 9, 5, 3}, ConvDims{9, 17, 7, 7, 3, 5}, ConvDims{3, 1, 28, 28, 2, 3}}) {
+        CAPTURE(d.C);
+        std::vector<float> X(d.x_size()), dY(d.y_size()), Y(d.y_size());
+        for (auto& x : X) x = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+        for (auto& v : dY) v = rng.uniform(-1.0f, 1.0f);
+        for (auto& v : Y) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+        std::vector<float> G(dY.size());
+        for (size_t i = 0; i < G.size(); ++i) G[i] = Y[i] > 0.0f ? dY[i] : 0.0f;
+        const float scale = 1.0f / float(d.N);
+        Bounded dW, db;
+        ref_conv_bwd_weights(d, X, dY, Y, 1, scale, dW, db);
+        const auto good = emulate_wgrad(d, X, G, scale, 0), bad = emulate_wgrad(d, X, G, scale, 1);
+        size_t good_fail = 0, bad_fail = 0;
+        for (size_t i = 0; i < good.size(); ++i) {
+            good_fail += !within_bound(good[i], dW.v[i], dW.e[i]);
+            bad_fail += !within_bound(bad[i], dW.v[i], dW.e[i]);
+        }
+        CHECK(good_fail == 0);
+        CHECK(bad_fail > good.size() / 2);
+    }
+}
