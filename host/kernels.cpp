@@ -75,6 +75,10 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"pool_bwd", "pool", {P, P, P, U, U, U}},
         // The tensor-core kernels (tc.hpp). X W b A | B I H act   (a dense layer's forward pass, TF32 mma.sync)
         {"tc_forward", "tc", {P, P, P, P, U, U, U, U}},
+        // dX dY Y W | B I O act   (dX = G W, G = dY masked by ReLU: fc_bwd_data's signature)
+        {"tc_grad_input", "tc", {P, P, P, P, U, U, U, U}},
+        // dW db dY Y X | B I O act | scale   (dW = scale G^T X, db = scale sum_s G)
+        {"tc_grad_weights", "tc", {P, P, P, P, P, U, U, U, U, F}},
     };
     return specs;
 }

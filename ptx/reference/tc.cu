@@ -1,6 +1,7 @@
-// CUDA C twin of ptx/tc.ptx, compiled at run time by NVRTC.
+// CUDA C twin of ptx/tc.ptx, compiled at run time by NVRTC: a dense layer on the tensor cores,
+// its forward pass (tc_forward) and its two backward products (tc_grad_input, tc_grad_weights).
 //
-// A dense layer's forward pass on the tensor cores, W[H][I] in nn.Linear's [out][in] layout:
+// tc_forward: a dense layer's forward pass, W[H][I] in nn.Linear's [out][in] layout:
 //   A[s][h] = act(b[h] + sum_{k < I} X[s][k] W[h][k]),  act 0 none, 1 ReLU (max(z, 0))
 // The same launch shape as the PTX (128 threads a block; warp w = 4 * block + tid/32 takes the
 // 16-sample x 8-unit tile (w / ceil(H/8), w % ceil(H/8)) of A; a warp past the last tile leaves
@@ -55,4 +56,98 @@ extern "C" __global__ void tc_forward(const float* X, const float* W, const floa
         if (act == 1) z = fmaxf(z, 0.0f);
         A[(size_t)s * H + h] = z;
     }
+}
+
+// The mma of all three kernels: c = A B + c for one m16n8k8 tile, tf32 fragments a0..a3, b0, b1.
+__device__ __forceinline__ void mma_tf32(float& c0, float& c1, float& c2, float& c3, unsigned a0, unsigned a1,
+                                         unsigned a2, unsigned a3, unsigned b0, unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// G[s][o] of the backward kernels: dY masked by ReLU with act 1 (+0 where Y > 0 fails, a NaN Y
+// too), dY with act 0; +0 outside [B][O]. The PTX's selp(dY, +0, Y > 0) gives the same bits.
+__device__ __forceinline__ float g_at(const float* dY, const float* Y, unsigned s, unsigned o, unsigned B,
+                                      unsigned O, unsigned act)
+{
+    if (s >= B || o >= O) return 0.0f;
+    const size_t e = (size_t)s * O + o;
+    return act == 1 && !(Y[e] > 0.0f) ? 0.0f : dY[e];
+}
+
+// tc_grad_input: a dense layer's backward pass to its input (fc_bwd_data's sums on TF32 inputs):
+//   dX[s][i] = sum_{o < O} G[s][o] W[o][i],  W [O][I], dY and Y [B][O], dX [B][I]
+// The PTX's launch shape (128 threads a block; warp w = 4 * block + tid/32 takes the 16-sample
+// x 8-column tile (w / ceil(I/8), w % ceil(I/8)) of dX; a warp past the last tile leaves whole)
+// and instructions in the same order: for o0 = 0, 8, ... < O the fragments (g = lane/4,
+// q = lane%4: a0 = G[s0+g][o0+q], a1 = G[s0+g+8][o0+q], a2 = G[s0+g][o0+q+4],
+// a3 = G[s0+g+8][o0+q+4], b0 = W[o0+q][i0+g], b1 = W[o0+q+4][i0+g], +0 outside), each rounded by
+// cvt.rna.tf32.f32, and one mma.sync onto c0..c3 (from +0); dX = c.
+extern "C" __global__ void tc_grad_input(float* dX, const float* dY, const float* Y, const float* W,
+                                         unsigned B, unsigned I, unsigned O, unsigned act)
+{
+    const unsigned nt = (I + 7) / 8, tiles = (B + 15) / 16 * nt;
+    const unsigned w = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (w >= tiles) return;  // the whole warp: mma.sync needs all 32 lanes
+    const unsigned s0 = w / nt * 16, i0 = w % nt * 8, g = lane / 4, q = lane % 4;
+    const unsigned r0 = s0 + g, r1 = s0 + g + 8, iw = i0 + g;  // the lane's rows of G, column of W
+    auto w_at = [&](unsigned o, unsigned i) { return o < O && i < I ? W[(size_t)o * I + i] : 0.0f; };
+    float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+    for (unsigned o0 = 0; o0 < O; o0 += 8) {
+        const unsigned o = o0 + q;
+        const unsigned a0 = tf32(g_at(dY, Y, r0, o, B, O, act)), a1 = tf32(g_at(dY, Y, r1, o, B, O, act));
+        const unsigned a2 = tf32(g_at(dY, Y, r0, o + 4, B, O, act)), a3 = tf32(g_at(dY, Y, r1, o + 4, B, O, act));
+        const unsigned b0 = tf32(w_at(o, iw)), b1 = tf32(w_at(o + 4, iw));
+        mma_tf32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
+    }
+    // c0, c1: sample s0+g, columns i0+2q, i0+2q+1; c2, c3: sample s0+g+8, the same columns.
+    const float c[4] = {c0, c1, c2, c3};
+    for (unsigned e = 0; e < 4; ++e) {
+        const unsigned s = e < 2 ? r0 : r1, i = i0 + 2 * q + e % 2;
+        if (s < B && i < I) dX[(size_t)s * I + i] = c[e];
+    }
+}
+
+// tc_grad_weights: a dense layer's weight and bias gradients,
+//   dW[o][i] = scale * sum_{s < B} G[s][o] X[s][i],  db[o] = scale * sum_{s < B} G[s][o]
+// X [B][I], dY and Y [B][O], dW [O][I], db [O]. The PTX's launch shape (warp w takes the
+// 16-output x 8-input tile (w / ceil(I/8), w % ceil(I/8)) of dW) and instructions in the same
+// order: for s0 = 0, 8, ... < B the fragments (a0 = G[s0+q][o0+g], a1 = G[s0+q][o0+g+8],
+// a2 = G[s0+q+4][o0+g], a3 = G[s0+q+4][o0+g+8], b0 = X[s0+q][i0+g], b1 = X[s0+q+4][i0+g], +0
+// outside), each rounded by cvt.rna.tf32.f32, and one mma.sync onto c0..c3 (from +0);
+// dW = __fmul_rn(c, scale) (mul.rn). db: lanes 0..15 of the warps of tile column 0, lane l
+// output o0 + l: acc = +0, __fadd_rn(acc, G[s][o]) for s = 0 .. B-1, db = __fmul_rn(acc, scale)
+// (add.rn, mul.rn: NVRTC may not contract or reorder them).
+extern "C" __global__ void tc_grad_weights(float* dW, float* db, const float* dY, const float* Y, const float* X,
+                                           unsigned B, unsigned I, unsigned O, unsigned act, float scale)
+{
+    const unsigned nt = (I + 7) / 8, tiles = (O + 15) / 16 * nt;
+    const unsigned w = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (w >= tiles) return;  // the whole warp: mma.sync needs all 32 lanes
+    const unsigned n = w % nt, o0 = w / nt * 16, i0 = n * 8, g = lane / 4, q = lane % 4;
+    const unsigned u0 = o0 + g, u1 = o0 + g + 8, iw = i0 + g;  // the lane's outputs, column of X
+    auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[(size_t)s * I + i] : 0.0f; };
+    float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+    for (unsigned s0 = 0; s0 < B; s0 += 8) {
+        const unsigned s = s0 + q;
+        const unsigned a0 = tf32(g_at(dY, Y, s, u0, B, O, act)), a1 = tf32(g_at(dY, Y, s, u1, B, O, act));
+        const unsigned a2 = tf32(g_at(dY, Y, s + 4, u0, B, O, act)), a3 = tf32(g_at(dY, Y, s + 4, u1, B, O, act));
+        const unsigned b0 = tf32(x_at(s, iw)), b1 = tf32(x_at(s + 4, iw));
+        mma_tf32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
+    }
+    // c0, c1: output o0+g, inputs i0+2q, i0+2q+1; c2, c3: output o0+g+8, the same inputs.
+    const float c[4] = {c0, c1, c2, c3};
+    for (unsigned e = 0; e < 4; ++e) {
+        const unsigned o = e < 2 ? u0 : u1, i = i0 + 2 * q + e % 2;
+        if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c[e], scale);
+    }
+    // db: the warps of tile column 0, lanes 0..15, each one output.
+    const unsigned o = o0 + lane;
+    if (n != 0 || lane >= 16 || o >= O) return;
+    float acc = 0.0f;
+    for (unsigned s = 0; s < B; ++s) acc = __fadd_rn(acc, g_at(dY, Y, s, o, B, O, act));
+    db[o] = __fmul_rn(acc, scale);
 }
