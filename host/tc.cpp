@@ -12,6 +12,16 @@ namespace {
 constexpr double kU = 0x1p-24;                     // FP32's unit roundoff
 constexpr double kTf32Product = 0x1p-10 + 0x1p-22;  // a product of two cvt.rna.tf32 inputs, relative
 constexpr unsigned kTcUnitsPerMma = 32;             // 16 truncations of 2u each (tc.hpp, item 2)
+// G[s][o] of the backward kernels as a double: dY masked by ReLU (act 1) where Y > 0 fails.
+double g_at(const std::vector<float>& dY, const std::vector<float>& Y, size_t e, unsigned act) {
+    return act == 1 && !(Y[e] > 0.0f) ? 0.0 : double(dY[e]);
+}
+
+// Four warps (four tiles) a block: ceil(T / 4) blocks (T < 2^32, so it fits an unsigned).
+unsigned tc_blocks(size_t tiles) {
+    const size_t warps_a_block = kTcBlock / 32;
+    return static_cast<unsigned>((tiles + warps_a_block - 1) / warps_a_block);
+}
 }  // namespace
 
 size_t tc_forward_tiles(unsigned B, unsigned H) {
@@ -71,6 +81,99 @@ Bounded ref_tc_forward(const std::vector<float>& X, const std::vector<float>& W,
         }
     }
     return r;
+}
+
+size_t tc_grad_input_tiles(unsigned B, unsigned I) {
+    return ((size_t(B) + kTcRows - 1) / kTcRows) * ((size_t(I) + kTcCols - 1) / kTcCols);
+}
+
+size_t tc_grad_weights_tiles(unsigned I, unsigned O) {
+    return ((size_t(O) + kTcRows - 1) / kTcRows) * ((size_t(I) + kTcCols - 1) / kTcCols);
+}
+
+std::string tc_grad_unfit(const std::string& entry, unsigned B, unsigned I, unsigned O) {
+    if (B == 0 || I == 0 || O == 0) return fmt::format("{} needs B, I, O >= 1, got B={} I={} O={}", entry, B, I, O);
+    if (B > kTcMaxSize || I > kTcMaxSize || O > kTcMaxSize)
+        return fmt::format("{} takes B, I, O up to {} (its 32-bit indices), got B={} I={} O={}", entry, kTcMaxSize,
+                           B, I, O);
+    const size_t tiles = entry == "tc_grad_weights" ? tc_grad_weights_tiles(I, O) : tc_grad_input_tiles(B, I);
+    if (tiles > 0xffffffffu)
+        return fmt::format("{} takes fewer than 2^32 warp tiles (its 32-bit warp index), got {} for B={} I={} O={}",
+                           entry, tiles, B, I, O);
+    return {};
+}
+
+void launch_tc_grad_input(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
+                          CUdeviceptr Y, CUdeviceptr W, unsigned act, CUstream s) {
+    if (std::string why = tc_grad_unfit("tc_grad_input", B, I, O); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
+    // One warp a 16 x 8 tile of dX, 4 warps a block (ptx/tc.ptx); fewer than 2^32 tiles, so the
+    // PTX's warp index 4 * block + 3 of the last block fits 32 bits too.
+    k.launch(tc_blocks(tc_grad_input_tiles(B, I)), kTcBlock, s, dX, dY, Y, W, B, I, O, act);
+}
+
+void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dW, CUdeviceptr db,
+                            CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, unsigned act, float scale, CUstream s) {
+    if (std::string why = tc_grad_unfit("tc_grad_weights", B, I, O); !why.empty())
+        PTXLAB_THROW(InputError, "{}", why);
+    // One warp a 16 x 8 tile of dW, 4 warps a block (ptx/tc.ptx); db by the warps of tile column 0.
+    k.launch(tc_blocks(tc_grad_weights_tiles(I, O)), kTcBlock, s, dW, db, dY, Y, X, B, I, O, act, scale);
+}
+
+double tc_bias_bound(unsigned B) {
+    const double n = double(B);
+    if (n * kU >= 1.0) return INFINITY;
+    return n * kU / (1.0 - n * kU);  // gamma_B
+}
+
+Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& W,
+                          unsigned B, unsigned I, unsigned O, unsigned act) {
+    const double rel = tc_sum_bound(O);  // K = O products a sum
+    Bounded r;
+    r.resize(size_t(B) * I);
+    for (unsigned s = 0; s < B; ++s)
+        for (unsigned i = 0; i < I; ++i) {
+            double sum = 0, mag = 0;
+            for (unsigned o = 0; o < O; ++o) {
+                const double p = g_at(dY, Y, size_t(s) * O + o, act) * double(W[size_t(o) * I + i]);  // exact
+                sum += p;
+                mag += std::fabs(p);
+            }
+            const size_t e = size_t(s) * I + i;
+            r.v[e] = sum;
+            r.e[e] = std::isinf(rel) ? rel : rel * mag;  // dX = c: no rounding after the mma chain
+        }
+    return r;
+}
+
+void ref_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& X,
+                         unsigned B, unsigned I, unsigned O, unsigned act, float scale, Bounded& dW, Bounded& db) {
+    const double rel = tc_sum_bound(B), rb = tc_bias_bound(B), sc = double(scale), asc = std::fabs(sc);
+    dW.resize(size_t(O) * I);
+    db.resize(O);
+    std::vector<double> g(B);
+    for (unsigned o = 0; o < O; ++o) {
+        double bsum = 0, bmag = 0;
+        for (unsigned s = 0; s < B; ++s) {
+            g[s] = g_at(dY, Y, size_t(s) * O + o, act);
+            bsum += g[s];
+            bmag += std::fabs(g[s]);
+        }
+        db.v[o] = sc * bsum;
+        db.e[o] = std::isinf(rb) ? rb : asc * rb * bmag;
+        for (unsigned i = 0; i < I; ++i) {
+            double sum = 0, mag = 0;
+            for (unsigned s = 0; s < B; ++s) {
+                const double p = g[s] * double(X[size_t(s) * I + i]);  // exact: two floats' product
+                sum += p;
+                mag += std::fabs(p);
+            }
+            const double ec = std::isinf(rel) ? rel : rel * mag;
+            const size_t e = size_t(o) * I + i;
+            dW.v[e] = sc * sum;
+            // Then mul.rn(c, scale): one rounding of |scale c| <= |scale| (|sum| + ec).
+            dW.e[e] = std::isinf(ec) ? ec : asc * (ec + kU * (std::fabs(sum) + ec));
+        }
+    }
 }
 
 }  // namespace ptxlab

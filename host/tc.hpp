@@ -27,6 +27,26 @@
 //   So with e_c = tc_sum_bound(I) S:  |A - z| <= e_c + u (|z| + e_c).  ReLU is 1-Lipschitz:
 //   max(z, 0) is held to the same bound (no kink to skip), and where z + bound < 0 the kernel's
 //   z is negative too, so A must be exactly 0 (bound 0).
+//
+// The two backward products, G [B][O] the gradient at the layer's pre-activation: G = dY where
+// Y > 0, else 0 (act 1, ReLU; Y the layer's output), G = dY (act 0), dY and Y [B][O]. G is
+// formed from the inputs exactly (a select), so the reference masks with the same bits.
+//
+// tc_grad_input: dX[s][i] = sum_{o < O} G[s][o] W[o][i], W [O][I], dX [B][I] (fc_bwd_data's
+// sums and signature). One warp a 16-sample x 8-column tile of dX, an mma a k tile of 8
+// outputs. Its bound (ref_tc_grad_input) is items 1 and 2 with K = O products: with
+// S = sum_o |G[s][o] W[o][i]|, |dX - sum| <= tc_sum_bound(O) S (no epilogue rounding).
+//
+// tc_grad_weights: dW[o][i] = scale sum_{s < B} G[s][o] X[s][i], db[o] = scale sum_s G[s][o],
+// X [B][I], dW [O][I], db [O]. One warp a 16-output x 8-input tile of dW, an mma a k tile of
+// 8 samples; db summed in FP32 by lanes 0..15 of the warps of tile column 0. Its bounds
+// (ref_tc_grad_weights), with S = sum_s |G[s][o] X[s][i]|, z = sum_s G[s][o] X[s][i] exact:
+//   dW: items 1 and 2 with K = B give c within e_c = tc_sum_bound(B) S of z; then
+//       mul.rn(c, scale), one rounding: |dW - scale z| <= |scale| (e_c + u (|z| + e_c)).
+//   db: a chain of B add.rn from +0 in sample order (the first is exact) is within
+//       gamma_{B-1} sum_s |G[s][o]| of the sum; with mul.rn by scale, gamma_{B-1} + u (1 +
+//       gamma_{B-1}) <= gamma_B: |db - scale sum| <= |scale| gamma_B sum_s |G[s][o]|
+//       (tc_bias_bound(B) = gamma_B).
 #pragma once
 
 #include "kernels.hpp"
@@ -36,9 +56,9 @@
 
 namespace ptxlab {
 
-inline constexpr unsigned kTcBlock = 128;   // tc_forward: threads a block (4 warps)
-inline constexpr unsigned kTcRows = 16;     // samples of a warp's tile of A
-inline constexpr unsigned kTcCols = 8;      // units of a warp's tile of A (and columns of an mma's k tile)
+inline constexpr unsigned kTcBlock = 128;   // every tc kernel: threads a block (4 warps)
+inline constexpr unsigned kTcRows = 16;     // rows of a warp's tile (mma M): samples of A and dX, outputs of dW
+inline constexpr unsigned kTcCols = 8;      // columns of a warp's tile (mma N) and of an mma's k tile (K)
 inline constexpr unsigned kTcMaxSize = 1u << 31;  // B, I, H: the kernels' 32-bit index arithmetic
 
 // ceil(B/16) * ceil(H/8): the warp tiles of tc_forward.
@@ -58,5 +78,33 @@ double tc_sum_bound(unsigned I);
 // The float64 reference of tc_forward with the bound above, on the kernel's float inputs.
 Bounded ref_tc_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
                        unsigned B, unsigned I, unsigned H, unsigned act);
+
+// ceil(B/16) * ceil(I/8): the warp tiles of tc_grad_input (16 samples x 8 columns of dX).
+size_t tc_grad_input_tiles(unsigned B, unsigned I);
+// ceil(O/16) * ceil(I/8): the warp tiles of tc_grad_weights (16 outputs x 8 inputs of dW).
+size_t tc_grad_weights_tiles(unsigned I, unsigned O);
+
+// Why tc_grad_input or tc_grad_weights (entry) cannot take these sizes (empty when it can):
+// 1 <= B, I, O <= 2^31, and fewer than 2^32 warp tiles (the PTX's 32-bit warp index).
+std::string tc_grad_unfit(const std::string& entry, unsigned B, unsigned I, unsigned O);
+
+// dY, Y [B][O], W [O][I] -> dX [B][I]; act 0 none, 1 ReLU. Throws InputError (tc_grad_unfit).
+void launch_tc_grad_input(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
+                          CUdeviceptr Y, CUdeviceptr W, unsigned act, CUstream s);
+
+// dY, Y [B][O], X [B][I] -> dW [O][I], db [O]; act 0 none, 1 ReLU. Throws InputError (tc_grad_unfit).
+void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dW, CUdeviceptr db,
+                            CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, unsigned act, float scale, CUstream s);
+
+// The bound of db's FP32 sum of B terms and its scaling as a fraction of |scale| sum |G|:
+// gamma_B (infinite from B = 2^24 on: no bound).
+double tc_bias_bound(unsigned B);
+
+// The float64 references of tc_grad_input and tc_grad_weights with the bounds above, on the
+// kernels' float inputs.
+Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& W,
+                          unsigned B, unsigned I, unsigned O, unsigned act);
+void ref_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& X,
+                         unsigned B, unsigned I, unsigned O, unsigned act, float scale, Bounded& dW, Bounded& db);
 
 }  // namespace ptxlab

@@ -64,9 +64,9 @@ std::vector<VerifyCase> conv_default_cases();
 std::vector<VerifyCase> conv_quick_cases();
 Harness make_conv_harness(const VerifyCase& c, Rng& rng);
 
-// verify_tc.cpp: the tensor-core kernels (tc_forward).
+// verify_tc.cpp: the tensor-core kernels (tc_forward, tc_grad_input, tc_grad_weights).
 bool is_tc_entry(const std::string& entry);
-std::string tc_shape_names(const std::string& entry);  // "B,I,H,act"
+std::string tc_shape_names(const std::string& entry);  // "B,I,H,act" (tc_forward) or "B,I,O,act"
 void validate_tc_case(const VerifyCase& c);            // throws InputError
 std::vector<VerifyCase> tc_default_cases();
 std::vector<VerifyCase> tc_quick_cases();

@@ -1,9 +1,10 @@
 // verify harness of the tensor-core kernels (ptx/tc.ptx): fresh random inputs, the float64
-// reference with its TF32 bound and the launch (tc.hpp). Shape: tc_forward takes B,I,H,act
-// (act 0 none, 1 ReLU).
+// reference with its TF32 bound and the launch (tc.hpp). Shapes: tc_forward takes B,I,H,act,
+// tc_grad_input and tc_grad_weights B,I,O,act (act 0 none, 1 ReLU).
 #include "tc.hpp"
 #include "verify_harness.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ptxlab::verify_detail {
@@ -27,11 +28,53 @@ Harness make_tc_forward(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
+// Activations as a ReLU layer leaves them: about half exact zeros (the mask's Y, and X).
+std::vector<float> relu_outputs(Rng& rng, size_t n) {
+    std::vector<float> a = random_vector(rng, n, -1.0f, 1.0f);
+    for (auto& x : a) x = std::max(x, 0.0f);
+    return a;
+}
+
+// tc_grad_input (B,I,O,act): dY in [-1, 1], Y a ReLU layer's output, W within 1/sqrt(I).
+Harness make_tc_grad_input(const VerifyCase& c, Rng& rng) {
+    const unsigned B = c.shape[0], I = c.shape[1], O = c.shape[2], act = c.shape[3];
+    const float w = 1.0f / std::sqrt(float(I));
+    Harness h;
+    std::vector<float> dY = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, size_t(B) * O);
+    std::vector<float> W = random_vector(rng, size_t(O) * I, -w, w);
+    h.expected["dX"] = ref_tc_grad_input(dY, Y, W, B, I, O, act);
+    h.tensors = {{"dX", {B, I}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY}, {"Y", {B, O}, Role::In, Y},
+                 {"W", {O, I}, Role::In, W}};
+    h.launch = [B, I, O, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_tc_grad_input(k, B, I, O, m.at("dX"), m.at("dY"), m.at("Y"), m.at("W"), act, s);
+    };
+    return h;
+}
+
+// tc_grad_weights (B,I,O,act): X a ReLU layer's output, dY in [-1, 1], Y as above, scale about
+// 1/B (the batch mean), drawn afresh so that its rounding is exercised.
+Harness make_tc_grad_weights(const VerifyCase& c, Rng& rng) {
+    const unsigned B = c.shape[0], I = c.shape[1], O = c.shape[2], act = c.shape[3];
+    const float scale = rng.uniform(0.5f, 2.0f) / float(B);
+    Harness h;
+    std::vector<float> X = relu_outputs(rng, size_t(B) * I);
+    std::vector<float> dY = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, size_t(B) * O);
+    ref_tc_grad_weights(dY, Y, X, B, I, O, act, scale, h.expected["dW"], h.expected["db"]);
+    h.tensors = {{"dW", {O, I}, Role::Out, {}}, {"db", {O}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY},
+                 {"Y", {B, O}, Role::In, Y},     {"X", {B, I}, Role::In, X}};
+    h.launch = [B, I, O, act, scale](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_tc_grad_weights(k, B, I, O, m.at("dW"), m.at("db"), m.at("dY"), m.at("Y"), m.at("X"), act, scale, s);
+    };
+    return h;
+}
+
 }  // namespace
 
-bool is_tc_entry(const std::string& e) { return e == "tc_forward"; }
+bool is_tc_entry(const std::string& e) { return e == "tc_forward" || e == "tc_grad_input" || e == "tc_grad_weights"; }
 
-std::string tc_shape_names(const std::string&) { return "B,I,H,act"; }
+std::string tc_shape_names(const std::string& e) { return e == "tc_forward" ? "B,I,H,act" : "B,I,O,act"; }
 
 void validate_tc_case(const VerifyCase& c) {
     const std::string names = tc_shape_names(c.entry);
@@ -41,8 +84,9 @@ void validate_tc_case(const VerifyCase& c) {
         if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
     if (c.shape[3] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[3]);
-    if (std::string why = tc_unfit(c.shape[0], c.shape[1], c.shape[2]); !why.empty())
-        PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
+    const std::string why = c.entry == "tc_forward" ? tc_unfit(c.shape[0], c.shape[1], c.shape[2])
+                                                    : tc_grad_unfit(c.entry, c.shape[0], c.shape[1], c.shape[2]);
+    if (!why.empty()) PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
 
 // The MNIST net's first layer (784 -> 128) at batch 64, both act codes, and at batch 1000;
@@ -54,11 +98,31 @@ std::vector<VerifyCase> tc_default_cases() {
              {64, 784, 128, 1}, {64, 784, 128, 0}, {1, 1, 1, 0}, {17, 9, 5, 1}, {1000, 784, 128, 1},
              {3, 800, 33, 0}, {65, 257, 130, 1}})
         v.push_back({"tc_forward", s});
+    // tc_grad_input: the MNIST net's two layers back to their inputs (G 64 x 128 to 784 columns,
+    // G 64 x 10 to 128), both act codes; 1x1x1; 17, 9, 5 and 65, 257, 130 leave a tile of 16
+    // samples, 8 columns and a k tile of 8 outputs part-empty; O = 1024, 128 k tiles.
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 784, 128, 1}, {64, 784, 128, 0}, {64, 128, 10, 1}, {1, 1, 1, 0}, {17, 9, 5, 1},
+             {65, 257, 130, 0}, {7, 300, 1024, 1}})
+        v.push_back({"tc_grad_input", s});
+    // tc_grad_weights: the same two layers' dW and db at batch 64 and 1000 (125 k tiles of
+    // samples, db a chain of 1000 adds), both act codes; 1x1x1; 17, 9, 5 and 1003, 33, 17 leave
+    // a tile of 16 outputs, 8 inputs and a k tile of 8 samples part-empty.
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 784, 128, 1}, {64, 784, 128, 0}, {64, 128, 10, 1}, {1000, 784, 128, 1}, {1, 1, 1, 0},
+             {17, 9, 5, 1}, {1003, 33, 17, 0}, {65, 257, 130, 1}})
+        v.push_back({"tc_grad_weights", s});
     return v;
 }
 
-std::vector<VerifyCase> tc_quick_cases() { return {{"tc_forward", {17, 9, 5, 1}}}; }
+std::vector<VerifyCase> tc_quick_cases() {
+    return {{"tc_forward", {17, 9, 5, 1}}, {"tc_grad_input", {17, 9, 5, 1}}, {"tc_grad_weights", {17, 9, 5, 1}}};
+}
 
-Harness make_tc_harness(const VerifyCase& c, Rng& rng) { return make_tc_forward(c, rng); }
+Harness make_tc_harness(const VerifyCase& c, Rng& rng) {
+    if (c.entry == "tc_grad_input") return make_tc_grad_input(c, rng);
+    if (c.entry == "tc_grad_weights") return make_tc_grad_weights(c, rng);
+    return make_tc_forward(c, rng);
+}
 
 }  // namespace ptxlab::verify_detail
