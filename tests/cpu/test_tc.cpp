@@ -1,6 +1,6 @@
 // The tensor-core kernels' host side (host/tc.hpp, host/verify_tc.cpp): the shapes verify
-// takes, the float64 reference by hand, and its TF32 bound: not vacuous, and wide enough for a
-// CPU model of the tensor core that truncates every addition, but not for a wrong fragment layout.
+// takes, the float64 references by hand, and their TF32 bounds: not vacuous, and wide enough for
+// a CPU model of the tensor core that truncates every addition, but not for a wrong fragment layout.
 #include "error.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -55,6 +56,120 @@ std::vector<float> model_tc_forward(const std::vector<float>& X, const std::vect
             A[size_t(s) * H + h] = z;
         }
     return A;
+}
+
+// One warp's mma.sync.m16n8k8 on the CPU: the 32 lanes' fragments placed in A, B and C by
+// the layout table of ptx/lessons/10_mma_tf32.ptx (g = lane/4, q = lane%4: a0 = A[g][q],
+// a1 = A[g+8][q], a2 = A[g][q+4], a3 = A[g+8][q+4], b0 = B[q][g], b1 = B[q+4][g],
+// c0 = C[g][2q], c1 = C[g][2q+1], c2 = C[g+8][2q], c3 = C[g+8][2q+1]); each of the 8 products
+// of tf32 values (exact) added onto C in k order, truncated; D back into the lanes' c.
+struct Lane {
+    float a[4], b[2], c[4];
+};
+void warp_mma(std::array<Lane, 32>& L) {
+    float A[16][8], Bm[8][8], C[16][8];
+    for (unsigned lane = 0; lane < 32; ++lane) {
+        const unsigned g = lane / 4, q = lane % 4;
+        const Lane& l = L[lane];
+        A[g][q] = l.a[0], A[g + 8][q] = l.a[1], A[g][q + 4] = l.a[2], A[g + 8][q + 4] = l.a[3];
+        Bm[q][g] = l.b[0], Bm[q + 4][g] = l.b[1];
+        C[g][2 * q] = l.c[0], C[g][2 * q + 1] = l.c[1], C[g + 8][2 * q] = l.c[2], C[g + 8][2 * q + 1] = l.c[3];
+    }
+    for (unsigned r = 0; r < 16; ++r)
+        for (unsigned n = 0; n < 8; ++n)
+            for (unsigned k = 0; k < 8; ++k) C[r][n] = add_rz(C[r][n], tf32(A[r][k]) * tf32(Bm[k][n]));
+    for (unsigned lane = 0; lane < 32; ++lane) {
+        const unsigned g = lane / 4, q = lane % 4;
+        Lane& l = L[lane];
+        l.c[0] = C[g][2 * q], l.c[1] = C[g][2 * q + 1], l.c[2] = C[g + 8][2 * q], l.c[3] = C[g + 8][2 * q + 1];
+    }
+}
+
+// G[s][o] as the backward kernels form it: dY masked by ReLU (act 1), +0 outside [B][O].
+float g_of(const std::vector<float>& dY, const std::vector<float>& Y, unsigned s, unsigned o, unsigned B, unsigned O,
+           unsigned act) {
+    if (s >= B || o >= O) return 0.0f;
+    const size_t e = size_t(s) * O + o;
+    return act == 1 && !(Y[e] > 0.0f) ? 0.0f : dY[e];
+}
+
+// tc_grad_input lane by lane as the PTX loads its fragments (its header), through warp_mma.
+// transposed_b: the B fragment read as tc_forward's (b0 = W[o0+g][i0+q], b1 = W[o0+g][i0+q+4]),
+// a plausible slip for W [O][I].
+std::vector<float> model_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y,
+                                       const std::vector<float>& W, unsigned B, unsigned I, unsigned O, unsigned act,
+                                       bool transposed_b = false) {
+    auto G = [&](unsigned s, unsigned o) { return g_of(dY, Y, s, o, B, O, act); };
+    auto w_at = [&](unsigned o, unsigned i) { return o < O && i < I ? W[size_t(o) * I + i] : 0.0f; };
+    std::vector<float> dX(size_t(B) * I, NAN);
+    const unsigned nt = (I + 7) / 8;
+    for (size_t t = 0; t < tc_grad_input_tiles(B, I); ++t) {
+        const unsigned s0 = unsigned(t / nt) * 16, i0 = unsigned(t % nt) * 8;
+        std::array<Lane, 32> L{};
+        for (unsigned o0 = 0; o0 < O; o0 += 8) {
+            for (unsigned lane = 0; lane < 32; ++lane) {
+                const unsigned g = lane / 4, q = lane % 4;
+                Lane& l = L[lane];
+                l.a[0] = G(s0 + g, o0 + q), l.a[1] = G(s0 + g + 8, o0 + q);
+                l.a[2] = G(s0 + g, o0 + q + 4), l.a[3] = G(s0 + g + 8, o0 + q + 4);
+                l.b[0] = transposed_b ? w_at(o0 + g, i0 + q) : w_at(o0 + q, i0 + g);
+                l.b[1] = transposed_b ? w_at(o0 + g, i0 + q + 4) : w_at(o0 + q + 4, i0 + g);
+            }
+            warp_mma(L);
+        }
+        for (unsigned lane = 0; lane < 32; ++lane)
+            for (unsigned e = 0; e < 4; ++e) {
+                const unsigned s = s0 + lane / 4 + (e < 2 ? 0 : 8), i = i0 + 2 * (lane % 4) + e % 2;
+                if (s < B && i < I) dX[size_t(s) * I + i] = L[lane].c[e];
+            }
+    }
+    return dX;
+}
+
+// tc_grad_weights the same way: dW lane by lane through warp_mma, then c * scale (a float
+// multiply, rounded to nearest); db as the designated lanes sum it. untransposed_a: the A
+// fragment loaded as tc_grad_input's (a0 = G[s0+g][o0+q], ...), G not transposed.
+struct WeightGrads {
+    std::vector<float> dW, db;
+};
+WeightGrads model_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>& Y,
+                                  const std::vector<float>& X, unsigned B, unsigned I, unsigned O, unsigned act,
+                                  float scale, bool untransposed_a = false) {
+    auto G = [&](unsigned s, unsigned o) { return g_of(dY, Y, s, o, B, O, act); };
+    auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[size_t(s) * I + i] : 0.0f; };
+    WeightGrads r{std::vector<float>(size_t(O) * I, NAN), std::vector<float>(O, NAN)};
+    const unsigned nt = (I + 7) / 8;
+    for (size_t t = 0; t < tc_grad_weights_tiles(I, O); ++t) {
+        const unsigned o0 = unsigned(t / nt) * 16, i0 = unsigned(t % nt) * 8;
+        std::array<Lane, 32> L{};
+        for (unsigned s0 = 0; s0 < B; s0 += 8) {
+            for (unsigned lane = 0; lane < 32; ++lane) {
+                const unsigned g = lane / 4, q = lane % 4;
+                Lane& l = L[lane];
+                if (untransposed_a) {
+                    l.a[0] = G(s0 + g, o0 + q), l.a[1] = G(s0 + g + 8, o0 + q);
+                    l.a[2] = G(s0 + g, o0 + q + 4), l.a[3] = G(s0 + g + 8, o0 + q + 4);
+                } else {
+                    l.a[0] = G(s0 + q, o0 + g), l.a[1] = G(s0 + q, o0 + g + 8);
+                    l.a[2] = G(s0 + q + 4, o0 + g), l.a[3] = G(s0 + q + 4, o0 + g + 8);
+                }
+                l.b[0] = x_at(s0 + q, i0 + g), l.b[1] = x_at(s0 + q + 4, i0 + g);
+            }
+            warp_mma(L);
+        }
+        for (unsigned lane = 0; lane < 32; ++lane)
+            for (unsigned e = 0; e < 4; ++e) {
+                const unsigned o = o0 + lane / 4 + (e < 2 ? 0 : 8), i = i0 + 2 * (lane % 4) + e % 2;
+                if (o < O && i < I) r.dW[size_t(o) * I + i] = L[lane].c[e] * scale;
+            }
+        if (i0 != 0) continue;  // db: the warps of tile column 0, lanes 0..15
+        for (unsigned lane = 0; lane < 16 && o0 + lane < O; ++lane) {
+            float acc = 0.0f;
+            for (unsigned s = 0; s < B; ++s) acc += G(s, o0 + lane);
+            r.db[o0 + lane] = acc * scale;
+        }
+    }
+    return r;
 }
 
 struct Inputs {
@@ -159,5 +274,167 @@ TEST_CASE("tc: a truncating model of the tensor core is within the bound, a wron
         // The planted bug of tests/fixtures/tc/tc.ptx (a1 and a2 exchanged) is far outside.
         const auto bad = model_tc_forward(in.X, in.W, in.b, B, I, H, act, true);
         CHECK(outside(bad, ref) > bad.size() / 4);
+    }
+}
+
+TEST_CASE("tc: the shapes tc_grad_input and tc_grad_weights take") {
+    for (const char* e : {"tc_grad_input", "tc_grad_weights"}) {
+        CAPTURE(e);
+        CHECK(shape_names(e) == "B,I,O,act");
+        CHECK_NOTHROW(validate_case({e, {64, 784, 128, 1}}));
+        CHECK_NOTHROW(validate_case({e, {1, 1, 1, 0}}));
+        CHECK_NOTHROW(validate_case({e, {17, 9, 5, 1}}));
+        CHECK_NOTHROW(validate_case({e, {2, 3, 5000, 1}}));  // no limit on O: nothing is staged
+        CHECK_THROWS_WITH_AS(validate_case({e, {17, 9, 5, 2}}),
+                             doctest::Contains("act must be 0 (none) or 1 (ReLU), got 2"), InputError);
+        for (const std::vector<unsigned>& zero : {std::vector<unsigned>{0, 9, 5, 1}, {17, 0, 5, 1}, {17, 9, 0, 0}}) {
+            INFO("B, I, O = ", zero[0], ", ", zero[1], ", ", zero[2]);
+            CHECK_THROWS_WITH_AS(validate_case({e, zero}), doctest::Contains("shape sizes must be >= 1"), InputError);
+        }
+        CHECK_THROWS_WITH_AS(validate_case({e, {17, 9, 5}}),
+                             doctest::Contains("takes a shape B,I,O,act (4 numbers), got 3"), InputError);
+        CHECK(shape_text({e, {64, 784, 128, 1}}) == "B=64 I=784 O=128 act=1");
+        CHECK(tc_grad_unfit(e, 64, 784, 128).empty());
+        CHECK(tc_grad_unfit(e, 1, 1, 1).empty());
+        CHECK(tc_grad_unfit(e, 1, 0, 1).find(std::string(e) + " needs B, I, O >= 1") != std::string::npos);
+        CHECK(tc_grad_unfit(e, 1, 1, (1u << 31) + 1).find("up to 2147483648") != std::string::npos);
+        // Past 2^32 warp tiles the PTX's 32-bit warp index would wrap: refused.
+        CHECK(tc_grad_unfit(e, 1u << 31, 1u << 11, 1u << 31).find("fewer than 2^32 warp tiles") !=
+              std::string::npos);
+    }
+    CHECK_THROWS_WITH_AS(validate_case({"tc_grad_input", {1u << 31, 1u << 11, 1, 0}}),
+                         doctest::Contains("fewer than 2^32 warp tiles"), InputError);
+    CHECK(tc_grad_unfit("tc_grad_input", 1u << 31, 8, 1u << 31).empty());      // 2^27 tiles
+    CHECK(tc_grad_unfit("tc_grad_weights", 1u << 31, 8, 1u << 31).empty());    // 2^27 tiles
+    CHECK(tc_grad_unfit("tc_grad_weights", 1, 1u << 11, 1u << 31).find("2^32") != std::string::npos);
+    // The launch: 16 x 8 warp tiles of dX (samples x columns) and of dW (outputs x inputs).
+    CHECK(tc_grad_input_tiles(64, 784) == 4 * 98);
+    CHECK(tc_grad_input_tiles(17, 9) == 2 * 2);
+    CHECK(tc_grad_input_tiles(1, 1) == 1);
+    CHECK(tc_grad_weights_tiles(784, 128) == 8 * 98);
+    CHECK(tc_grad_weights_tiles(128, 10) == 1 * 16);
+    CHECK(tc_grad_weights_tiles(9, 5) == 1 * 2);
+    CHECK(tc_grad_weights_tiles(1, 1) == 1);
+    // The default set: both MNIST layers, edge sizes, both act codes; the quick set one case each.
+    size_t n_in = 0, relu_in = 0, n_w = 0, relu_w = 0, big_o = 0, big_b = 0;
+    for (const auto& c : default_cases()) {
+        if (c.entry == "tc_grad_input") ++n_in, relu_in += c.shape[3] == 1, big_o += c.shape[2] >= 1024;
+        if (c.entry == "tc_grad_weights") ++n_w, relu_w += c.shape[3] == 1, big_b += c.shape[0] >= 1000;
+    }
+    CHECK(n_in == 7);
+    CHECK(relu_in == 4);
+    CHECK(big_o == 1);
+    CHECK(n_w == 8);
+    CHECK(relu_w == 5);
+    CHECK(big_b == 2);
+    size_t quick_in = 0, quick_w = 0;
+    for (const auto& c : quick_cases()) quick_in += c.entry == "tc_grad_input", quick_w += c.entry == "tc_grad_weights";
+    CHECK(quick_in == 1);
+    CHECK(quick_w == 1);
+}
+
+TEST_CASE("tc: the float64 references of the backward products by hand") {
+    // dY, Y [2][2] (samples x outputs); with act 1, G = [[1, 0], [0, 3]] (Y = 0 and Y < 0 mask).
+    const std::vector<float> dY = {1, -2, 0.5f, 3}, Y = {1, 0, -1, 2};
+    const double u = 0x1p-24;
+    // tc_grad_input: W [2][3] (outputs x inputs), dX [2][3] = G W.
+    const std::vector<float> W = {1, 0, -1, 2, 1, 0.5f};
+    const Bounded x0 = ref_tc_grad_input(dY, Y, W, 2, 3, 2, 0);
+    CHECK(x0.v == std::vector<double>{-3, -2, -2, 6.5, 3, 1});
+    // dX[0][0]: S = |1*1| + |-2*2| = 5; dX[1][1]: S = |0.5*0| + |3*1| = 3; no rounding after the chain.
+    CHECK(x0.e[0] == doctest::Approx(tc_sum_bound(2) * 5));
+    CHECK(x0.e[4] == doctest::Approx(tc_sum_bound(2) * 3));
+    const Bounded x1 = ref_tc_grad_input(dY, Y, W, 2, 3, 2, 1);
+    CHECK(x1.v == std::vector<double>{1, 0, -1, 6, 3, 1.5});
+    CHECK(x1.e[1] == 0);  // G[0][0] W[0][1] = 0 and G[0][1] masked: an exact 0
+    CHECK(x1.e[3] == doctest::Approx(tc_sum_bound(2) * 6));
+    // tc_grad_weights: X [2][3] (samples x inputs), scale 0.5: dW [2][3] = scale G^T X, db = scale sum_s G.
+    const std::vector<float> X = {1, 2, 3, -1, 0, 2};
+    Bounded dW, db;
+    ref_tc_grad_weights(dY, Y, X, 2, 3, 2, 0, 0.5f, dW, db);
+    CHECK(dW.v == std::vector<double>{0.25, 1, 2, -2.5, -2, 0});
+    CHECK(db.v == std::vector<double>{0.75, 0.5});
+    // dW[1][2]: the sum -2*3 + 3*2 = 0 exactly, S = 12; then one rounding of the scale.
+    const double ec = tc_sum_bound(2) * 12;
+    CHECK(dW.e[5] == doctest::Approx(0.5 * (ec + u * ec)));
+    // dW[0][2]: sum 4, S = |1*3| + |0.5*2| = 4.
+    CHECK(dW.e[2] == doctest::Approx(0.5 * (tc_sum_bound(2) * 4 + u * (4 + tc_sum_bound(2) * 4))));
+    // db[1]: sum |G| = 5, gamma_2.
+    CHECK(db.e[1] == doctest::Approx(0.5 * tc_bias_bound(2) * 5));
+    ref_tc_grad_weights(dY, Y, X, 2, 3, 2, 1, 0.5f, dW, db);
+    CHECK(dW.v == std::vector<double>{0.5, 1, 1.5, -1.5, 0, 3});
+    CHECK(db.v == std::vector<double>{0.5, 1.5});
+    CHECK(dW.e[4] == 0);  // G[1][1] X[1][1] = 3 * 0: an exact 0
+    // A negative scale: the values negated, the bounds the same (|scale|).
+    Bounded nW, nb;
+    ref_tc_grad_weights(dY, Y, X, 2, 3, 2, 1, -0.5f, nW, nb);
+    for (size_t k = 0; k < dW.size(); ++k) {
+        CHECK(nW.v[k] == -dW.v[k]);
+        CHECK(nW.e[k] == dW.e[k]);
+    }
+    for (size_t k = 0; k < db.size(); ++k) {
+        CHECK(nb.v[k] == -db.v[k]);
+        CHECK(nb.e[k] == db.e[k]);
+    }
+    // A NaN Y masks (Y > 0 fails), as the kernels' setp.gt and the twin's !(Y > 0) do.
+    const Bounded xn = ref_tc_grad_input({2}, {NAN}, {3}, 1, 1, 1, 1);
+    CHECK(xn.v[0] == 0);
+}
+
+TEST_CASE("tc: the backward products' bounds are not vacuous") {
+    // db: gamma_B, a plain FP32 chain.
+    CHECK(tc_bias_bound(1) == doctest::Approx(0x1p-24));
+    CHECK(tc_bias_bound(1000) < 1e-4);
+    CHECK(tc_bias_bound(1000) > tc_bias_bound(64));
+    CHECK(std::isinf(tc_bias_bound(1u << 24)));
+    // dW at batch 1000 (K = 1000 samples): TF32's 2^-10 dominates, below 2^-9 of sum |g x|.
+    CHECK(tc_sum_bound(1000) < 0x1p-9);
+    // On the MNIST layer's inputs, the bound of most outputs is a small fraction of the value.
+    Rng rng(5);
+    const unsigned B = 64, I = 784, O = 128;
+    std::vector<float> dY(size_t(B) * O), Y(size_t(B) * O), X(size_t(B) * I), W(size_t(O) * I);
+    for (auto& v : dY) v = rng.uniform(-1.0f, 1.0f);
+    for (auto& v : Y) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+    for (auto& v : X) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+    for (auto& v : W) v = rng.uniform(-0.0357f, 0.0357f);
+    auto median_rel = [](const Bounded& r) {
+        std::vector<double> q;
+        for (size_t k = 0; k < r.size(); ++k)
+            if (r.v[k] != 0) q.push_back(r.e[k] / std::fabs(r.v[k]));
+        std::nth_element(q.begin(), q.begin() + q.size() / 2, q.end());
+        return q[q.size() / 2];
+    };
+    CHECK(median_rel(ref_tc_grad_input(dY, Y, W, B, I, O, 1)) < 0.05);
+    Bounded dW, db;
+    ref_tc_grad_weights(dY, Y, X, B, I, O, 1, 1.0f / B, dW, db);
+    CHECK(median_rel(dW) < 0.05);
+    CHECK(median_rel(db) < 1e-4);
+}
+
+TEST_CASE("tc: truncating models of tc_grad_input and tc_grad_weights are within the bounds, wrong layouts are not") {
+    Rng rng(13);
+    for (const std::vector<unsigned>& s :
+         {std::vector<unsigned>{17, 9, 5, 1}, {64, 128, 10, 0}, {65, 257, 130, 1}, {7, 33, 300, 0}, {1003, 33, 17, 1}}) {
+        const unsigned B = s[0], I = s[1], O = s[2], act = s[3];
+        INFO("B, I, O, act = ", B, ", ", I, ", ", O, ", ", act);
+        const float w = 1.0f / std::sqrt(float(I)), scale = rng.uniform(0.5f, 2.0f) / float(B);
+        std::vector<float> dY(size_t(B) * O), Y(size_t(B) * O), X(size_t(B) * I), W(size_t(O) * I);
+        for (auto& v : dY) v = rng.uniform(-1.0f, 1.0f);
+        for (auto& v : Y) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+        for (auto& v : X) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+        for (auto& v : W) v = rng.uniform(-w, w);
+        // tc_grad_input: every dX written, all within the bound; W's fragment transposed is far outside.
+        const Bounded rx = ref_tc_grad_input(dY, Y, W, B, I, O, act);
+        CHECK(outside(model_tc_grad_input(dY, Y, W, B, I, O, act), rx) == 0);  // a NaN (unwritten) is outside
+        const auto bad_x = model_tc_grad_input(dY, Y, W, B, I, O, act, true);
+        CHECK(outside(bad_x, rx) > bad_x.size() / 4);
+        // tc_grad_weights: dW and db; G's fragment untransposed is far outside.
+        Bounded rw, rb;
+        ref_tc_grad_weights(dY, Y, X, B, I, O, act, scale, rw, rb);
+        const WeightGrads m = model_tc_grad_weights(dY, Y, X, B, I, O, act, scale);
+        CHECK(outside(m.dW, rw) == 0);
+        CHECK(outside(m.db, rb) == 0);
+        const WeightGrads bad_w = model_tc_grad_weights(dY, Y, X, B, I, O, act, scale, true);
+        CHECK(outside(bad_w.dW, rw) > bad_w.dW.size() / 4);
     }
 }

@@ -281,6 +281,19 @@ TEST_CASE("kernels: tc_forward, both sets") {
     check_both_sets("tc_forward", {64, 784, 128, 1});  // the MNIST net's first layer: full 16 x 8 and k tiles
     check_both_sets("tc_forward", {17, 9, 5, 1});      // part-empty tiles of samples, units and columns
 }
+// Shape B,I,O,act (act 0 none, 1 ReLU: G = dY masked by Y > 0).
+TEST_CASE("kernels: tc_grad_input, both sets") {
+    check_both_sets("tc_grad_input", {64, 784, 128, 1});  // the MNIST net's first layer back to the image
+    check_both_sets("tc_grad_input", {64, 128, 10, 0});   // its second layer: one part-empty k tile of outputs
+    check_both_sets("tc_grad_input", {17, 9, 5, 1});      // part-empty tiles of samples, columns and outputs
+    check_both_sets("tc_grad_input", {7, 300, 1024, 1});  // 128 k tiles
+}
+TEST_CASE("kernels: tc_grad_weights, both sets") {
+    check_both_sets("tc_grad_weights", {64, 784, 128, 1});  // the MNIST net's first layer: dW 128 x 784, db
+    check_both_sets("tc_grad_weights", {1000, 128, 10, 0});  // its second layer at batch 1000: 125 k tiles
+    check_both_sets("tc_grad_weights", {17, 9, 5, 1});       // part-empty tiles of outputs, inputs and samples
+    check_both_sets("tc_grad_weights", {1003, 33, 17, 0});   // a part-empty last k tile of samples, db over 1003
+}
 TEST_CASE("kernels: pool_fwd and pool_bwd, both sets") {
     for (const char* e : {"pool_fwd", "pool_bwd"}) {
         CAPTURE(e);
