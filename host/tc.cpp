@@ -33,17 +33,18 @@ std::string tc_unfit(unsigned B, unsigned I, unsigned H) {
     if (B > kTcMaxSize || I > kTcMaxSize || H > kTcMaxSize)
         return fmt::format("tc_forward takes B, I, H up to {} (its 32-bit indices), got B={} I={} H={}", kTcMaxSize, B,
                            I, H);
+    if (const size_t tiles = tc_forward_tiles(B, H); tiles > 0xffffffffu)
+        return fmt::format("tc_forward takes fewer than 2^32 warp tiles (its 32-bit warp index), got {} for B={} H={}",
+                           tiles, B, H);
     return {};
 }
 
 void launch_tc_forward(const Kernel& k, unsigned B, unsigned I, unsigned H, CUdeviceptr X, CUdeviceptr W,
                        CUdeviceptr b, CUdeviceptr A, unsigned act, CUstream s) {
     if (std::string why = tc_unfit(B, I, H); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
-    // One warp a 16 x 8 tile of A, 4 warps a block (ptx/tc.ptx). With B, H <= 2^31 there are
-    // fewer than 2^32 tiles: the PTX's warp index and tile count fit its 32-bit registers.
-    const size_t warps_a_block = kTcBlock / 32;
-    const size_t blocks = (tc_forward_tiles(B, H) + warps_a_block - 1) / warps_a_block;
-    k.launch(static_cast<unsigned>(blocks), kTcBlock, s, X, W, b, A, B, I, H, act);
+    // One warp a 16 x 8 tile of A, 4 warps a block (ptx/tc.ptx). tc_unfit keeps the tiles below
+    // 2^32: the PTX's tile count and warp index (4 * block + 3 of the last block) fit 32 bits.
+    k.launch(tc_blocks(tc_forward_tiles(B, H)), kTcBlock, s, X, W, b, A, B, I, H, act);
 }
 
 double tc_sum_bound(unsigned I) {

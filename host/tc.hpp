@@ -64,7 +64,8 @@ inline constexpr unsigned kTcMaxSize = 1u << 31;  // B, I, H: the kernels' 32-bi
 // ceil(B/16) * ceil(H/8): the warp tiles of tc_forward.
 size_t tc_forward_tiles(unsigned B, unsigned H);
 
-// Why tc_forward cannot take these sizes (empty when it can): 1 <= B, I, H <= 2^31.
+// Why tc_forward cannot take these sizes (empty when it can): 1 <= B, I, H <= 2^31, and fewer
+// than 2^32 warp tiles (the PTX's 32-bit warp index).
 std::string tc_unfit(unsigned B, unsigned I, unsigned H);
 
 // X [B][I], W [H][I], b [H] -> A [B][H]; act 0 none, 1 ReLU. Throws InputError (tc_unfit).

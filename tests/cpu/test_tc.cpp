@@ -220,6 +220,8 @@ TEST_CASE("tc: the shapes tc_forward takes") {
     CHECK(tc_unfit(64, 784, 128).empty());
     CHECK(tc_unfit(1, 0, 1).find("B, I, H >= 1") != std::string::npos);
     CHECK(tc_unfit(1, 1, (1u << 31) + 1).find("up to 2147483648") != std::string::npos);
+    CHECK(tc_unfit(1u << 31, 1, 1u << 11).find("fewer than 2^32 warp tiles") != std::string::npos);  // 2^35 tiles
+    CHECK(tc_unfit(1u << 31, 1, 8).empty());                                                       // 2^27 tiles
     // The default set: the 784 -> 128 layer, edge sizes, both act codes; the quick set one case.
     size_t n = 0, relu = 0;
     for (const auto& c : default_cases())
