@@ -71,10 +71,14 @@ void CnnTrainConfig::validate_flags() const {
     }
 }
 
+std::vector<std::string> cnn_forward_entries() { return {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"}; }
+
 std::vector<std::string> cnn_training_entries(const OptimConfig& o) {
-    return {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output", "fused_forward",
-            "fused_grad", "fc_bwd_data", "gather",
-            optimizer_entry(o.kind)};
+    std::vector<std::string> v = cnn_forward_entries();
+    for (const char* e : {"conv_bwd_data", "conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"})
+        v.push_back(e);
+    v.push_back(optimizer_entry(o.kind));
+    return v;
 }
 
 CnnParams::CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o) : count(m.param_count) {

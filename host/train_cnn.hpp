@@ -58,6 +58,9 @@ inline constexpr unsigned kCnnDefaultEpochs = 4;
 
 // The kernel entries a CNN training run needs.
 std::vector<std::string> cnn_training_entries(const OptimConfig& o);
+// The kernels a CNN's forward pass launches (evaluate_cnn, `ptxlab eval`): conv layers, pools,
+// hidden fc layers (fused_forward) and the last layer (fused_output).
+std::vector<std::string> cnn_forward_entries();
 
 // The parameters and their optimizer state on the GPU, in the model's flat layout.
 struct CnnParams {

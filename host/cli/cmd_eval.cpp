@@ -44,7 +44,7 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
                      mc.model.layers.front().in.w, dir, data.test.rows, data.test.cols);
     Context ctx(o.device);
     const KernelSource src = o.kernels == "reference" ? KernelSource::Reference : KernelSource::Ptx;
-    KernelSet ks(src, ctx.info(), dirs, {"conv_fwd", "pool_fwd", "fused_output"});
+    KernelSet ks(src, ctx.info(), dirs, cnn_forward_entries());
     const CnnParams p(mc.model, mc.params, OptimConfig{});
     const EvalResult r = evaluate_cnn(ks, mc.model, p, data.test, Loss::Ce);
     fmt::print("eval: {} (--model {}, relu) on {} test images from {}, {} conv kernels, {}\n", o.load, mc.model.text(),

@@ -128,6 +128,11 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     o.kind = OptimKind::Adam;
     CHECK(has(cnn_training_entries(o), "optim_adam"));
     CHECK(kCnnDefaultLr == 0.05f);
+    // `ptxlab eval` loads only the forward pass's kernels: the hidden fc layers' fused_forward
+    // among them (an eval of `--model cnn`, whose fc128 is hidden, once stopped on its absence).
+    const auto f = cnn_forward_entries();
+    for (const char* e : {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"}) CHECK(has(f, e));
+    for (const auto& e : f) CHECK(has(v, e.c_str()));
 }
 
 TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float64 reference's logits and gradient") {

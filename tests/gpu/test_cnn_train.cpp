@@ -153,7 +153,7 @@ TEST_CASE("cnn: train --model conv8,pool,fc10 learns MNIST in 300 steps, the PTX
     const Model m = parse_model("conv8,pool,fc10");
     save_model_safetensors(t.file("cnn.safetensors"), m, res[0].params);
     const ModelCheckpoint ck = load_model_checkpoint(t.file("cnn.safetensors"));
-    KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), {"conv_fwd", "pool_fwd", "fused_output"});
+    KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), cnn_forward_entries());
     const EvalResult e = evaluate_cnn(ks, ck.model, CnnParams(ck.model, ck.params, OptimConfig{}), data.test, Loss::Ce);
     CHECK(e.accuracy == res[0].accuracy);
     size_t total = 0;
