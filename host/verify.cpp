@@ -484,13 +484,6 @@ Harness make_gather_harness(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
-// Hidden activations as the forward pass leaves them: about half exact zeros.
-std::vector<float> random_activations(Rng& rng, size_t n) {
-    std::vector<float> a = random_vector(rng, n, -1.0f, 1.0f);
-    for (auto& x : a) x = std::max(x, 0.0f);
-    return a;
-}
-
 Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
     Harness h;
     const auto& z = c.shape;
@@ -520,7 +513,7 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
         // ReLU: activations with about half exact zeros. Other codes: pre-activations Z in
         // [-4, 4] and A = f(Z) rounded to float, as fused_forward leaves them; for GELU, D1
         // holds Z on entry (fused_forward's Z output, as train passes it).
-        std::vector<float> Zin, A = random_activations(rng, size_t(B) * H);
+        std::vector<float> Zin, A = relu_outputs(rng, size_t(B) * H);
         if (act != kActRelu) {
             Zin = random_vector(rng, size_t(B) * H, -4.0f, 4.0f);
             for (size_t i = 0; i < A.size(); ++i) A[i] = float(activate(activation_of_code(act), Zin[i]));
@@ -551,7 +544,7 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
         const unsigned B = z[0], I = z[1], H = z[2], O = z[3];
         const float scale = rng.uniform(0.5f, 2.0f) / float(B);
         std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
-        std::vector<float> A = random_activations(rng, size_t(B) * H);
+        std::vector<float> A = relu_outputs(rng, size_t(B) * H);
         std::vector<float> D1 = random_vector(rng, size_t(B) * H, -1.0f, 1.0f);
         std::vector<float> D2 = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
         ref_fused_grad(h.expected["GW1"], h.expected["Gb1"], D1, X, B, H, I, scale);

@@ -21,13 +21,6 @@ ConvDims dims_of(const VerifyCase& c) {
     return {z[0], z[1], z[2], z[3], z[4], z[5]};
 }
 
-// Activations as a ReLU layer leaves them: about half exact zeros.
-std::vector<float> relu_outputs(Rng& rng, size_t n) {
-    std::vector<float> a = random_vector(rng, n, -1.0f, 1.0f);
-    for (auto& x : a) x = std::max(x, 0.0f);
-    return a;
-}
-
 // Pool inputs on a grid of 9 levels in [-1, 1], so that windows often hold equal maxima
 // (the first in row-major order must win).
 std::vector<float> tied_values(Rng& rng, size_t n) {

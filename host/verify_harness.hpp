@@ -8,6 +8,7 @@
 #include "rng.hpp"
 #include "verify.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -53,6 +54,14 @@ inline std::vector<float> random_vector(Rng& rng, size_t n, float lo, float hi) 
     std::vector<float> v(n);
     for (auto& x : v) x = rng.uniform(lo, hi);
     return v;
+}
+
+// Activations as a ReLU layer leaves them (a masked backward pass's Y, a layer's input X):
+// uniform in [-1, 1] clamped at 0, so about half are exact zeros.
+inline std::vector<float> relu_outputs(Rng& rng, size_t n) {
+    std::vector<float> a = random_vector(rng, n, -1.0f, 1.0f);
+    for (auto& x : a) x = std::max(x, 0.0f);
+    return a;
 }
 
 // verify_conv.cpp: the conv and pool kernels (conv_fwd, conv_bwd_data, conv_bwd_weights,

@@ -28,13 +28,6 @@ Harness make_tc_forward(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
-// Activations as a ReLU layer leaves them: about half exact zeros (the mask's Y, and X).
-std::vector<float> relu_outputs(Rng& rng, size_t n) {
-    std::vector<float> a = random_vector(rng, n, -1.0f, 1.0f);
-    for (auto& x : a) x = std::max(x, 0.0f);
-    return a;
-}
-
 // tc_grad_input (B,I,O,act): dY in [-1, 1], Y a ReLU layer's output, W within 1/sqrt(I).
 Harness make_tc_grad_input(const VerifyCase& c, Rng& rng) {
     const unsigned B = c.shape[0], I = c.shape[1], O = c.shape[2], act = c.shape[3];
