@@ -22,21 +22,33 @@ unsigned tc_blocks(size_t tiles) {
     const size_t warps_a_block = kTcBlock / 32;
     return static_cast<unsigned>((tiles + warps_a_block - 1) / warps_a_block);
 }
-}  // namespace
 
-size_t tc_forward_tiles(unsigned B, unsigned H) {
-    return ((size_t(B) + kTcRows - 1) / kTcRows) * ((size_t(H) + kTcCols - 1) / kTcCols);
+// 16 x 8 warp tiles over a rows x cols output.
+size_t tiles_of(unsigned rows, unsigned cols) {
+    return ((size_t(rows) + kTcRows - 1) / kTcRows) * ((size_t(cols) + kTcCols - 1) / kTcCols);
 }
 
-std::string tc_unfit(unsigned B, unsigned I, unsigned H) {
-    if (B == 0 || I == 0 || H == 0) return fmt::format("tc_forward needs B, I, H >= 1, got B={} I={} H={}", B, I, H);
-    if (B > kTcMaxSize || I > kTcMaxSize || H > kTcMaxSize)
-        return fmt::format("tc_forward takes B, I, H up to {} (its 32-bit indices), got B={} I={} H={}", kTcMaxSize, B,
-                           I, H);
-    if (const size_t tiles = tc_forward_tiles(B, H); tiles > 0xffffffffu)
-        return fmt::format("tc_forward takes fewer than 2^32 warp tiles (its 32-bit warp index), got {} for B={} H={}",
-                           tiles, B, H);
+// Why `entry` cannot take sizes B, I and N (N named `n`: H or O) with `tiles` warp tiles.
+std::string unfit(const std::string& entry, const char* n, unsigned B, unsigned I, unsigned N, size_t tiles) {
+    if (B == 0 || I == 0 || N == 0)
+        return fmt::format("{} needs B, I, {} >= 1, got B={} I={} {}={}", entry, n, B, I, n, N);
+    if (B > kTcMaxSize || I > kTcMaxSize || N > kTcMaxSize)
+        return fmt::format("{} takes B, I, {} up to {} (its 32-bit indices), got B={} I={} {}={}", entry, n, kTcMaxSize,
+                           B, I, n, N);
+    if (tiles > 0xffffffffu)
+        return fmt::format("{} takes fewer than 2^32 warp tiles (its 32-bit warp index), got {} for B={} I={} {}={}",
+                           entry, tiles, B, I, n, N);
     return {};
+}
+
+// gamma_n = n u / (1 - n u); infinite (no bound) once n u reaches 1.
+double gamma_or_inf(double n) { return n * kU >= 1.0 ? INFINITY : n * kU / (1.0 - n * kU); }
+}  // namespace
+
+size_t tc_forward_tiles(unsigned B, unsigned H) { return tiles_of(B, H); }
+
+std::string tc_unfit(unsigned B, unsigned I, unsigned H) {
+    return unfit("tc_forward", "H", B, I, H, B && H ? tc_forward_tiles(B, H) : 0);
 }
 
 void launch_tc_forward(const Kernel& k, unsigned B, unsigned I, unsigned H, CUdeviceptr X, CUdeviceptr W,
@@ -48,10 +60,9 @@ void launch_tc_forward(const Kernel& k, unsigned B, unsigned I, unsigned H, CUde
 }
 
 double tc_sum_bound(unsigned I) {
-    const double n = kTcUnitsPerMma * std::ceil(double(I) / kTcCols);  // roundings of u in the mma chain
-    if (n * kU >= 1.0) return INFINITY;                                  // I past 2^22: no bound
-    const double g = n * kU / (1.0 - n * kU);                             // gamma_n
-    return kTf32Product + g * (1.0 + kTf32Product);
+    // gamma_n over the roundings of u in the mma chain (I past 2^22: no bound)
+    const double g = gamma_or_inf(kTcUnitsPerMma * std::ceil(double(I) / kTcCols));
+    return std::isinf(g) ? g : kTf32Product + g * (1.0 + kTf32Product);
 }
 
 Bounded ref_tc_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
@@ -84,24 +95,13 @@ Bounded ref_tc_forward(const std::vector<float>& X, const std::vector<float>& W,
     return r;
 }
 
-size_t tc_grad_input_tiles(unsigned B, unsigned I) {
-    return ((size_t(B) + kTcRows - 1) / kTcRows) * ((size_t(I) + kTcCols - 1) / kTcCols);
-}
+size_t tc_grad_input_tiles(unsigned B, unsigned I) { return tiles_of(B, I); }
 
-size_t tc_grad_weights_tiles(unsigned I, unsigned O) {
-    return ((size_t(O) + kTcRows - 1) / kTcRows) * ((size_t(I) + kTcCols - 1) / kTcCols);
-}
+size_t tc_grad_weights_tiles(unsigned I, unsigned O) { return tiles_of(O, I); }
 
 std::string tc_grad_unfit(const std::string& entry, unsigned B, unsigned I, unsigned O) {
-    if (B == 0 || I == 0 || O == 0) return fmt::format("{} needs B, I, O >= 1, got B={} I={} O={}", entry, B, I, O);
-    if (B > kTcMaxSize || I > kTcMaxSize || O > kTcMaxSize)
-        return fmt::format("{} takes B, I, O up to {} (its 32-bit indices), got B={} I={} O={}", entry, kTcMaxSize,
-                           B, I, O);
     const size_t tiles = entry == "tc_grad_weights" ? tc_grad_weights_tiles(I, O) : tc_grad_input_tiles(B, I);
-    if (tiles > 0xffffffffu)
-        return fmt::format("{} takes fewer than 2^32 warp tiles (its 32-bit warp index), got {} for B={} I={} O={}",
-                           entry, tiles, B, I, O);
-    return {};
+    return unfit(entry, "O", B, I, O, tiles);
 }
 
 void launch_tc_grad_input(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
@@ -120,11 +120,7 @@ void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O,
     k.launch(tc_blocks(tc_grad_weights_tiles(I, O)), kTcBlock, s, dW, db, dY, Y, X, B, I, O, act, scale);
 }
 
-double tc_bias_bound(unsigned B) {
-    const double n = double(B);
-    if (n * kU >= 1.0) return INFINITY;
-    return n * kU / (1.0 - n * kU);  // gamma_B
-}
+double tc_bias_bound(unsigned B) { return gamma_or_inf(double(B)); }
 
 Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& W,
                           unsigned B, unsigned I, unsigned O, unsigned act) {
