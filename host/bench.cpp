@@ -69,6 +69,10 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
     if (entry == "grad2") return {entry, {B, kI, kH, kO, kLossSoftmax, kActRelu}};
     if (entry == "forward2") return {entry, {B, kI, kH, kO, kActRelu}};
     if (entry == "outer") return {entry, {B, kH, kI}};               // gW1 of one step
+    // The hidden layer's three products (B,I,H,act or B,I,O,act): A1, dX from D1 (the input's
+    // gradient, which a deeper network would need), and GW1.
+    if (entry == "tc_forward" || entry == "tc_grad_input" || entry == "tc_grad_weights")
+        return {entry, {B, kI, kH, 1}};
     // The default recipe's step: cross-entropy, Nesterov.
     if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov), kActRelu}};
     return {entry, {B, kI, kH, kO}};                                // fused_grad
@@ -94,12 +98,17 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
                 2 * B * (I * H + 2 * H * O) + 2 * B * ((I + 1) * H + (H + 1) * O) + 7 * params};
     if (e == "fused_grad")  // reads X, A, D1, D2 once, writes the gradients; one multiply by the scale each
         return {4 * (B * I + 2 * B * H + B * O + params), 2 * B * ((I + 1) * H + (H + 1) * O) + params};
+    // The hidden layer's products at B,I,H: each reads its two matrices once and writes one.
+    if (e == "tc_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
+    if (e == "tc_grad_input") return {4 * (2 * B * H + H * I + B * I), 2 * B * I * H};  // reads dY, Y, W
+    if (e == "tc_grad_weights") return {4 * (2 * B * H + B * I + H * I + H), 2 * B * I * H + B * H};
     return {0, 0};
 }
 
 std::vector<std::string> set_entries(const KernelChoice& k) {
     if (k.design == Design::Fused) return {"fused_step", "fused_forward", "fused_output", "fused_grad"};
     if (k.design == Design::Fast) return {"outer"};  // its other kernels are timed with the fused and seed sets
+    if (k.design == Design::Tc) return {"tc_forward", "tc_grad_input", "tc_grad_weights"};
     return {"forward2", "grad2", "batch_mean", "gather", "optim_sgd", "optim_adam"};
 }
 

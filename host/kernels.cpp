@@ -144,8 +144,11 @@ KernelChoice parse_kernel_choice(const std::string& name) {
     if (name == "fused-reference") return {Design::Fused, KernelSource::Reference};
     if (name == "fast") return {Design::Fast, KernelSource::Ptx};
     if (name == "fast-reference") return {Design::Fast, KernelSource::Reference};
+    if (name == "tc") return {Design::Tc, KernelSource::Ptx};
+    if (name == "tc-reference") return {Design::Tc, KernelSource::Reference};
     PTXLAB_THROW(InputError,
-                 "unknown kernel set '{}' (choose fused, fast, ptx, fused-reference, fast-reference or reference)",
+                 "unknown kernel set '{}' (choose fused, fast, tc, ptx, fused-reference, fast-reference, tc-reference or "
+                 "reference)",
                  name);
 }
 
@@ -154,6 +157,7 @@ std::string to_string(KernelChoice k) {
     switch (k.design) {
     case Design::Fused: return ptx ? "fused" : "fused-reference";
     case Design::Fast: return ptx ? "fast" : "fast-reference";
+    case Design::Tc: return ptx ? "tc" : "tc-reference";
     case Design::Seed: break;
     }
     return to_string(k.source);

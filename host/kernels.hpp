@@ -59,11 +59,13 @@ std::string to_string(KernelSource s);
 // forward/grad/update, one thread per sample); Fast the same per-sample-gradient design
 // with many threads per sample (fused_forward, fused_output, outer, batch_mean); Fused
 // computes the batch gradient directly (fused.ptx: three launches a step).
-enum class Design { Seed, Fast, Fused };
-// Fast and Fused run the forward pass with fused_forward + fused_output (2 layers only).
+enum class Design { Seed, Fast, Fused, Tc };
+// Fast, Fused and Tc run the forward pass with fused_output on the hidden layer's activations
+// (2 layers only): Fast and Fused make them with fused_forward, Tc with tc_forward (TF32
+// mma.sync).
 inline bool uses_fused_forward(Design d) { return d != Design::Seed; }
 // A --kernels choice: ptx, reference (Seed); fast, fast-reference (Fast); fused,
-// fused-reference (Fused).
+// fused-reference (Fused); tc, tc-reference (Tc).
 struct KernelChoice {
     Design design = Design::Fused;
     KernelSource source = KernelSource::Ptx;

@@ -4,6 +4,7 @@
 #include "optim.hpp"
 #include "rng.hpp"
 #include "safetensors.hpp"
+#include "tc.hpp"
 
 #include <fmt/ostream.h>
 
@@ -82,6 +83,16 @@ void TrainConfig::validate_flags() const {
     if (uses_fused_forward(kernels.design) && layers.size() != 3)
         PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks (I,H,O); for --layers {} use --kernels ptx",
                      to_string(kernels), layers_text(layers));
+    if (kernels.design == Design::Tc) {
+        if (activation != Activation::Relu)
+            PTXLAB_THROW(InputError,
+                         "--kernels {} runs ReLU hidden layers (tc_forward's epilogue); for --activation {} use "
+                         "--kernels fused",
+                         to_string(kernels), to_string(activation));
+        for (const std::string& why : {tc_unfit(batch, layers[0], layers[1]),
+                                       tc_grad_unfit("tc_grad_weights", batch, layers[0], layers[1])})
+            if (!why.empty()) PTXLAB_THROW(InputError, "--kernels {}: {}", to_string(kernels), why);
+    }
 }
 
 void TrainConfig::validate(const Split& train) const {
@@ -328,7 +339,8 @@ public:
             a.D1 = D1_.ptr();
             a.D2 = D2_.ptr();
             a.loss = loss_code(loss);
-            launch_fused_forward(ks, a, s);
+            if (design_ == Design::Tc) launch_tc_hidden(ks, a, s);
+            else launch_fused_forward(ks, a, s);
             launch_fused_output(ks, a, s);
             return;
         }
@@ -729,12 +741,16 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
         // Both 2-layer designs start with the same forward pass and deltas. Only the fused
         // set's kernels all wait with griddepcontrol, so only it may overlap its launches.
         a.overlap = design_ == Design::Fused && cfg_.overlap;
-        v.push_back({"fused_forward", [&ks, a](CUstream st) { launch_fused_forward(ks, a, st); },
+        const bool tc = design_ == Design::Tc;
+        v.push_back({tc ? "tc_forward" : "fused_forward",
+                     [&ks, a, tc](CUstream st) { tc ? launch_tc_hidden(ks, a, st) : launch_fused_forward(ks, a, st); },
                      {{"A1", &n.acts[0], sizes_[1]}}, 0});
         v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
                      {{"D2", &n.D2, O_}, {"D1", &n.D1, sizes_[1]}}, y_off + 1});
-        if (design_ == Design::Fused) {
-            v.push_back({"fused_grad", [&ks, a](CUstream st) { launch_fused_grad(ks, a, st); }, grads, 0});
+        if (design_ == Design::Fused || tc) {
+            v.push_back({tc ? "tc_grad_weights" : "fused_grad",
+                         [&ks, a, tc](CUstream st) { tc ? launch_tc_grads(ks, a, st) : launch_fused_grad(ks, a, st); },
+                         grads, 0});
         } else {
             // Fast: per-sample weight gradients by `outer`, then batch_mean over the batch (the
             // bias gradients are the deltas D1, D2).
@@ -1065,6 +1081,7 @@ std::vector<std::string> training_entries(const TrainConfig& cfg) {
             if (uses_fused_step(cfg)) v = {"fused_forward", "fused_output", "fused_step"};
             break;
         case Design::Fast: v = {"fused_forward", "fused_output", "outer", "batch_mean"}; break;
+        case Design::Tc: v = {"tc_forward", "fused_output", "tc_grad_weights"}; break;
         case Design::Seed: v = {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "batch_mean"}; break;
     }
     if (!uses_fused_step(cfg)) v.push_back(optimizer_entry(cfg.optim.kind));
@@ -1073,6 +1090,7 @@ std::vector<std::string> training_entries(const TrainConfig& cfg) {
 }
 
 std::vector<std::string> forward_entries(Design d, const std::vector<unsigned>& sizes) {
+    if (d == Design::Tc) return {"tc_forward", "fused_output"};
     if (uses_fused_forward(d)) return {"fused_forward", "fused_output"};
     return {sizes.size() == 4 ? "forward3" : "forward2"};
 }
@@ -1083,13 +1101,21 @@ EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split&
                      test.rows, test.cols, test.dim());
     if (net.sizes.back() != kClasses)
         PTXLAB_THROW(InputError, "the model has {} outputs but the labels have {} classes", net.sizes.back(), kClasses);
-    bool fused = true;
-    try {
-        kernels.get("fused_forward");
-    } catch (const Error&) {
-        fused = false;
-    }
-    const Design d = fused && net.sizes.size() == 3 ? Design::Fused : Design::Seed;  // Fast evaluates as Fused
+    const auto loaded = [&kernels](const char* entry) {
+        try {
+            kernels.get(entry);
+            return true;
+        } catch (const Error&) {
+            return false;
+        }
+    };
+    // The set's forward kernels (forward_entries): Fast evaluates as Fused.
+    Design d = Design::Seed;
+    if (net.sizes.size() == 3 && loaded("tc_forward")) d = Design::Tc;
+    else if (net.sizes.size() == 3 && loaded("fused_forward")) d = Design::Fused;
+    if (d == Design::Tc && act != Activation::Relu)
+        PTXLAB_THROW(InputError, "the tensor-core forward (tc_forward) runs ReLU hidden layers; this model's is {}",
+                     to_string(act));
     DeviceNet dnet(net, 1, std::nullopt);
     dnet.act = act_code(act);
     Evaluator ev(test, net.sizes, d);

@@ -103,8 +103,9 @@ void setup_eval(CLI::App& app, Command& chosen) {
                 "computed with the forward kernel on the GPU.");
     sub->add_option("--load", o->load, "checkpoint (.safetensors)")->required();
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
-    sub->add_option("--kernels", o->kernels, "kernel set: fused, fast, ptx, fused-reference, fast-reference or reference; auto = fused for 2 layers, "
-                    "ptx for 3 (fast evaluates with the fused forward kernels)")->capture_default_str();
+    sub->add_option("--kernels", o->kernels, "kernel set: fused, fast, tc, ptx, fused-reference, fast-reference, tc-reference or reference; auto = "
+                    "fused for 2 layers, ptx for 3 (fast evaluates with the fused forward kernels; tc with tc_forward, "
+                    "TF32 tensor cores, for ReLU models)")->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir,
                     "read the PTX from this directory; the twins stay in the reference directory, as in check and verify");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();

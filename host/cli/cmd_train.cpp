@@ -386,9 +386,11 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "then the optimizer kernel; for batches up to 64 the whole step, any loss and optimizer, in one "
                     "launch, ptx/step.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads "
                     "per sample: fused_forward, fused_output, outer, batch_mean, optimizer; 2-layer networks, "
-                    "sm_90), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, batch_mean, "
-                    "optimizer), or their NVRTC twins fused-reference, fast-reference and reference; auto = fused "
-                    "for 2 layers, ptx for 3")
+                    "sm_90), tc (tensor cores, TF32 mma.sync with FP32 sums: tc_forward for the hidden layer, "
+                    "fused_output, tc_grad_weights for both layers' gradients, optimizer; 2-layer ReLU networks, "
+                    "sm_90; ptx/tc.ptx), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, "
+                    "batch_mean, optimizer), or their NVRTC twins fused-reference, fast-reference, tc-reference "
+                    "and reference; auto = fused for 2 layers, ptx for 3")
         ->capture_default_str();
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_flag("--no-overlap", o->no_overlap,

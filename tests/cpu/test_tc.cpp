@@ -5,6 +5,7 @@
 #include "reference.hpp"
 #include "rng.hpp"
 #include "tc.hpp"
+#include "train.hpp"
 #include "verify.hpp"
 
 #include <doctest/doctest.h>
@@ -14,6 +15,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 using namespace ptxlab;
 
@@ -439,4 +442,22 @@ TEST_CASE("tc: truncating models of tc_grad_input and tc_grad_weights are within
         const WeightGrads bad_w = model_tc_grad_weights(dY, Y, X, B, I, O, act, scale, true);
         CHECK(outside(bad_w.dW, rw) > bad_w.dW.size() / 4);
     }
+}
+
+TEST_CASE("tc: --kernels tc and tc-reference, the kernels a run loads, the recipes it refuses") {
+    CHECK(parse_kernel_choice("tc") == KernelChoice{Design::Tc, KernelSource::Ptx});
+    CHECK(parse_kernel_choice("tc-reference") == KernelChoice{Design::Tc, KernelSource::Reference});
+    CHECK(to_string(KernelChoice{Design::Tc, KernelSource::Ptx}) == "tc");
+    CHECK(to_string(KernelChoice{Design::Tc, KernelSource::Reference}) == "tc-reference");
+    TrainConfig cfg;
+    cfg.kernels = parse_kernel_choice("tc");
+    const std::vector<std::string> want = {"tc_forward", "fused_output", "tc_grad_weights", "optim_sgd", "gather"};
+    CHECK(training_entries(cfg) == want);
+    CHECK(forward_entries(Design::Tc, cfg.layers) == std::vector<std::string>{"tc_forward", "fused_output"});
+    cfg.validate_flags();  // the default recipe (ReLU, 784-128-10) runs
+    cfg.activation = Activation::Gelu;
+    CHECK_THROWS_WITH_AS(cfg.validate_flags(), doctest::Contains("runs ReLU hidden layers"), InputError);
+    cfg.activation = Activation::Relu;
+    cfg.layers = {784, 64, 32, 10};
+    CHECK_THROWS_WITH_AS(cfg.validate_flags(), doctest::Contains("runs 2-layer networks"), InputError);
 }

@@ -22,6 +22,7 @@ namespace {
 const KernelChoice kSeedPtx{Design::Seed, KernelSource::Ptx}, kSeedRef{Design::Seed, KernelSource::Reference};
 const KernelChoice kFusedPtx{Design::Fused, KernelSource::Ptx}, kFusedRef{Design::Fused, KernelSource::Reference};
 const KernelChoice kFastPtx{Design::Fast, KernelSource::Ptx}, kFastRef{Design::Fast, KernelSource::Reference};
+const KernelChoice kTcPtx{Design::Tc, KernelSource::Ptx}, kTcRef{Design::Tc, KernelSource::Reference};
 const Dataset& mnist() {
     static Dataset d = load_dataset(default_data_dir());
     return d;
@@ -211,6 +212,16 @@ TEST_CASE("train: the fast set gives the same losses as its twins, and learns li
     CHECK(a.model.W == b.model.W);
     // The same per-sample gradients as the seed set, from deltas summed in another order.
     check_learns_like(a, p);
+}
+
+TEST_CASE("train: the tensor-core set gives the same losses as its twins, and learns like the fused set") {
+    TrainResult a = run(kTcPtx, 400, 4, steady), b = run(kTcRef, 400, 4, steady), f = run(kFusedPtx, 400, 4, steady);
+    REQUIRE(a.step_losses.size() == 400);
+    CHECK(a.step_losses == b.step_losses);
+    CHECK(a.model.W == b.model.W);
+    // TF32 products (10 mantissa bits) instead of FP32: other losses from the first step on.
+    CHECK(a.step_losses[0] != f.step_losses[0]);
+    check_learns_like(a, f);
 }
 
 TEST_CASE("train: the fused set is bit-identical run after run") {
