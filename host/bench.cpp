@@ -2,6 +2,7 @@
 
 #include "compile.hpp"
 #include "recipe.hpp"
+#include "tc.hpp"
 #include "train.hpp"
 #include "verify.hpp"
 
@@ -72,7 +73,7 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
     // The hidden layer's three products (B,I,H,act or B,I,O,act): A1, dX from D1 (the input's
     // gradient, which a deeper network would need), and GW1.
     if (entry == "tc_forward" || entry == "tc_grad_input" || entry == "tc_grad_weights")
-        return {entry, {B, kI, kH, 1}};
+        return {entry, {B, kI, kH, kTcActRelu}};
     // The default recipe's step: cross-entropy, Nesterov.
     if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov), kActRelu}};
     return {entry, {B, kI, kH, kO}};                                // fused_grad

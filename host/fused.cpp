@@ -30,17 +30,17 @@ void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s) {
            a.D1, a.D2, a.B, a.I, a.H, a.O, a.scale);
 }
 
-void launch_tc_hidden(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    constexpr unsigned kTcRelu = 1;  // tc_forward's act code for ReLU
-    launch_tc_forward(ks.get("tc_forward"), a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, kTcRelu, s);
+void launch_hidden_forward(const KernelSet& ks, const FusedArgs& a, Design d, CUstream s) {
+    if (d == Design::Tc) launch_tc_forward(ks.get("tc_forward"), a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, kTcActRelu, s);
+    else launch_fused_forward(ks, a, s);
 }
 
 void launch_tc_grads(const KernelSet& ks, const FusedArgs& a, CUstream s) {
     // D1 and D2 are already the pre-activation gradients (fused_output applied ReLU's mask),
     // so act 0: no mask, and the Y argument is not read.
     const Kernel& k = ks.get("tc_grad_weights");
-    launch_tc_grad_weights(k, a.B, a.I, a.H, a.GW1, a.Gb1, a.D1, a.D1, a.X, 0, a.scale, s);
-    launch_tc_grad_weights(k, a.B, a.H, a.O, a.GW2, a.Gb2, a.D2, a.D2, a.A1, 0, a.scale, s);
+    launch_tc_grad_weights(k, a.B, a.I, a.H, a.GW1, a.Gb1, a.D1, a.D1, a.X, kTcActNone, a.scale, s);
+    launch_tc_grad_weights(k, a.B, a.H, a.O, a.GW2, a.Gb2, a.D2, a.D2, a.A1, kTcActNone, a.scale, s);
 }
 
 unsigned fused_step_grid(const Kernel& k, unsigned H) {

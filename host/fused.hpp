@@ -80,11 +80,12 @@ void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
 // fused_grad: the batch gradients a.GW1, a.Gb1, a.GW2, a.Gb2 = a.scale * (batch sums).
 void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s);
-// The tensor-core set (--kernels tc): tc_forward in place of fused_forward (A1 = ReLU(X W1^T +
-// b1), TF32 mma.sync; ReLU only), and two tc_grad_weights launches in place of fused_grad
-// (GW1, Gb1 from D1 and X; GW2, Gb2 from D2 and A1; each scaled by a.scale). fused_output
-// (FP32) makes Y, D2 and D1 between them.
-void launch_tc_hidden(const KernelSet& ks, const FusedArgs& a, CUstream s);
+// The hidden layer's activations A1 for design d: tc_forward for the tensor-core set
+// (--kernels tc: A1 = ReLU(X W1^T + b1), TF32 mma.sync; ReLU only), fused_forward otherwise.
+void launch_hidden_forward(const KernelSet& ks, const FusedArgs& a, Design d, CUstream s);
+// The tensor-core set's gradients: two tc_grad_weights launches in place of fused_grad (GW1,
+// Gb1 from D1 and X; GW2, Gb2 from D2 and A1; each scaled by a.scale). fused_output (FP32)
+// makes Y, D2 and D1 before them.
 void launch_tc_grads(const KernelSet& ks, const FusedArgs& a, CUstream s);
 // fused_step: a.steps steps in one launch, with the loss code a.loss, the gradient scale
 // a.scale and the optimizer a.optim (throws Error if a.P is not where a.W1 .. a.b2 say).

@@ -60,6 +60,7 @@ inline constexpr unsigned kTcBlock = 128;   // every tc kernel: threads a block 
 inline constexpr unsigned kTcRows = 16;     // rows of a warp's tile (mma M): samples of A and dX, outputs of dW
 inline constexpr unsigned kTcCols = 8;      // columns of a warp's tile (mma N) and of an mma's k tile (K)
 inline constexpr unsigned kTcMaxSize = 1u << 31;  // B, I, H: the kernels' 32-bit index arithmetic
+inline constexpr unsigned kTcActNone = 0, kTcActRelu = 1;  // the tc kernels' act codes
 
 // ceil(B/16) * ceil(H/8): the warp tiles of tc_forward.
 size_t tc_forward_tiles(unsigned B, unsigned H);

@@ -339,8 +339,7 @@ public:
             a.D1 = D1_.ptr();
             a.D2 = D2_.ptr();
             a.loss = loss_code(loss);
-            if (design_ == Design::Tc) launch_tc_hidden(ks, a, s);
-            else launch_fused_forward(ks, a, s);
+            launch_hidden_forward(ks, a, design_, s);
             launch_fused_output(ks, a, s);
             return;
         }
@@ -743,7 +742,7 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
         a.overlap = design_ == Design::Fused && cfg_.overlap;
         const bool tc = design_ == Design::Tc;
         v.push_back({tc ? "tc_forward" : "fused_forward",
-                     [&ks, a, tc](CUstream st) { tc ? launch_tc_hidden(ks, a, st) : launch_fused_forward(ks, a, st); },
+                     [&ks, a, d = design_](CUstream st) { launch_hidden_forward(ks, a, d, st); },
                      {{"A1", &n.acts[0], sizes_[1]}}, 0});
         v.push_back({"fused_output", [&ks, a](CUstream st) { launch_fused_output(ks, a, st); },
                      {{"D2", &n.D2, O_}, {"D1", &n.D1, sizes_[1]}}, y_off + 1});
