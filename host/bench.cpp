@@ -2,7 +2,11 @@
 
 #include "compile.hpp"
 #include "recipe.hpp"
+#include "model.hpp"
+#include "optim.hpp"
+#include "rng.hpp"
 #include "tc.hpp"
+#include "train_cnn.hpp"
 #include "train.hpp"
 #include "verify.hpp"
 
@@ -209,7 +213,9 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
             {"conv2", {"conv_bwd_data", conv2}},    {"conv1", {"conv_bwd_weights", conv1}},
             {"conv2", {"conv_bwd_weights", conv2}}, {"pool1", {"pool_fwd", {B, 32, 28, 28}}},
             {"pool2", {"pool_fwd", {B, 64, 14, 14}}}, {"pool1", {"pool_bwd", {B, 32, 28, 28}}},
-            {"pool2", {"pool_bwd", {B, 64, 14, 14}}}, {"fc1", {"fc_bwd_data", {B, 3136, 128, 1}}}};
+            {"pool2", {"pool_bwd", {B, 64, 14, 14}}}, {"fc1", {"fc_bwd_data", {B, 3136, 128, 1}}},
+            {"conv1", {"tc_conv_fwd", conv1}},      {"conv2", {"tc_conv_fwd", conv2}},
+            {"conv2", {"tc_conv_bwd_data", conv2}}};
 }
 
 // Least traffic (bytes) and arithmetic (flops, an FMA = 2) of a conv or pool case; the
@@ -225,9 +231,47 @@ std::pair<double, double> cnn_work(const VerifyCase& c) {
     if (c.entry == "pool_bwd") return {4 * (N * C * H * W + 2 * N * C * (H / 2) * (W / 2)), 0};
     const double K = z[4], T = double(z[5]) * z[5], x = N * C * H * W, y = N * K * H * W, w = K * C * T;
     const double macs = 2 * N * K * C * H * W * T;
-    if (c.entry == "conv_fwd") return {4 * (x + w + K + y), macs + y};
-    if (c.entry == "conv_bwd_data") return {4 * (2 * y + w + x), macs};
+    if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return {4 * (x + w + K + y), macs + y};
+    if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data") return {4 * (2 * y + w + x), macs};
     return {4 * (x + 2 * y + w + K), macs + y};  // conv_bwd_weights: dW and db
+}
+
+// The CNN's training step (`train --model cnn`'s recipe: CE, Nesterov, batch kCnnBatch) as the
+// trainer runs it: kCnnChunk steps a CUDA graph, replayed; GPU time a step, the median over
+// replays. Random images in [0, 1) and labels; the FP32 conv kernels and the tensor cores.
+constexpr unsigned kCnnChunk = 32;
+void bench_cnn_steps(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
+    const Model m = parse_model("cnn");
+    fmt::print(out, "CNN training step (--model cnn, CE + Nesterov, batch {}; {} steps a CUDA graph)\n", kCnnBatch,
+               kCnnChunk);
+    fmt::print(out, "{:<16} {:>10}\n", "set", "us/step");
+    Rng rng(opt.seed);
+    std::vector<float> X(size_t(kCnnBatch) * 784), T(size_t(kCnnBatch) * kClasses, 0.0f);
+    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+    for (unsigned i = 0; i < kCnnBatch; ++i) T[size_t(i) * kClasses + rng.below(kClasses)] = 1.0f;
+    for (const KernelChoice k : {KernelChoice{Design::Seed, KernelSource::Ptx}, KernelChoice{Design::Tc, KernelSource::Ptx}}) {
+        TrainConfig cfg;
+        cfg.kernels = k;
+        KernelSet ks(k.source, ctx.info(), opt.dirs, cnn_training_entries(cfg.optim, conv_kernels_of(k)));
+        CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
+        CnnActs a(m, kCnnBatch);
+        const std::vector<StepHyper> hyp(kCnnChunk, step_hyper(cfg.optim, 0.01, 1));
+        DeviceBuffer dX(X.size() * 4, "images"), dT(T.size() * 4, "targets"), dY(T.size() * 4, "logits"),
+            dH(hyp.size() * sizeof(StepHyper), "step table");
+        dX.upload(X);
+        dT.upload(T);
+        dH.upload(hyp);
+        Graph g(s, [&] {
+            for (unsigned i = 0; i < kCnnChunk; ++i)
+                enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr(), cfg, dH.ptr() + i * sizeof(StepHyper), s);
+        });
+        KernelTiming t{fmt::format("cnn-step:{}", k.design == Design::Tc ? "tc" : "ptx"), "cnn step", kCnnBatch};
+        t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kCnnChunk;
+        fmt::print(out, "{:<16} {:>10.2f}\n", t.set, t.us);
+        out.flush();
+        r.kernels.push_back(t);
+    }
+    fmt::print(out, "\n");
 }
 
 void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
@@ -236,7 +280,7 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
     fmt::print(out, "{:<16} {:<17} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set:layer", "kernel", "batch", "us", "GB/s",
                "GFLOP/s", "roofline");
     const std::vector<std::string> entries = {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd",
-                                              "fc_bwd_data"};
+                                              "fc_bwd_data", "tc_conv_fwd", "tc_conv_bwd_data"};
     for (const KernelSource src : {KernelSource::Ptx, KernelSource::Reference}) {
         KernelSet ks(src, ctx.info(), opt.dirs, entries);
         for (const auto& [layer, c] : cnn_cases(kCnnBatch)) {
@@ -256,6 +300,7 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
         }
     }
     fmt::print(out, "\n");
+    bench_cnn_steps(ctx, opt, r, out, s);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 #include "ref_conv.hpp"
 
 #include "conv.hpp"
+#include "tc.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,6 +15,10 @@ namespace {
 constexpr double kU = 1.0 / 16777216.0;  // 2^-24, float32's unit roundoff
 constexpr double kInf = std::numeric_limits<double>::infinity();
 double gamma_n(size_t n) { return (double(n) * kU) / (1.0 - double(n) * kU); }
+
+// The TF32 kernels' relative bound of a sum over IC channels (ref_conv.hpp): a chain of
+// ceil(IC/8) * KS*KS mma, I = 8 ceil(IC/8) KS*KS products.
+double tc_conv_sum_bound(unsigned IC, unsigned KS) { return tc_sum_bound(8 * ((IC + 7) / 8) * KS * KS); }
 
 template <class T> std::vector<double> widen(const std::vector<T>& v) { return {v.begin(), v.end()}; }
 
@@ -153,18 +159,25 @@ std::vector<double> maxpool2_backward(unsigned P, unsigned H, unsigned W, const 
 }
 
 Bounded ref_conv_fwd(const ConvDims& d, const std::vector<float>& Xf, const std::vector<float>& Wf,
-                     const std::vector<float>& bf, unsigned act) {
+                     const std::vector<float>& bf, unsigned act, ConvArith arith) {
     const auto X = widen(Xf), Wt = widen(Wf);
     Bounded r;
     r.resize(d.y_size());
-    const double g = gamma_n(size_t(d.C) * d.KS * d.KS + 1);
+    const double g = gamma_n(size_t(d.C) * d.KS * d.KS + 1), tc = tc_conv_sum_bound(d.C, d.KS);
     for (unsigned n = 0; n < d.N; ++n)
         for (unsigned k = 0; k < d.K; ++k)
             for (unsigned y = 0; y < d.H; ++y)
                 for (unsigned x = 0; x < d.W; ++x) {
                     const Sum s = forward_sum(d, X, Wt, n, k, y, x);
-                    const double z = double(bf[k]) + s.v, e = g * (std::fabs(double(bf[k])) + s.mag);
+                    const double z = double(bf[k]) + s.v;
                     const size_t o = ((size_t(n) * d.K + k) * d.H + y) * d.W + x;
+                    if (arith == ConvArith::Tf32) {
+                        const double ec = tc * s.mag, e = ec + kU * (std::fabs(z) + ec);
+                        r.v[o] = act == 1 ? std::max(z, 0.0) : z;
+                        r.e[o] = act == 1 && z + e < 0 ? 0.0 : e;
+                        continue;
+                    }
+                    const double e = g * (std::fabs(double(bf[k])) + s.mag);
                     if (act == 1) {
                         r.v[o] = z > 0 ? z : 0.0;
                         r.e[o] = std::fabs(z) <= e ? kInf : (z > 0 ? e : 0.0);
@@ -177,11 +190,11 @@ Bounded ref_conv_fwd(const ConvDims& d, const std::vector<float>& Xf, const std:
 }
 
 Bounded ref_conv_bwd_data(const ConvDims& d, const std::vector<float>& dY, const std::vector<float>& Y,
-                          const std::vector<float>& Wf, unsigned act) {
+                          const std::vector<float>& Wf, unsigned act, ConvArith arith) {
     const auto G = masked(dY, Y, act), Wt = widen(Wf);
     Bounded r;
     r.resize(d.x_size());
-    const double g = gamma_n(size_t(d.K) * d.KS * d.KS);
+    const double g = arith == ConvArith::Tf32 ? tc_conv_sum_bound(d.K, d.KS) : gamma_n(size_t(d.K) * d.KS * d.KS);
     for (unsigned n = 0; n < d.N; ++n)
         for (unsigned c = 0; c < d.C; ++c)
             for (unsigned y = 0; y < d.H; ++y)

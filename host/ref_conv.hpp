@@ -73,10 +73,19 @@ std::vector<double> maxpool2_backward(unsigned P, unsigned H, unsigned W, const 
 // ---- With error bounds, on the kernels' float32 inputs (act: 0 none, 1 ReLU, the kernels'
 // `act` code). G below is the kernels' dY masked as they mask it: with act 1, dY where the
 // layer's output Y > 0, else 0. ----
+//
+// The tensor-core kernels (tcconv.hpp: tc_conv_fwd, tc_conv_bwd_data) compute the same sums on
+// TF32 inputs, a chain of ceil(IC/8) * KS*KS mma.sync each (IC the channels summed over):
+// ConvArith::Tf32 holds them to tc.hpp's bound instead, with I = 8 ceil(IC/8) KS*KS products:
+//   forward   e_c = tc_sum_bound(I) sum |x w|, then the bias's add.rn: e_c + u (|z| + e_c);
+//             ReLU is 1-Lipschitz: the same bound for max(z, 0), and an output whose z + bound
+//             < 0 must be exactly 0 (no output is skipped)
+//   dX        tc_sum_bound(I) sum |g w|
+enum class ConvArith { Fp32, Tf32 };
 Bounded ref_conv_fwd(const ConvDims& d, const std::vector<float>& X, const std::vector<float>& Wt,
-                     const std::vector<float>& b, unsigned act);
+                     const std::vector<float>& b, unsigned act, ConvArith arith = ConvArith::Fp32);
 Bounded ref_conv_bwd_data(const ConvDims& d, const std::vector<float>& dY, const std::vector<float>& Y,
-                          const std::vector<float>& Wt, unsigned act);
+                          const std::vector<float>& Wt, unsigned act, ConvArith arith = ConvArith::Fp32);
 void ref_conv_bwd_weights(const ConvDims& d, const std::vector<float>& X, const std::vector<float>& dY,
                           const std::vector<float>& Y, unsigned act, float scale, Bounded& dW, Bounded& db);
 

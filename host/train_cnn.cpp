@@ -6,6 +6,7 @@
 #include "optim.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
+#include "tcconv.hpp"
 
 #include <fmt/ostream.h>
 
@@ -71,12 +72,16 @@ void CnnTrainConfig::validate_flags() const {
     }
 }
 
-std::vector<std::string> cnn_forward_entries() { return {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"}; }
+ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
-std::vector<std::string> cnn_training_entries(const OptimConfig& o) {
-    std::vector<std::string> v = cnn_forward_entries();
-    for (const char* e : {"conv_bwd_data", "conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"})
-        v.push_back(e);
+std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
+    return {conv == ConvKernels::Tc ? "tc_conv_fwd" : "conv_fwd", "pool_fwd", "fused_forward", "fused_output"};
+}
+
+std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels conv) {
+    std::vector<std::string> v = cnn_forward_entries(conv);
+    v.push_back(conv == ConvKernels::Tc ? "tc_conv_bwd_data" : "conv_bwd_data");
+    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"}) v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
 }
@@ -118,16 +123,19 @@ ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B) { return kernel_dims(l,
 
 namespace {
 
-// The operations as kernel launches on one stream.
+// The operations as kernel launches on one stream; the conv layers on the FP32 kernels or the
+// tensor cores (the same arguments).
 class KernelOps : public CnnOps {
 public:
-    KernelOps(const KernelSet& ks, CUstream s) : ks_(ks), s_(s) {}
+    KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv) : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc) {}
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
-        launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_);
+        if (tc_) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
+        else launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_);
     }
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
-        launch_conv_bwd_data(ks_.get("conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
+        if (tc_) launch_tc_conv_bwd_data(ks_.get("tc_conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
+        else launch_conv_bwd_data(ks_.get("conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                           CUdeviceptr Y, unsigned act, float scale) override {
@@ -150,6 +158,7 @@ public:
 private:
     const KernelSet& ks_;
     CUstream s_;
+    bool tc_;
 };
 
 CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
@@ -261,26 +270,28 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
 }
 
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s) {
-    KernelOps ops(ks, s);
+                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s, ConvKernels conv) {
+    KernelOps ops(ks, s, conv);
     cnn_forward(ops, m, buffers_of(p, a), X, T, Y, loss_code);
 }
 
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s) {
-    KernelOps ops(ks, s);
+                          float scale, CUstream s, ConvKernels conv) {
+    KernelOps ops(ks, s, conv);
     cnn_backward(ops, m, buffers_of(p, a), X, scale);
 }
 
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s) {
-    enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s);
-    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s);
+    const ConvKernels conv = conv_kernels_of(cfg.kernels);
+    enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s, conv);
+    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s, conv);
     launch_optimizer(ks, cfg.optim, p.params.ptr(), p.grads.ptr(), p.m_ptr(cfg.optim), p.v_ptr(cfg.optim), hyp,
                      static_cast<unsigned>(p.count), s);
 }
 
-EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss) {
+EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
+                        ConvKernels conv) {
     if (test.count % kEvalBatch)
         PTXLAB_THROW(InputError, "the CNN evaluation takes batches of {}: the test split's {} images are not a "
                                  "multiple",
@@ -293,7 +304,7 @@ EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p,
     T.upload(one_hot_rows(test.labels));
     for (size_t first = 0; first < test.count; first += kEvalBatch)
         enqueue_cnn_forward(ks, m, p, a, at(X, first * test.dim()), at(T, first * kClasses), at(Y, first * kClasses),
-                            loss_code(loss), stream.get());
+                            loss_code(loss), stream.get(), conv);
     stream.synchronize();
     const std::vector<float> y = Y.download_vector<float>();
     EvalResult r;
@@ -321,7 +332,7 @@ class CnnRun {
 public:
     CnnRun(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg)
         : cfg_(cfg), c_(cfg.base), data_(data),
-          ks_(c_.kernels.source, ctx.info(), c_.dirs, cnn_training_entries(c_.optim)),
+          ks_(c_.kernels.source, ctx.info(), c_.dirs, cnn_training_entries(c_.optim, conv_kernels_of(c_.kernels))),
           N_(data.train.count), I_(data.train.dim()), B_(c_.batch), K_(unsigned(N_ / B_)),
           p_(cfg.model, init_model_params(cfg.model, c_.init, c_.seed), c_.optim), a_(cfg.model, B_),
           X_(N_ * I_ * 4, "training images"), T_(N_ * kClasses * 4, "training targets"),
@@ -454,7 +465,8 @@ CnnTrainResult train_cnn(const Context& ctx, const Dataset& data, const CnnTrain
                 break;
             }
             const auto t2 = Clock::now();
-            const EvalResult e = evaluate_cnn(run.kernels(), cfg.model, run.params(), data.test, c.loss);
+            const EvalResult e =
+                evaluate_cnn(run.kernels(), cfg.model, run.params(), data.test, c.loss, conv_kernels_of(c.kernels));
             eval_ms += ms_since(t2);
             r.accuracy = e.accuracy;
             EvalPoint pt{r.steps, epoch, train_loss, e.loss, e.accuracy, r.train_ms / 1e3, (r.train_ms + eval_ms) / 1e3,

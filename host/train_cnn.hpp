@@ -56,11 +56,17 @@ struct CnnTrainConfig {
 inline constexpr float kCnnDefaultLr = 0.05f;
 inline constexpr unsigned kCnnDefaultEpochs = 4;
 
+// What the conv layers run on: the FP32 conv kernels (ptx/conv.ptx) or the tensor cores
+// (ptx/tcconv.ptx: tc_conv_fwd and tc_conv_bwd_data, TF32 inputs and FP32 sums; `--kernels tc`).
+// The weight gradient stays on conv_bwd_weights either way.
+enum class ConvKernels { Fp32, Tc };
+ConvKernels conv_kernels_of(const KernelChoice& k);  // Tc for Design::Tc, else Fp32
+
 // The kernel entries a CNN training run needs.
-std::vector<std::string> cnn_training_entries(const OptimConfig& o);
+std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels conv = ConvKernels::Fp32);
 // The kernels a CNN's forward pass launches (evaluate_cnn, `ptxlab eval`): conv layers, pools,
 // hidden fc layers (fused_forward) and the last layer (fused_output).
-std::vector<std::string> cnn_forward_entries();
+std::vector<std::string> cnn_forward_entries(ConvKernels conv = ConvKernels::Fp32);
 
 // The parameters and their optimizer state on the GPU, in the model's flat layout.
 struct CnnParams {
@@ -125,11 +131,13 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
 void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale);
 
 // The launches of one step (or a forward pass), on stream s. X and T: the batch's images and
-// one-hot targets; Y: where the logits go ([B][10]); hyp: this step's StepHyper record.
+// one-hot targets; Y: where the logits go ([B][10]); hyp: this step's StepHyper record. The
+// step's conv kernels are cfg.kernels' (conv_kernels_of).
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s);
+                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
+                         ConvKernels conv = ConvKernels::Fp32);
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s);
+                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32);
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s);
 
@@ -145,7 +153,8 @@ struct CnnTrainResult {
 };
 
 // Test accuracy and mean loss of the flat parameters on a split (batches of 500 on the GPU).
-EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss);
+EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
+                        ConvKernels conv = ConvKernels::Fp32);
 
 CnnTrainResult train_cnn(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg, std::ostream& out);
 

@@ -4,6 +4,7 @@
 #include "conv.hpp"
 #include "recipe.hpp"
 #include "ref_conv.hpp"
+#include "tcconv.hpp"
 #include "verify_harness.hpp"
 
 #include <bit>
@@ -15,6 +16,10 @@ namespace {
 
 bool is_pool(const std::string& e) { return e == "pool_fwd" || e == "pool_bwd"; }
 bool is_fc(const std::string& e) { return e == "fc_bwd_data"; }
+// The tensor-core twins of conv_fwd and conv_bwd_data (tcconv.hpp): the same tensors and
+// launch arguments, TF32 bounds.
+bool is_tc(const std::string& e) { return e == "tc_conv_fwd" || e == "tc_conv_bwd_data"; }
+ConvArith arith_of(const std::string& e) { return is_tc(e) ? ConvArith::Tf32 : ConvArith::Fp32; }
 
 ConvDims dims_of(const VerifyCase& c) {
     const auto& z = c.shape;
@@ -36,36 +41,39 @@ Bounded exact(const std::vector<double>& v) {
     return b;
 }
 
-Harness make_conv_fwd(const ConvDims& d, unsigned act, Rng& rng) {
+Harness make_conv_fwd(const ConvDims& d, unsigned act, ConvArith arith, Rng& rng) {
     const float w = 1.0f / std::sqrt(float(d.C * d.KS * d.KS));  // nn.Conv2d's init bound
     Harness h;
     std::vector<float> X = random_vector(rng, d.x_size(), -1.0f, 1.0f);
     std::vector<float> Wt = random_vector(rng, d.w_size(), -w, w);
     std::vector<float> b = random_vector(rng, d.K, -w, w);
-    h.expected["Y"] = ref_conv_fwd(d, X, Wt, b, act);
+    h.expected["Y"] = ref_conv_fwd(d, X, Wt, b, act, arith);
     h.tensors = {{"X", {d.N, d.C, d.H, d.W}, Role::In, X},
                  {"Wt", {d.K, d.C, d.KS, d.KS}, Role::In, Wt},
                  {"b", {d.K}, Role::In, b},
                  {"Y", {d.N, d.K, d.H, d.W}, Role::Out, {}}};
-    h.launch = [d, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
-        launch_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s);
+    h.launch = [d, act, arith](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        if (arith == ConvArith::Tf32) launch_tc_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s);
+        else launch_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s);
     };
     return h;
 }
 
-Harness make_conv_bwd_data(const ConvDims& d, unsigned act, Rng& rng) {
+Harness make_conv_bwd_data(const ConvDims& d, unsigned act, ConvArith arith, Rng& rng) {
     const float w = 1.0f / std::sqrt(float(d.C * d.KS * d.KS));
     Harness h;
     std::vector<float> dY = random_vector(rng, d.y_size(), -1.0f, 1.0f);
     std::vector<float> Y = relu_outputs(rng, d.y_size());
     std::vector<float> Wt = random_vector(rng, d.w_size(), -w, w);
-    h.expected["dX"] = ref_conv_bwd_data(d, dY, Y, Wt, act);
+    h.expected["dX"] = ref_conv_bwd_data(d, dY, Y, Wt, act, arith);
     h.tensors = {{"dX", {d.N, d.C, d.H, d.W}, Role::Out, {}},
                  {"dY", {d.N, d.K, d.H, d.W}, Role::In, dY},
                  {"Y", {d.N, d.K, d.H, d.W}, Role::In, Y},
                  {"Wt", {d.K, d.C, d.KS, d.KS}, Role::In, Wt}};
-    h.launch = [d, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
-        launch_conv_bwd_data(k, d, m.at("dX"), m.at("dY"), m.at("Y"), m.at("Wt"), act, s);
+    h.launch = [d, act, arith](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        if (arith == ConvArith::Tf32)
+            launch_tc_conv_bwd_data(k, d, m.at("dX"), m.at("dY"), m.at("Y"), m.at("Wt"), act, s);
+        else launch_conv_bwd_data(k, d, m.at("dX"), m.at("dY"), m.at("Y"), m.at("Wt"), act, s);
     };
     return h;
 }
@@ -144,7 +152,7 @@ Harness make_pool(const VerifyCase& c, Rng& rng) {
 }  // namespace
 
 bool is_conv_entry(const std::string& e) {
-    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e) || is_fc(e);
+    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e) || is_fc(e) || is_tc(e);
 }
 
 std::string conv_shape_names(const std::string& e) {
@@ -175,7 +183,7 @@ void validate_conv_case(const VerifyCase& c) {
     }
     if (c.shape[6] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[6]);
-    if (std::string why = conv_unfit(dims_of(c)); !why.empty())
+    if (std::string why = is_tc(c.entry) ? tcconv_unfit(dims_of(c)) : conv_unfit(dims_of(c)); !why.empty())
         PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
 
@@ -188,8 +196,16 @@ std::vector<VerifyCase> conv_default_cases() {
         {3, 3, 7, 7, 17, 5, 1},    {1, 64, 7, 7, 3, 5, 0},     {3, 32, 28, 28, 64, 3, 1}, {2, 3, 9, 9, 8, 1, 1},
         {1, 9, 14, 14, 3, 3, 1},   {64, 1, 28, 28, 32, 5, 1},  {3, 64, 9, 9, 32, 5, 0}};
     std::vector<VerifyCase> v;
-    for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights"})
+    for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "tc_conv_fwd", "tc_conv_bwd_data"})
         for (const auto& s : conv) v.push_back({e, s});
+    // The tensor-core kernels' edges besides: 33 and 40 output channels leave a group of 32
+    // part-empty (and, backward, 33 and 40 channels summed leave a chunk of 8 part-empty);
+    // a 16 x 16 image is a whole strip of 256 pixels (all 8 warps busy), 13 x 11 leaves the
+    // last pixel tile part-empty.
+    for (const char* e : {"tc_conv_fwd", "tc_conv_bwd_data"})
+        for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+                 {2, 33, 16, 16, 40, 3, 1}, {3, 40, 13, 11, 33, 5, 0}, {1, 1, 1, 1, 1, 1, 0}})
+            v.push_back({e, s});
     const std::vector<std::vector<unsigned>> pool = {{64, 32, 28, 28}, {64, 64, 14, 14}, {1, 1, 28, 28}, {3, 3, 7, 7},
                                                      {3, 3, 9, 9},     {1, 1, 2, 2},     {64, 3, 28, 28}};
     for (const char* e : {"pool_fwd", "pool_bwd"})
@@ -209,7 +225,8 @@ std::vector<VerifyCase> conv_quick_cases() {
             {"conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},     {"conv_bwd_data", {1, 3, 7, 7, 17, 5, 0}},
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
             {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7}},
-            {"fc_bwd_data", {5, 257, 33, 1}}};
+            {"fc_bwd_data", {5, 257, 33, 1}},             {"tc_conv_fwd", {3, 3, 9, 9, 17, 3, 1}},
+            {"tc_conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}}};
 }
 
 Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
@@ -217,8 +234,9 @@ Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
     if (is_fc(c.entry)) return make_fc_bwd_data(c, rng);
     const ConvDims d = dims_of(c);
     const unsigned act = c.shape[6];
-    if (c.entry == "conv_fwd") return make_conv_fwd(d, act, rng);
-    if (c.entry == "conv_bwd_data") return make_conv_bwd_data(d, act, rng);
+    if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return make_conv_fwd(d, act, arith_of(c.entry), rng);
+    if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data")
+        return make_conv_bwd_data(d, act, arith_of(c.entry), rng);
     return make_conv_bwd_weights(d, act, rng);
 }
 

@@ -31,9 +31,10 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
     if (auto it = mc.metadata.find("train.activation"); it != mc.metadata.end() && it->second != "relu")
         PTXLAB_THROW(InputError, "{}: trained with the activation '{}'; the conv kernels run ReLU only", o.load,
                      it->second);
-    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference")
-        PTXLAB_THROW(InputError, "--kernels {}: a CNN checkpoint runs on the conv kernels: auto (the PTX), ptx or "
-                                 "reference (their twins)",
+    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
+        o.kernels != "tc-reference")
+        PTXLAB_THROW(InputError, "--kernels {}: a CNN checkpoint runs on the conv kernels: auto (the PTX), ptx, tc "
+                                 "(the conv layers on the tensor cores, TF32) or reference and tc-reference (their twins)",
                      o.kernels);
     const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
@@ -43,12 +44,15 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
                      mc.model.text(), mc.model.layers.front().in.c, mc.model.layers.front().in.h,
                      mc.model.layers.front().in.w, dir, data.test.rows, data.test.cols);
     Context ctx(o.device);
-    const KernelSource src = o.kernels == "reference" ? KernelSource::Reference : KernelSource::Ptx;
-    KernelSet ks(src, ctx.info(), dirs, cnn_forward_entries());
+    const KernelSource src = o.kernels == "reference" || o.kernels == "tc-reference" ? KernelSource::Reference
+                                                                                   : KernelSource::Ptx;
+    const ConvKernels conv = o.kernels == "tc" || o.kernels == "tc-reference" ? ConvKernels::Tc : ConvKernels::Fp32;
+    KernelSet ks(src, ctx.info(), dirs, cnn_forward_entries(conv));
     const CnnParams p(mc.model, mc.params, OptimConfig{});
-    const EvalResult r = evaluate_cnn(ks, mc.model, p, data.test, Loss::Ce);
-    fmt::print("eval: {} (--model {}, relu) on {} test images from {}, {} conv kernels, {}\n", o.load, mc.model.text(),
-               r.count, dir, to_string(src), ctx.info().name);
+    const EvalResult r = evaluate_cnn(ks, mc.model, p, data.test, Loss::Ce, conv);
+    fmt::print("eval: {} (--model {}, relu) on {} test images from {}, {} conv kernels{}, {}\n", o.load,
+               mc.model.text(), r.count, dir, to_string(src), conv == ConvKernels::Tc ? " (tensor cores, TF32)" : "",
+               ctx.info().name);
     print_result(r);
     return kExitOk;
 }

@@ -154,9 +154,11 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     if (!o.given("--lr") && o.preset.empty()) cfg.lr = kCnnDefaultLr;
     if (!o.given("--epochs") && o.preset.empty()) cfg.epochs = kCnnDefaultEpochs;
     if (!o.given("--target") && o.preset.empty()) cfg.target = 0.99;
-    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference")
+    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
+        o.kernels != "tc-reference")
         PTXLAB_THROW(InputError, "--model {} (conv layers): --kernels {}: the CNN runs on the conv and pool kernels: "
-                                 "ptx (the default) or reference (their NVRTC twins)",
+                                 "ptx (the default), tc (the conv layers' forward pass and gradient to the input on "
+                                 "the tensor cores, ptx/tcconv.ptx), or reference and tc-reference (their NVRTC twins)",
                      o.model, o.kernels);
     cfg.kernels = o.kernels == "auto" ? KernelChoice{Design::Seed, KernelSource::Ptx} : parse_kernel_choice(o.kernels);
     cfg.graphs = !o.no_graphs;
@@ -173,8 +175,10 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     Dataset data = load_dataset(dir);
     Context ctx(o.device);
     const unsigned K = static_cast<unsigned>(data.train.count / cfg.batch);
-    fmt::print("ptxlab train: --model {} ({} parameters), {} conv kernels, on {} ({})\n  {}\n", model.text(),
-               model.param_count, to_string(cfg.kernels.source), ctx.info().name, ctx.info().arch(), model.shapes_text());
+    fmt::print("ptxlab train: --model {} ({} parameters), {} conv kernels{}, on {} ({})\n  {}\n", model.text(),
+               model.param_count, to_string(cfg.kernels.source),
+               conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores: TF32 tc_conv_fwd, tc_conv_bwd_data)" : "",
+               ctx.info().name, ctx.info().arch(), model.shapes_text());
     fmt::print("  {}\n", recipe_text(cfg, K));
     std::cout.flush();
     if (!o.save_init.empty())
@@ -390,7 +394,9 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "fused_output, tc_grad_weights for both layers' gradients, optimizer; 2-layer ReLU networks, "
                     "sm_90; ptx/tc.ptx), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, "
                     "batch_mean, optimizer), or their NVRTC twins fused-reference, fast-reference, tc-reference "
-                    "and reference; auto = fused for 2 layers, ptx for 3")
+                    "and reference; auto = fused for 2 layers, ptx for 3. With --model conv layers: ptx (auto) "
+                    "runs them on ptx/conv.ptx (FP32), tc their forward pass and gradient to the input on the "
+                    "tensor cores (ptx/tcconv.ptx, TF32 inputs); reference and tc-reference are the twins")
         ->capture_default_str();
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_flag("--no-overlap", o->no_overlap,

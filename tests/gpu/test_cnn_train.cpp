@@ -160,3 +160,35 @@ TEST_CASE("cnn: train --model conv8,pool,fc10 learns MNIST in 300 steps, the PTX
     for (auto c : e.confusion) total += c;
     CHECK(total == data.test.count);
 }
+
+TEST_CASE("cnn: --kernels tc runs the conv layers on the tensor cores, learns like the FP32 kernels, the PTX as its twins") {
+    // Two conv layers, so both tc_conv_fwd and tc_conv_bwd_data (conv2 back to pool1) run.
+    const Dataset data = load_dataset(default_data_dir());
+    const Design designs[3] = {Design::Tc, Design::Tc, Design::Seed};
+    const KernelSource sources[3] = {KernelSource::Ptx, KernelSource::Reference, KernelSource::Ptx};
+    CnnTrainResult res[3];
+    for (int i = 0; i < 3; ++i) {
+        CnnTrainConfig cfg;
+        cfg.model = parse_model("conv8,pool,conv16,pool,fc10");
+        cfg.base.lr = kCnnDefaultLr;
+        cfg.base.epochs = 1;
+        cfg.base.max_steps = 300;
+        cfg.base.kernels = {designs[i], sources[i]};
+        std::ostringstream out;
+        res[i] = train_cnn(gpu(), data, cfg, out);
+        MESSAGE(out.str());
+    }
+    CHECK(res[0].steps == 300);
+    CHECK(res[0].accuracy >= 0.90);
+    CHECK(res[0].step_losses == res[1].step_losses);  // tc against tc-reference: bit for bit
+    CHECK(same_bits(res[0].params, res[1].params));
+    // The tensor cores' TF32 products change the bits (so the tc kernels did run), not the learning.
+    CHECK(res[0].step_losses != res[2].step_losses);
+    CHECK(std::fabs(res[0].accuracy - res[2].accuracy) <= 0.02);
+    // A checkpoint of the tc run evaluates on the tc forward to the accuracy the run reported.
+    KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), cnn_forward_entries(ConvKernels::Tc));
+    const Model m = parse_model("conv8,pool,conv16,pool,fc10");
+    const EvalResult e =
+        evaluate_cnn(ks, m, CnnParams(m, res[0].params, OptimConfig{}), data.test, Loss::Ce, ConvKernels::Tc);
+    CHECK(e.accuracy == res[0].accuracy);
+}

@@ -272,6 +272,17 @@ TEST_CASE("kernels: conv_fwd, conv_bwd_data, conv_bwd_weights, both sets") {
         check_both_sets(e, {3, 9, 9, 9, 17, 5, 0});      // odd everything, 5x5
     }
 }
+// The convolutions on the tensor cores (tcconv.ptx): the same shapes, and a 16x16 image (a whole
+// strip of 256 pixels: every warp busy) with 33 and 40 channels (part-empty groups and chunks).
+TEST_CASE("kernels: tc_conv_fwd, tc_conv_bwd_data, both sets") {
+    for (const char* e : {"tc_conv_fwd", "tc_conv_bwd_data"}) {
+        CAPTURE(e);
+        check_both_sets(e, {64, 1, 28, 28, 32, 3, 1});   // conv1
+        check_both_sets(e, {64, 32, 14, 14, 64, 3, 1});  // conv2
+        check_both_sets(e, {3, 9, 9, 9, 17, 5, 0});      // odd everything, 5x5
+        check_both_sets(e, {2, 33, 16, 16, 40, 3, 1});
+    }
+}
 TEST_CASE("kernels: fc_bwd_data, both sets") {
     check_both_sets("fc_bwd_data", {64, 3136, 128, 1});  // the CNN's fc1
     check_both_sets("fc_bwd_data", {5, 257, 33, 0});     // part-empty sample group and column tile
@@ -329,6 +340,23 @@ TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verif
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("A[") == 0);
     check_cli_fails("tc_forward", "17,9,5,0", "tc");
+}
+
+TEST_CASE("kernels: a tc_conv_fwd with a wrong fragment layout is caught by verify") {
+    // tests/fixtures/tcconv/tcconv.ptx: tc_conv_fwd's first pixel tile passes its A fragment as
+    // {a0, a2, a1, a3}, so pixels g and g+8 of the tile swap patch columns; every output is
+    // written, the first tile's sums are wrong. tc_conv_bwd_data is intact.
+    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("tcconv"));
+    CaseResult r = verify_one("tc_conv_fwd", {3, 3, 9, 9, 17, 3, 0}, bad);
+    INFO(format_result(r));
+    check_planted_caught(r);
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find("Y[") == 0);
+    CaseResult ok = verify_one("tc_conv_bwd_data", {3, 3, 9, 9, 17, 3, 0}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    check_cli_fails("tc_conv_fwd", "3,3,9,9,17,3,0", "tcconv");
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {

@@ -1,0 +1,48 @@
+// Launch shapes of the tensor-core convolution kernels (see tcconv.hpp and ptx/tcconv.ptx).
+#include "tcconv.hpp"
+
+#include "error.hpp"
+
+#include <algorithm>
+
+namespace ptxlab {
+
+namespace {
+unsigned div_up(size_t a, size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// Blocks of (image, group of 32 output channels, strip) for a pass writing OC channels.
+unsigned tcconv_grid(const ConvDims& d, unsigned OC) {
+    return d.N * div_up(OC, kTcConvChannels) * conv_strips(d.H, d.W).strips;
+}
+
+void require_fit(const ConvDims& d) {
+    if (std::string why = tcconv_unfit(d); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
+}
+}  // namespace
+
+unsigned tcconv_smem(const ConvDims& d) {
+    const ConvStrips s = conv_strips(d.H, d.W);
+    const size_t T = size_t(d.KS) * d.KS;
+    const size_t planes = (8 * size_t(s.rows + d.KS - 1) * (d.W + d.KS - 1) * 4 + 15) / 16 * 16;
+    const size_t staged = planes + size_t(kTcConvChannels) * (8 * T + 4) * 4 + 8 * T * 4;
+    const size_t tile = size_t(kTcConvChannels) * kTcConvPitch * 4;
+    return static_cast<unsigned>(std::max(staged, tile));
+}
+
+std::string tcconv_unfit(const ConvDims& d) { return conv_unfit(d); }
+
+void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
+                        CUdeviceptr Y, unsigned act, CUstream s) {
+    require_fit(d);
+    k.launch_smem(tcconv_grid(d, d.K), kConvBlock, tcconv_smem(d), s, X, Wt, b, Y, d.N, d.C, d.H, d.W, d.K, d.KS,
+                  act);
+}
+
+void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
+                             CUdeviceptr Wt, unsigned act, CUstream s) {
+    require_fit(d);
+    k.launch_smem(tcconv_grid(d, d.C), kConvBlock, tcconv_smem(d), s, dX, dY, Y, Wt, d.N, d.C, d.H, d.W, d.K, d.KS,
+                  act);
+}
+
+}  // namespace ptxlab

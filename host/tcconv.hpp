@@ -1,0 +1,42 @@
+// The convolution kernels on the tensor cores (ptx/tcconv.ptx): tc_conv_fwd and
+// tc_conv_bwd_data, with conv_fwd's and conv_bwd_data's signatures and meaning (conv.hpp), their
+// launch shapes, and the float64 reference of what they compute with a bound for TF32 inputs.
+//
+// Both are one implicit GEMM over the pixels of a strip of rows (conv_strips) and 32 output
+// channels a block; the channels they sum over (IC: C forward, K backward) go through shared
+// memory 8 at a time, T = KS*KS mma.sync.m16n8k8 k steps a chunk. The bounds, with S = sum |x w| over an output's products (the kernel's float inputs):
+// each output's sum is a chain of ceil(IC/8) * T mma on TF32 inputs, so tc.hpp's argument
+// (items 1 and 2) holds with I = 8 ceil(IC/8) T products: c is within tc_sum_bound(I) S of the
+// exact sum. The forward pass adds the bias with one add.rn (u (|z| + e_c)); ReLU is 1-Lipschitz,
+// and where z + bound < 0 the output must be exactly 0. The backward pass stores c.
+#pragma once
+
+#include "conv.hpp"
+#include "kernels.hpp"
+
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+inline constexpr unsigned kTcConvChannels = 32;  // output channels a block writes (4 mma n tiles)
+inline constexpr unsigned kTcConvPitch = 260;    // floats a channel row of the output tile (conflict-free)
+
+// The dynamic shared memory of a tc_conv block for the pass's geometry: 8 staged planes of
+// (R+KS-1) x (W+KS-1) floats (rounded up to 16 bytes), 32 weight rows of 8T+4 floats and 8T
+// patch offsets, or the 32 x 260-float output tile when that is larger.
+unsigned tcconv_smem(const ConvDims& d);
+
+// Why tc_conv_fwd and tc_conv_bwd_data cannot take these dimensions (empty when they can):
+// conv_unfit's limits (the strips of conv_fwd).
+std::string tcconv_unfit(const ConvDims& d);
+
+void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
+                        CUdeviceptr Y, unsigned act, CUstream s);
+void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
+                             CUdeviceptr Wt, unsigned act, CUstream s);
+
+// The float64 references with the TF32 bounds above: ref_conv_fwd and ref_conv_bwd_data
+// (ref_conv.hpp) with ConvArith::Tf32.
+
+}  // namespace ptxlab
