@@ -12,7 +12,7 @@ unsigned div_up(size_t a, size_t b) { return static_cast<unsigned>((a + b - 1) /
 
 // Blocks of (image, group of 32 output channels, strip) for a pass writing OC channels.
 unsigned tcconv_grid(const ConvDims& d, unsigned OC) {
-    return d.N * div_up(OC, kTcConvChannels) * conv_strips(d.H, d.W).strips;
+    return d.N * div_up(OC, kTcConvChannels) * tcconv_strips(d, OC).strips;
 }
 
 void require_fit(const ConvDims& d) {
@@ -20,11 +20,22 @@ void require_fit(const ConvDims& d) {
 }
 }  // namespace
 
-unsigned tcconv_smem(const ConvDims& d) {
-    const ConvStrips s = conv_strips(d.H, d.W);
+ConvStrips tcconv_strips(const ConvDims& d, unsigned OC) {
+    ConvStrips s = conv_strips(d.H, d.W);
+    const size_t blocks = size_t(d.N) * div_up(OC, kTcConvChannels);
+    // Finer strips while the grid is below kTcConvFill blocks, taking only counts whose strips
+    // all start inside the image (ceil(H / ceil(H / strips)) == strips).
+    for (unsigned k = s.strips + 1; k <= d.H && blocks * s.strips < kTcConvFill; ++k)
+        if (const unsigned rows = div_up(d.H, k); div_up(d.H, rows) == k) s = {k, rows};
+    return s;
+}
+
+unsigned tcconv_smem(const ConvDims& d, unsigned OC) {
+    const ConvStrips s = tcconv_strips(d, OC);
     const size_t T = size_t(d.KS) * d.KS;
-    const size_t planes = (8 * size_t(s.rows + d.KS - 1) * (d.W + d.KS - 1) * 4 + 15) / 16 * 16;
-    const size_t staged = planes + size_t(kTcConvChannels) * (8 * T + 4) * 4 + 8 * T * 4;
+    const size_t xb = (8 * size_t(s.rows + d.KS - 1) * (d.W + d.KS - 1) * 4 + 15) / 16 * 16;
+    const size_t buf = 2 * xb + size_t(kTcConvChannels) * (8 * T + 4) * 4;
+    const size_t staged = 2 * buf + 8 * T * 4;
     const size_t tile = size_t(kTcConvChannels) * kTcConvPitch * 4;
     return static_cast<unsigned>(std::max(staged, tile));
 }
@@ -34,14 +45,14 @@ std::string tcconv_unfit(const ConvDims& d) { return conv_unfit(d); }
 void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
                         CUdeviceptr Y, unsigned act, CUstream s) {
     require_fit(d);
-    k.launch_smem(tcconv_grid(d, d.K), kConvBlock, tcconv_smem(d), s, X, Wt, b, Y, d.N, d.C, d.H, d.W, d.K, d.KS,
+    k.launch_smem(tcconv_grid(d, d.K), kConvBlock, tcconv_smem(d, d.K), s, X, Wt, b, Y, d.N, d.C, d.H, d.W, d.K, d.KS,
                   act);
 }
 
 void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
                              CUdeviceptr Wt, unsigned act, CUstream s) {
     require_fit(d);
-    k.launch_smem(tcconv_grid(d, d.C), kConvBlock, tcconv_smem(d), s, dX, dY, Y, Wt, d.N, d.C, d.H, d.W, d.K, d.KS,
+    k.launch_smem(tcconv_grid(d, d.C), kConvBlock, tcconv_smem(d, d.C), s, dX, dY, Y, Wt, d.N, d.C, d.H, d.W, d.K, d.KS,
                   act);
 }
 

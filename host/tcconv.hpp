@@ -22,10 +22,19 @@ namespace ptxlab {
 inline constexpr unsigned kTcConvChannels = 32;  // output channels a block writes (4 mma n tiles)
 inline constexpr unsigned kTcConvPitch = 260;    // floats a channel row of the output tile (conflict-free)
 
-// The dynamic shared memory of a tc_conv block for the pass's geometry: 8 staged planes of
-// (R+KS-1) x (W+KS-1) floats (rounded up to 16 bytes), 32 weight rows of 8T+4 floats and 8T
-// patch offsets, or the 32 x 260-float output tile when that is larger.
-unsigned tcconv_smem(const ConvDims& d);
+inline constexpr unsigned kTcConvFill = 128;     // blocks below which the strips are cut finer
+
+// The strips of a pass writing OC channels (K forward, C backward): conv_strips' (at most 256
+// pixels a strip), cut finer while N * ceil(OC/32) * strips < kTcConvFill and a finer count
+// leaves no strip starting past the image. The kernels read the count back from the grid; the
+// tiling changes no output's arithmetic.
+ConvStrips tcconv_strips(const ConvDims& d, unsigned OC);
+
+// The dynamic shared memory of a tc_conv block for the pass's geometry: two buffers, each of
+// 2 x 8 staged planes of (R+KS-1) x (W+KS-1) floats (xs and ys, each rounded up to 16 bytes)
+// and 32 weight rows of 8T+4 floats; then 8T patch offsets; or the 32 x 260-float output tile
+// when that is larger.
+unsigned tcconv_smem(const ConvDims& d, unsigned OC);
 
 // Why tc_conv_fwd and tc_conv_bwd_data cannot take these dimensions (empty when they can):
 // conv_unfit's limits (the strips of conv_fwd).

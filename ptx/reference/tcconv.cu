@@ -3,7 +3,7 @@
 // with conv_fwd's and conv_bwd_data's signatures (ptx/conv.ptx).
 //
 // The same launch shape as the PTX (256 threads a block; block = (n * ceil(OC/32) + group) *
-// strips + strip; warp w takes the strip's pixels 32w .. 32w+31 as two m16 tiles across the
+// strips + strip, strips read back from the grid; warp w takes the strip's pixels 32w .. 32w+31 as two m16 tiles across the
 // group's 32 output channels as four n8 tiles) and the same instructions in the same order:
 // accumulators from +0; for the chunks of 8 input channels ci0 = 0, 8, ... and their k steps
 // s = 0 .. T-1, one mma.sync.m16n8k8 (TF32) a tile whose k slot j holds kk = 8s + j, that is
@@ -70,18 +70,19 @@ __device__ void tcconv_sums(float (&acc)[2][4][4], In in_at, Wf w_at, unsigned I
         }
 }
 
-// The block's (n, group, strip) as the PTX decodes it; false for a block past N.
+// The block's (n, group, strip) as the PTX decodes it (strips read back from the grid); false
+// for a block past N or a strip that starts past the image.
 __device__ bool tcconv_block(unsigned N, unsigned H, unsigned W, unsigned OC, unsigned& n, unsigned& o0,
                              unsigned& y0, unsigned& npx)
 {
-    const unsigned r0 = 256u / W, strips = (H + r0 - 1) / r0, R = (H + strips - 1) / strips;
-    const unsigned groups = (OC + 31) / 32, st = blockIdx.x % strips;
-    const unsigned grp = blockIdx.x / strips % groups;
+    const unsigned groups = (OC + 31) / 32, strips = gridDim.x / (N * groups), R = (H + strips - 1) / strips;
+    const unsigned st = blockIdx.x % strips, grp = blockIdx.x / strips % groups;
     n = blockIdx.x / strips / groups;
     o0 = grp * 32;
     y0 = st * R;
+    if (n >= N || y0 >= H) return false;
     npx = min(R, H - y0) * W;
-    return n < N;
+    return true;
 }
 
 // Out[n][o][y0 + p/W][p%W] for the lane's accumulators that exist (p < npx, o < OC),

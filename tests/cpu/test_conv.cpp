@@ -2,6 +2,7 @@
 // cases (orientation, padding, bias, ties), finite differences for the backward passes, and
 // the bounded versions that verify uses.
 #include "conv.hpp"
+#include "tcconv.hpp"
 #include "error.hpp"
 #include "ref_conv.hpp"
 #include "rng.hpp"
@@ -10,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 using namespace ptxlab;
 
@@ -341,4 +343,95 @@ TEST_CASE("conv: conv_bwd_weights' bound holds a float32 emulation of its order 
         CHECK(good_fail == 0);
         CHECK(bad_fail > good.size() / 2);
     }
+}
+
+namespace {
+// cvt.rna.tf32.f32: keep 10 fraction bits, nearest, ties away from zero.
+float tf32_rna(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x1000u) & ~0x1fffu;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+}
+// A float truncated toward zero from a double (a tensor core's group sum, tc.hpp item 2).
+float toward_zero(double v) {
+    float f = float(v);
+    if (std::fabs(double(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+    return f;
+}
+}  // namespace
+
+TEST_CASE("conv: the tensor-core bound holds a TF32 emulation of tc_conv_fwd's chain and catches swapped patches") {
+    Rng rng(17);
+    const ConvDims d{2, 11, 7, 9, 5, 3};  // 11 channels: two chunks of 8, the second part-empty
+    std::vector<float> X(d.x_size()), Wt(d.w_size()), b(d.K);
+    for (auto& x : X) x = rng.uniform(-1.0f, 1.0f);
+    for (auto& w : Wt) w = rng.uniform(-0.3f, 0.3f);
+    for (auto& v : b) v = rng.uniform(-0.1f, 0.1f);
+    const Bounded ref = ref_conv_fwd(d, X, Wt, b, 0, ConvArith::Tf32);
+    const Bounded fp32 = ref_conv_fwd(d, X, Wt, b, 0);
+    const unsigned T = d.KS * d.KS;
+    // The kernel's chain: for each chunk of 8 channels and k step of 8 patch values one mma,
+    // here the 8 TF32 products and c summed exactly and truncated toward zero; then + b.
+    // swap: pixel x takes pixel x+1's patch values in k slots 4..7 (a fragment mix-up).
+    auto emulate = [&](bool swap) {
+        std::vector<float> Y(d.y_size());
+        for (unsigned n = 0; n < d.N; ++n)
+            for (unsigned k = 0; k < d.K; ++k)
+                for (unsigned y = 0; y < d.H; ++y)
+                    for (unsigned x = 0; x < d.W; ++x) {
+                        float c = 0.0f;
+                        for (unsigned c0 = 0; c0 < d.C; c0 += 8)
+                            for (unsigned s = 0; s < T; ++s) {
+                                double sum = c;
+                                for (unsigned j = 0; j < 8; ++j) {
+                                    const unsigned kk = 8 * s + j, ch = c0 + kk / T, tap = kk % T;
+                                    if (ch >= d.C) continue;
+                                    const unsigned px = swap && j >= 4 ? (x + 1) % d.W : x;
+                                    const int iy = int(y + tap / d.KS) - 1, ix = int(px + tap % d.KS) - 1;
+                                    const bool in = iy >= 0 && ix >= 0 && iy < int(d.H) && ix < int(d.W);
+                                    const float xv = in ? X[((size_t(n) * d.C + ch) * d.H + iy) * d.W + ix] : 0.0f;
+                                    sum += double(tf32_rna(xv)) * tf32_rna(Wt[(size_t(k) * d.C + ch) * T + tap]);
+                                }
+                                c = toward_zero(sum);
+                            }
+                        Y[((size_t(n) * d.K + k) * d.H + y) * d.W + x] = c + b[k];
+                    }
+        return Y;
+    };
+    const auto good = emulate(false), bad = emulate(true);
+    size_t good_fail = 0, bad_fail = 0, fp32_fail = 0;
+    for (size_t i = 0; i < good.size(); ++i) {
+        good_fail += !within_bound(good[i], ref.v[i], ref.e[i]);
+        bad_fail += !within_bound(bad[i], ref.v[i], ref.e[i]);
+        fp32_fail += !within_bound(good[i], fp32.v[i], fp32.e[i]);
+    }
+    CHECK(good_fail == 0);
+    CHECK(bad_fail > good.size() / 2);
+    CHECK(fp32_fail > 0);  // TF32's error is beyond float32's bound: the TF32 bound is needed
+}
+
+TEST_CASE("conv: tc_conv's strips fill the GPU and every strip starts inside the image") {
+    // The CNN at batch 64: conv2 forward (K 64: 2 groups) 128 blocks of one strip; backward (C 32:
+    // 1 group) cut into 2 strips of 7 rows; conv1 (28x28) 4 strips of 7 rows; one image of 14x14
+    // with one group: every row a strip.
+    CHECK(tcconv_strips({64, 32, 14, 14, 64, 3}, 64).strips == 1);
+    const ConvStrips s2 = tcconv_strips({64, 32, 14, 14, 64, 3}, 32);
+    CHECK(s2.strips == 2);
+    CHECK(s2.rows == 7);
+    CHECK(tcconv_strips({64, 1, 28, 28, 32, 3}, 32).strips == 4);
+    CHECK(tcconv_strips({1, 3, 14, 14, 5, 3}, 5).strips == 14);
+    for (unsigned H : {1u, 7u, 9u, 13u, 14u, 28u})
+        for (unsigned N : {1u, 3u, 64u}) {
+            const ConvDims d{N, 3, H, H, 40, 5};
+            const ConvStrips s = tcconv_strips(d, 40);
+            CAPTURE(H);
+            CAPTURE(N);
+            CHECK(s.rows * H <= 256);
+            CHECK((s.strips - 1) * s.rows < H);  // the last strip starts inside the image
+            CHECK(s.strips * s.rows >= H);
+            CHECK(tcconv_smem(d, 40) <= 227u * 1024);
+        }
 }
