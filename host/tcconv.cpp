@@ -35,7 +35,8 @@ unsigned tcconv_smem(const ConvDims& d, unsigned OC) {
     const size_t T = size_t(d.KS) * d.KS;
     const size_t xb = (8 * size_t(s.rows + d.KS - 1) * (d.W + d.KS - 1) * 4 + 15) / 16 * 16;
     const size_t buf = 2 * xb + size_t(kTcConvChannels) * (8 * T + 4) * 4;
-    const size_t staged = 2 * buf + 8 * T * 4;
+    const size_t plane = size_t(s.rows + d.KS - 1) * (d.W + d.KS - 1);
+    const size_t staged = 2 * buf + 8 * T * 4 + plane * 4 + 8 * T * 4;  // koff, poff, wk
     const size_t tile = size_t(kTcConvChannels) * kTcConvPitch * 4;
     return static_cast<unsigned>(std::max(staged, tile));
 }

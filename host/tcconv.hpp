@@ -32,8 +32,9 @@ ConvStrips tcconv_strips(const ConvDims& d, unsigned OC);
 
 // The dynamic shared memory of a tc_conv block for the pass's geometry: two buffers, each of
 // 2 x 8 staged planes of (R+KS-1) x (W+KS-1) floats (xs and ys, each rounded up to 16 bytes)
-// and 32 weight rows of 8T+4 floats; then 8T patch offsets; or the 32 x 260-float output tile
-// when that is larger.
+// and 32 weight rows of 8T+4 floats; then the tables: 8T patch offsets (koff), a plane's
+// offsets in the image (poff) and 8T weight offsets (wk, backward); or the 32 x 260-float
+// output tile when that is larger.
 unsigned tcconv_smem(const ConvDims& d, unsigned OC);
 
 // Why tc_conv_fwd and tc_conv_bwd_data cannot take these dimensions (empty when they can):
