@@ -46,14 +46,14 @@ std::string tcconv_unfit(const ConvDims& d) { return conv_unfit(d); }
 void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
                         CUdeviceptr Y, unsigned act, CUstream s) {
     require_fit(d);
-    k.launch_smem(tcconv_grid(d, d.K), kConvBlock, tcconv_smem(d, d.K), s, X, Wt, b, Y, d.N, d.C, d.H, d.W, d.K, d.KS,
+    k.launch_smem(tcconv_grid(d, d.K), kTcConvThreads, tcconv_smem(d, d.K), s, X, Wt, b, Y, d.N, d.C, d.H, d.W, d.K, d.KS,
                   act);
 }
 
 void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
                              CUdeviceptr Wt, unsigned act, CUstream s) {
     require_fit(d);
-    k.launch_smem(tcconv_grid(d, d.C), kConvBlock, tcconv_smem(d, d.C), s, dX, dY, Y, Wt, d.N, d.C, d.H, d.W, d.K, d.KS,
+    k.launch_smem(tcconv_grid(d, d.C), kTcConvThreads, tcconv_smem(d, d.C), s, dX, dY, Y, Wt, d.N, d.C, d.H, d.W, d.K, d.KS,
                   act);
 }
 

@@ -19,6 +19,7 @@
 
 namespace ptxlab {
 
+inline constexpr unsigned kTcConvThreads = 512;  // threads a block: 16 warps, one 16-pixel tile each
 inline constexpr unsigned kTcConvChannels = 32;  // output channels a block writes (4 mma n tiles)
 inline constexpr unsigned kTcConvPitch = 260;    // floats a channel row of the output tile (conflict-free)
 

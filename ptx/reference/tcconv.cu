@@ -2,9 +2,9 @@
 // cores, the forward pass (tc_conv_fwd) and the backward pass to the input (tc_conv_bwd_data),
 // with conv_fwd's and conv_bwd_data's signatures (ptx/conv.ptx).
 //
-// The same launch shape as the PTX (256 threads a block; block = (n * ceil(OC/32) + group) *
-// strips + strip, strips read back from the grid; warp w takes the strip's pixels 32w .. 32w+31 as two m16 tiles across the
-// group's 32 output channels as four n8 tiles) and the same instructions in the same order:
+// The same launch shape as the PTX (512 threads a block; block = (n * ceil(OC/32) + group) *
+// strips + strip, strips read back from the grid; warp w takes the strip's pixels 16w .. 16w+15,
+// one m16 tile, across the group's 32 output channels as four n8 tiles) and the same instructions in the same order:
 // accumulators from +0; for the chunks of 8 input channels ci0 = 0, 8, ... and their k steps
 // s = 0 .. T-1, one mma.sync.m16n8k8 (TF32) a tile whose k slot j holds kk = 8s + j, that is
 // channel ci0 + kk/T and tap kk%T, with the same fragments (g = lane/4, q = lane%4; see the PTX
@@ -30,19 +30,18 @@ __device__ __forceinline__ void tcconv_mma(float (&d)[4], const unsigned (&a)[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The sums of one warp: acc[i][j][r] for pixel tile i (the strip's pixels 32w + 16i ..) and
-// channel tile j (o0 + 8j ..), r the fragment's element (D layout: row g or g+8, column 2q or
+// The sums of one warp: acc[j][r] for its pixel tile (the strip's pixels 16w ..) and channel
+// tile j (o0 + 8j ..), r the fragment's element (D layout: row g or g+8, column 2q or
 // 2q+1). in_at(ci, iy, ix) is the staged operand (+0 outside the image and past IC);
 // w_at(o, ci, tap) the weight (+0 past OC and IC). pix(p) is the strip pixel p's row and
 // column; a pixel past npx takes pixel 0's patch (as the PTX).
 template <class In, class Wf>
-__device__ void tcconv_sums(float (&acc)[2][4][4], In in_at, Wf w_at, unsigned IC, unsigned H, unsigned W,
+__device__ void tcconv_sums(float (&acc)[4][4], In in_at, Wf w_at, unsigned IC, unsigned H, unsigned W,
                             unsigned KS, unsigned y0, unsigned npx, unsigned o0, unsigned warp, unsigned lane)
 {
     const unsigned T = KS * KS, pad = KS / 2, g = lane / 4, q = lane % 4;
-    for (unsigned i = 0; i < 2; ++i)
-        for (unsigned j = 0; j < 4; ++j)
-            for (unsigned r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+    for (unsigned j = 0; j < 4; ++j)
+        for (unsigned r = 0; r < 4; ++r) acc[j][r] = 0.0f;
     // A's element (pixel p of the strip, patch index kk of chunk ci0).
     auto a_at = [&](unsigned p, unsigned ci0, unsigned kk) {
         if (p >= npx) p = 0;
@@ -52,20 +51,13 @@ __device__ void tcconv_sums(float (&acc)[2][4][4], In in_at, Wf w_at, unsigned I
     };
     for (unsigned ci0 = 0; ci0 < IC; ci0 += 8)
         for (unsigned s = 0; s < T; ++s) {
-            const unsigned kA = 8 * s + q, kB = kA + 4;
-            unsigned a[2][4];
-            for (unsigned i = 0; i < 2; ++i) {
-                const unsigned p = 32 * warp + 16 * i + g;
-                a[i][0] = a_at(p, ci0, kA);
-                a[i][1] = a_at(p + 8, ci0, kA);
-                a[i][2] = a_at(p, ci0, kB);
-                a[i][3] = a_at(p + 8, ci0, kB);
-            }
+            const unsigned kA = 8 * s + q, kB = kA + 4, p = 16 * warp + g;
+            const unsigned a[4] = {a_at(p, ci0, kA), a_at(p + 8, ci0, kA), a_at(p, ci0, kB), a_at(p + 8, ci0, kB)};
             for (unsigned j = 0; j < 4; ++j) {
                 const unsigned o = o0 + 8 * j + g;
                 const unsigned b0 = tcconv_tf32(w_at(o, ci0 + kA / T, kA % T));
                 const unsigned b1 = tcconv_tf32(w_at(o, ci0 + kB / T, kB % T));
-                for (unsigned i = 0; i < 2; ++i) tcconv_mma(acc[i][j], a[i], b0, b1);
+                tcconv_mma(acc[j], a, b0, b1);
             }
         }
 }
@@ -88,17 +80,15 @@ __device__ bool tcconv_block(unsigned N, unsigned H, unsigned W, unsigned OC, un
 // Out[n][o][y0 + p/W][p%W] for the lane's accumulators that exist (p < npx, o < OC),
 // through f (the epilogue).
 template <class F>
-__device__ void tcconv_store(const float (&acc)[2][4][4], float* Out, unsigned n, unsigned OC, unsigned H,
+__device__ void tcconv_store(const float (&acc)[4][4], float* Out, unsigned n, unsigned OC, unsigned H,
                              unsigned W, unsigned y0, unsigned npx, unsigned o0, unsigned warp, unsigned lane, F f)
 {
     const unsigned g = lane / 4, q = lane % 4;
-    for (unsigned i = 0; i < 2; ++i)
-        for (unsigned j = 0; j < 4; ++j)
-            for (unsigned r = 0; r < 4; ++r) {
-                const unsigned p = 32 * warp + 16 * i + g + (r >= 2 ? 8 : 0), o = o0 + 8 * j + 2 * q + r % 2;
-                if (p < npx && o < OC)
-                    Out[((size_t)n * OC + o) * H * W + (size_t)y0 * W + p] = f(acc[i][j][r], o);
-            }
+    for (unsigned j = 0; j < 4; ++j)
+        for (unsigned r = 0; r < 4; ++r) {
+            const unsigned p = 16 * warp + g + (r >= 2 ? 8 : 0), o = o0 + 8 * j + 2 * q + r % 2;
+            if (p < npx && o < OC) Out[((size_t)n * OC + o) * H * W + (size_t)y0 * W + p] = f(acc[j][r], o);
+        }
 }
 
 extern "C" __global__ void tc_conv_fwd(const float* X, const float* Wt, const float* b, float* Y, unsigned N,
@@ -107,14 +97,14 @@ extern "C" __global__ void tc_conv_fwd(const float* X, const float* Wt, const fl
     unsigned n, o0, y0, npx;
     if (!tcconv_block(N, H, W, K, n, o0, y0, npx)) return;
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, T = KS * KS;
-    if (32 * warp >= npx) return;  // the whole warp: no pixel tile
+    if (16 * warp >= npx) return;  // the whole warp: no pixel tile
     auto in_at = [&](unsigned c, unsigned iy, unsigned ix) {
         return c < C ? X[(((size_t)n * C + c) * H + iy) * W + ix] : 0.0f;
     };
     auto w_at = [&](unsigned o, unsigned c, unsigned tap) {
         return o < K && c < C ? Wt[((size_t)o * C + c) * T + tap] : 0.0f;
     };
-    float acc[2][4][4];
+    float acc[4][4];
     tcconv_sums(acc, in_at, w_at, C, H, W, KS, y0, npx, o0, warp, lane);
     tcconv_store(acc, Y, n, K, H, W, y0, npx, o0, warp, lane, [&](float c, unsigned o) {
         float z = __fadd_rn(c, b[o]);
@@ -129,7 +119,7 @@ extern "C" __global__ void tc_conv_bwd_data(float* dX, const float* dY, const fl
     unsigned n, o0, y0, npx;
     if (!tcconv_block(N, H, W, C, n, o0, y0, npx)) return;
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, T = KS * KS;
-    if (32 * warp >= npx) return;
+    if (16 * warp >= npx) return;
     // G = dY where Y > 0 (act 1; a NaN Y gives +0, as the PTX's selp), +0 past K.
     auto in_at = [&](unsigned k, unsigned iy, unsigned ix) {
         if (k >= K) return 0.0f;
@@ -140,7 +130,7 @@ extern "C" __global__ void tc_conv_bwd_data(float* dX, const float* dY, const fl
     auto w_at = [&](unsigned o, unsigned k, unsigned tap) {
         return o < C && k < K ? Wt[((size_t)k * C + o) * T + (T - 1 - tap)] : 0.0f;
     };
-    float acc[2][4][4];
+    float acc[4][4];
     tcconv_sums(acc, in_at, w_at, K, H, W, KS, y0, npx, o0, warp, lane);
     tcconv_store(acc, dX, n, C, H, W, y0, npx, o0, warp, lane, [](float c, unsigned) { return c; });
 }

@@ -343,9 +343,9 @@ TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verif
 }
 
 TEST_CASE("kernels: a tc_conv_fwd with a wrong fragment layout is caught by verify") {
-    // tests/fixtures/tcconv/tcconv.ptx: tc_conv_fwd's first pixel tile passes its A fragment as
-    // {a0, a2, a1, a3}, so pixels g and g+8 of the tile swap patch columns; every output is
-    // written, the first tile's sums are wrong. tc_conv_bwd_data is intact.
+    // tests/fixtures/tcconv/tcconv.ptx: tc_conv_fwd passes its A fragment as {a0, a2, a1, a3},
+    // so pixels g and g+8 of each tile swap patch columns; every output is written, the sums are
+    // wrong. tc_conv_bwd_data is intact.
     KernelDirs bad = KernelDirs::from_ptx_dir(fixture("tcconv"));
     CaseResult r = verify_one("tc_conv_fwd", {3, 3, 9, 9, 17, 3, 0}, bad);
     INFO(format_result(r));
