@@ -23,6 +23,10 @@ inline constexpr unsigned kTcConvThreads = 512;  // threads a block: 16 warps, o
 inline constexpr unsigned kTcConvChannels = 32;  // output channels a block writes (4 mma n tiles)
 inline constexpr unsigned kTcConvPitch = 260;    // floats a channel row of the output tile (conflict-free)
 
+// The trainer's tc set takes the tensor cores for a pass that sums over at least this many
+// channels (a chunk of 8); below it (conv1: one input channel, 7 of 8 chunk slots zero) the
+// FP32 kernel is faster (H100, conv1 at batch 64: tc_conv_fwd 10.1 us, conv_fwd 8.1 us).
+inline constexpr unsigned kTcConvMinChannels = 8;
 inline constexpr unsigned kTcConvFill = 128;     // blocks below which the strips are cut finer
 
 // The strips of a pass writing OC channels (K forward, C backward): conv_strips' (at most 256

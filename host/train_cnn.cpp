@@ -75,12 +75,15 @@ void CnnTrainConfig::validate_flags() const {
 ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
-    return {conv == ConvKernels::Tc ? "tc_conv_fwd" : "conv_fwd", "pool_fwd", "fused_forward", "fused_output"};
+    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"};
+    if (conv == ConvKernels::Tc) v.push_back("tc_conv_fwd");  // conv_fwd stays: layers of fewer than 8 channels
+    return v;
 }
 
 std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels conv) {
     std::vector<std::string> v = cnn_forward_entries(conv);
-    v.push_back(conv == ConvKernels::Tc ? "tc_conv_bwd_data" : "conv_bwd_data");
+    v.push_back("conv_bwd_data");
+    if (conv == ConvKernels::Tc) v.push_back("tc_conv_bwd_data");
     for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"}) v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
@@ -129,12 +132,13 @@ class KernelOps : public CnnOps {
 public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv) : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc) {}
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
-        if (tc_) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
+        if (tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
         else launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_);
     }
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
-        if (tc_) launch_tc_conv_bwd_data(ks_.get("tc_conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
+        if (tc_ && d.K >= kTcConvMinChannels)
+            launch_tc_conv_bwd_data(ks_.get("tc_conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
         else launch_conv_bwd_data(ks_.get("conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
