@@ -215,14 +215,14 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
             {"pool2", {"pool_fwd", {B, 64, 14, 14}}}, {"pool1", {"pool_bwd", {B, 32, 28, 28}}},
             {"pool2", {"pool_bwd", {B, 64, 14, 14}}}, {"fc1", {"fc_bwd_data", {B, 3136, 128, 1}}},
             {"conv1", {"tc_conv_fwd", conv1}},      {"conv2", {"tc_conv_fwd", conv2}},
-            {"conv2", {"tc_conv_bwd_data", conv2}}};
+            {"conv2", {"tc_conv_bwd_data", conv2}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}}};
 }
 
 // Least traffic (bytes) and arithmetic (flops, an FMA = 2) of a conv or pool case; the
 // backward passes read the layer's output Y for the ReLU mask.
 std::pair<double, double> cnn_work(const VerifyCase& c) {
     const auto& z = c.shape;
-    if (c.entry == "fc_bwd_data") {  // B,I,O: read dY, Y, W; write dX
+    if (c.entry == "fc_bwd_data" || c.entry == "tc_grad_input") {  // B,I,O: read dY, Y, W; write dX
         const double B = z[0], I = z[1], O = z[2];
         return {4 * (2 * B * O + O * I + B * I), 2 * B * I * O};
     }
@@ -280,7 +280,7 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
     fmt::print(out, "{:<16} {:<17} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set:layer", "kernel", "batch", "us", "GB/s",
                "GFLOP/s", "roofline");
     const std::vector<std::string> entries = {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd",
-                                              "fc_bwd_data", "tc_conv_fwd", "tc_conv_bwd_data"};
+                                              "fc_bwd_data", "tc_conv_fwd", "tc_conv_bwd_data", "tc_grad_input"};
     for (const KernelSource src : {KernelSource::Ptx, KernelSource::Reference}) {
         KernelSet ks(src, ctx.info(), opt.dirs, entries);
         for (const auto& [layer, c] : cnn_cases(kCnnBatch)) {

@@ -6,6 +6,7 @@
 #include "optim.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
+#include "tc.hpp"
 #include "tcconv.hpp"
 
 #include <fmt/ostream.h>
@@ -83,7 +84,8 @@ std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
 std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels conv) {
     std::vector<std::string> v = cnn_forward_entries(conv);
     v.push_back("conv_bwd_data");
-    if (conv == ConvKernels::Tc) v.push_back("tc_conv_bwd_data");
+    if (conv == ConvKernels::Tc)
+        for (const char* e : {"tc_conv_bwd_data", "tc_grad_input"}) v.push_back(e);
     for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"}) v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
@@ -156,7 +158,8 @@ public:
     void fused_grad(const FusedArgs& a) override { launch_fused_grad(ks_, a, s_); }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
+        if (tc_) launch_tc_grad_input(ks_.get("tc_grad_input"), B, I, O, dX, dY, Y, W, act, s_);
+        else launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
     }
 
 private:
