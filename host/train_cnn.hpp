@@ -59,8 +59,7 @@ inline constexpr unsigned kCnnDefaultEpochs = 4;
 // What the conv layers run on: the FP32 conv kernels (ptx/conv.ptx) or the tensor cores
 // (ptx/tcconv.ptx: tc_conv_fwd and tc_conv_bwd_data, TF32 inputs and FP32 sums; `--kernels tc`)
 // for the passes that sum over at least kTcConvMinChannels channels (conv1's forward pass stays
-// FP32), and the first fc layer's gradient to its input on tc_grad_input (ptx/tc.ptx, fc_bwd_data's
-// signature). The weight gradients stay on conv_bwd_weights either way.
+// FP32). The weight gradients stay on conv_bwd_weights, the fc layers on the FP32 kernels.
 enum class ConvKernels { Fp32, Tc };
 ConvKernels conv_kernels_of(const KernelChoice& k);  // Tc for Design::Tc, else Fp32
 

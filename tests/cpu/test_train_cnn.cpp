@@ -137,7 +137,7 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     // --kernels tc: the tensor-core convolutions besides the FP32 ones (a pass over fewer than
     // kTcConvMinChannels channels, conv1's forward, stays FP32), in training and in eval.
     const auto t = cnn_training_entries(o, ConvKernels::Tc);
-    for (const char* e : {"tc_conv_fwd", "tc_conv_bwd_data", "tc_grad_input", "conv_fwd", "conv_bwd_data", "conv_bwd_weights"})
+    for (const char* e : {"tc_conv_fwd", "tc_conv_bwd_data", "conv_fwd", "conv_bwd_data", "conv_bwd_weights"})
         CHECK(has(t, e));
     const auto tf = cnn_forward_entries(ConvKernels::Tc);
     CHECK(has(tf, "tc_conv_fwd"));
