@@ -282,6 +282,9 @@ def parse_args(argv):
     ap.add_argument("--normalize", action="store_true", help="standardise pixels with the training mean and std")
     ap.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     ap.add_argument("--time-steps", type=int, default=0, help="also time N steps eager and N CUDA-graph replays")
+    ap.add_argument("--tf32", action="store_true",
+                    help="let cuDNN and cuBLAS take TF32 products (PyTorch's own default for convolutions; "
+                         "ptxlab's --kernels tc); without it every product is full float32, as ptxlab's FP32 sets")
     ap.add_argument("--self-test", action="store_true", help="check the PRNG port and the schedule, then exit")
     a = ap.parse_args(argv)
 
@@ -401,9 +404,10 @@ def main(argv=None):
     from mnist_idx import read_idx
 
     dev = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    torch.set_float32_matmul_precision("highest")  # no TF32: full float32 products, as ptxlab
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    # No TF32 unless --tf32: full float32 products, as ptxlab's FP32 sets.
+    torch.set_float32_matmul_precision("high" if a.tf32 else "highest")
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch.backends.cudnn.allow_tf32 = a.tf32
     torch.manual_seed(a.seed)
     cuda = dev.type == "cuda"
 
