@@ -55,7 +55,11 @@ double rows_loss(Loss loss, const float* Y, const uint8_t* labels, size_t B, siz
 }  // namespace
 
 void CnnTrainConfig::validate_flags() const {
-    base.validate_flags();
+    // The recipe's checks; the MLP kernel sets' own limits (the tc set's 2-layer ReLU networks)
+    // are not the CNN's, which checks its kernels' below.
+    TrainConfig recipe = base;
+    recipe.kernels.design = Design::Seed;
+    recipe.validate_flags();
     if (base.activation != Activation::Relu)
         PTXLAB_THROW(InputError, "--model {} trains with --activation relu only (the conv kernels' epilogue has "
                                  "ReLU alone); got {}",

@@ -157,10 +157,13 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
         o.kernels != "tc-reference")
         PTXLAB_THROW(InputError, "--model {} (conv layers): --kernels {}: the CNN runs on the conv and pool kernels: "
-                                 "ptx (the default), tc (the conv layers' forward pass and gradient to the input on "
-                                 "the tensor cores, ptx/tcconv.ptx), or reference and tc-reference (their NVRTC twins)",
+                                 "tc (the default: the conv layers' forward pass and gradient to the input on the "
+                                 "tensor cores, ptx/tcconv.ptx), ptx (all FP32), or tc-reference and reference (their "
+                                 "NVRTC twins)",
                      o.model, o.kernels);
-    cfg.kernels = o.kernels == "auto" ? KernelChoice{Design::Seed, KernelSource::Ptx} : parse_kernel_choice(o.kernels);
+    // auto: the conv layers on the tensor cores (TF32 products, as cuDNN takes them by default in
+    // PyTorch), the fc layers in FP32 (as PyTorch's default matmul); ptx: everything FP32.
+    cfg.kernels = o.kernels == "auto" ? KernelChoice{Design::Tc, KernelSource::Ptx} : parse_kernel_choice(o.kernels);
     cfg.graphs = !o.no_graphs;
     set_kernel_timeout(o.timeout);
     cfg.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
@@ -333,7 +336,8 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "K = 1, 3, 5), pool (2x2 max, stride 2), fc<N> (dense; the first flattens); the last is fc10, "
                     "without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. An fc list trains as --layers "
                     "(fc128,fc10 is --layers 784,128,10); a list with conv layers trains on the conv and pool "
-                    "kernels (ReLU; defaults lr 0.05, 4 epochs, target 99 %; #15)");
+                    "kernels (ReLU; defaults lr 0.05, 4 epochs, target 99 %, the conv layers on the tensor cores: "
+                    "see --kernels; #15)");
     sub->add_option("--hidden", o->hidden, "hidden width of the 2-layer network (shorthand for --layers 784,N,10)");
     sub->add_option("--batch", o->batch, "batch size")->capture_default_str();
     sub->add_option("--lr", o->lr, "the learning rate; the peak of the schedule")->capture_default_str();
@@ -394,9 +398,11 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "fused_output, tc_grad_weights for both layers' gradients, optimizer; 2-layer ReLU networks, "
                     "sm_90; ptx/tc.ptx), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, "
                     "batch_mean, optimizer), or their NVRTC twins fused-reference, fast-reference, tc-reference "
-                    "and reference; auto = fused for 2 layers, ptx for 3. With --model conv layers: ptx (auto) "
-                    "runs them on ptx/conv.ptx (FP32), tc their forward pass and gradient to the input on the "
-                    "tensor cores (ptx/tcconv.ptx, TF32 inputs); reference and tc-reference are the twins")
+                    "and reference; auto = fused for 2 layers, ptx for 3. With --model conv layers: tc (auto) runs "
+                    "their forward passes and gradients to the input on the tensor cores (ptx/tcconv.ptx: TF32 "
+                    "products, FP32 sums, as cuDNN does by default in PyTorch; passes over fewer than 8 channels "
+                    "and the fc layers in FP32), ptx runs everything in FP32 (ptx/conv.ptx); tc-reference and "
+                    "reference are the twins")
         ->capture_default_str();
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_flag("--no-overlap", o->no_overlap,
