@@ -61,6 +61,20 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
+// A 300-step run of `model` (the CNN's default lr, one epoch) on `kernels`.
+CnnTrainResult short_run(const Dataset& data, const char* model, KernelChoice kernels) {
+    CnnTrainConfig cfg;
+    cfg.model = parse_model(model);
+    cfg.base.lr = kCnnDefaultLr;
+    cfg.base.epochs = 1;
+    cfg.base.max_steps = 300;
+    cfg.base.kernels = kernels;
+    std::ostringstream out;
+    CnnTrainResult r = train_cnn(gpu(), data, cfg, out);
+    MESSAGE(out.str());
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the PTX its twins bit for bit") {
@@ -131,18 +145,8 @@ TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the 
 
 TEST_CASE("cnn: train --model conv8,pool,fc10 learns MNIST in 300 steps, the PTX and the twins alike") {
     const Dataset data = load_dataset(default_data_dir());
-    CnnTrainResult res[2];
-    for (int i = 0; i < 2; ++i) {
-        CnnTrainConfig cfg;
-        cfg.model = parse_model("conv8,pool,fc10");
-        cfg.base.lr = kCnnDefaultLr;
-        cfg.base.epochs = 1;
-        cfg.base.max_steps = 300;
-        cfg.base.kernels.source = i == 0 ? KernelSource::Ptx : KernelSource::Reference;
-        std::ostringstream out;
-        res[i] = train_cnn(gpu(), data, cfg, out);
-        MESSAGE(out.str());
-    }
+    const CnnTrainResult res[2] = {short_run(data, "conv8,pool,fc10", {Design::Fused, KernelSource::Ptx}),
+                                   short_run(data, "conv8,pool,fc10", {Design::Fused, KernelSource::Reference})};
     CHECK(res[0].steps == 300);
     CHECK(res[0].accuracy >= 0.90);
     CHECK(res[0].step_losses == res[1].step_losses);  // bit for bit: the same kernels' arithmetic
@@ -164,20 +168,10 @@ TEST_CASE("cnn: train --model conv8,pool,fc10 learns MNIST in 300 steps, the PTX
 TEST_CASE("cnn: --kernels tc runs the conv layers on the tensor cores, learns like the FP32 kernels, the PTX as its twins") {
     // Two conv layers, so both tc_conv_fwd and tc_conv_bwd_data (conv2 back to pool1) run.
     const Dataset data = load_dataset(default_data_dir());
-    const Design designs[3] = {Design::Tc, Design::Tc, Design::Seed};
-    const KernelSource sources[3] = {KernelSource::Ptx, KernelSource::Reference, KernelSource::Ptx};
-    CnnTrainResult res[3];
-    for (int i = 0; i < 3; ++i) {
-        CnnTrainConfig cfg;
-        cfg.model = parse_model("conv8,pool,conv16,pool,fc10");
-        cfg.base.lr = kCnnDefaultLr;
-        cfg.base.epochs = 1;
-        cfg.base.max_steps = 300;
-        cfg.base.kernels = {designs[i], sources[i]};
-        std::ostringstream out;
-        res[i] = train_cnn(gpu(), data, cfg, out);
-        MESSAGE(out.str());
-    }
+    const char* model = "conv8,pool,conv16,pool,fc10";
+    const CnnTrainResult res[3] = {short_run(data, model, {Design::Tc, KernelSource::Ptx}),
+                                   short_run(data, model, {Design::Tc, KernelSource::Reference}),
+                                   short_run(data, model, {Design::Seed, KernelSource::Ptx})};
     CHECK(res[0].steps == 300);
     CHECK(res[0].accuracy >= 0.90);
     CHECK(res[0].step_losses == res[1].step_losses);  // tc against tc-reference: bit for bit

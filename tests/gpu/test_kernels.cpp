@@ -313,20 +313,28 @@ TEST_CASE("kernels: pool_fwd and pool_bwd, both sets") {
     }
 }
 
-TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
-    // tests/fixtures/conv/conv.ptx: conv_fwd stages its input one column off.
-    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("conv"));
-    CaseResult r = verify_one("conv_fwd", {3, 3, 9, 9, 5, 3, 0}, bad);
+namespace {
+// A conv forward pass with a planted bug (tests/fixtures/DIR) fails verify at `shape` with every
+// output written and Y wrong, the file's backward entry `intact` passes, and the CLI exits 1.
+void check_planted_conv_fwd(const char* dir, const char* entry, const char* intact, const std::vector<unsigned>& shape,
+                            const char* shape_text) {
+    KernelDirs bad = KernelDirs::from_ptx_dir(fixture(dir));
+    CaseResult r = verify_one(entry, shape, bad);
     INFO(format_result(r));
     check_planted_caught(r);
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("Y[") == 0);
-    // The other entries of the file are intact.
-    CaseResult ok = verify_one("conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, bad);
+    CaseResult ok = verify_one(intact, shape, bad);
     INFO(format_result(ok));
     CHECK(ok.pass());
-    check_cli_fails("conv_fwd", "3,3,9,9,5,3,0", "conv");
+    check_cli_fails(entry, shape_text, dir);
+}
+}  // namespace
+
+TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
+    // tests/fixtures/conv/conv.ptx: conv_fwd stages its input one column off.
+    check_planted_conv_fwd("conv", "conv_fwd", "conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, "3,3,9,9,5,3,0");
 }
 
 TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verify") {
@@ -346,17 +354,7 @@ TEST_CASE("kernels: a tc_conv_fwd with a wrong fragment layout is caught by veri
     // tests/fixtures/tcconv/tcconv.ptx: tc_conv_fwd passes its A fragment as {a0, a2, a1, a3},
     // so pixels g and g+8 of each tile swap patch columns; every output is written, the sums are
     // wrong. tc_conv_bwd_data is intact.
-    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("tcconv"));
-    CaseResult r = verify_one("tc_conv_fwd", {3, 3, 9, 9, 17, 3, 0}, bad);
-    INFO(format_result(r));
-    check_planted_caught(r);
-    CHECK(r.unwritten_ptx == 0);
-    REQUIRE_FALSE(r.mismatches.empty());
-    CHECK(r.mismatches[0].find("Y[") == 0);
-    CaseResult ok = verify_one("tc_conv_bwd_data", {3, 3, 9, 9, 17, 3, 0}, bad);
-    INFO(format_result(ok));
-    CHECK(ok.pass());
-    check_cli_fails("tc_conv_fwd", "3,3,9,9,17,3,0", "tcconv");
+    check_planted_conv_fwd("tcconv", "tc_conv_fwd", "tc_conv_bwd_data", {3, 3, 9, 9, 17, 3, 0}, "3,3,9,9,17,3,0");
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
