@@ -215,7 +215,8 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
             {"pool2", {"pool_fwd", {B, 64, 14, 14}}}, {"pool1", {"pool_bwd", {B, 32, 28, 28}}},
             {"pool2", {"pool_bwd", {B, 64, 14, 14}}}, {"fc1", {"fc_bwd_data", {B, 3136, 128, 1}}},
             {"conv1", {"tc_conv_fwd", conv1}},      {"conv2", {"tc_conv_fwd", conv2}},
-            {"conv2", {"tc_conv_bwd_data", conv2}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}}};
+            {"conv2", {"tc_conv_bwd_data", conv2}}, {"conv1", {"tc_conv_bwd_weights", conv1}},
+            {"conv2", {"tc_conv_bwd_weights", conv2}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}}};
 }
 
 // Least traffic (bytes) and arithmetic (flops, an FMA = 2) of a conv or pool case; the
@@ -233,7 +234,7 @@ std::pair<double, double> cnn_work(const VerifyCase& c) {
     const double macs = 2 * N * K * C * H * W * T;
     if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return {4 * (x + w + K + y), macs + y};
     if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data") return {4 * (2 * y + w + x), macs};
-    return {4 * (x + 2 * y + w + K), macs + y};  // conv_bwd_weights: dW and db
+    return {4 * (x + 2 * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db
 }
 
 // The CNN's training step (`train --model cnn`'s recipe: CE, Nesterov, batch kCnnBatch) as the
@@ -280,7 +281,8 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
     fmt::print(out, "{:<16} {:<17} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set:layer", "kernel", "batch", "us", "GB/s",
                "GFLOP/s", "roofline");
     const std::vector<std::string> entries = {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd",
-                                              "fc_bwd_data", "tc_conv_fwd", "tc_conv_bwd_data", "tc_grad_input"};
+                                              "fc_bwd_data", "tc_conv_fwd", "tc_conv_bwd_data", "tc_conv_bwd_weights",
+                                              "tc_grad_input"};
     for (const KernelSource src : {KernelSource::Ptx, KernelSource::Reference}) {
         KernelSet ks(src, ctx.info(), opt.dirs, entries);
         for (const auto& [layer, c] : cnn_cases(kCnnBatch)) {

@@ -82,6 +82,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"tc_grad_input", "tc", {P, P, P, P, U, U, U, U}},
         // dW db dY Y X | B I O act | scale   (dW = scale G^T X, db = scale sum_s G)
         {"tc_grad_weights", "tc", {P, P, P, P, P, U, U, U, U, F}},
+        // dW db X dY Y | N C H W K KS act | scale   (conv_bwd_weights' sums and signature, TF32 mma.sync)
+        {"tc_conv_bwd_weights", "tcwgrad", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
     };
     return specs;
 }
@@ -236,10 +238,10 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
         if (entries.empty() || std::find(entries.begin(), entries.end(), s.entry) != entries.end())
             wanted.push_back(&s);
     for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
-    // fused_forward, fused_step and conv_bwd_weights run as 8-block thread-block clusters
+    // fused_forward, fused_step, conv_bwd_weights and tc_conv_bwd_weights run as 8-block thread-block clusters
     // (.reqnctapercluster), new in sm_90.
     if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
-            return s->file == "fused" || s->file == "step" || s->file == "conv";
+            return s->file == "fused" || s->file == "step" || s->file == "conv" || s->file == "tcwgrad";
         }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "

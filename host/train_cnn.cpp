@@ -147,6 +147,8 @@ public:
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                           CUdeviceptr Y, unsigned act, float scale) override {
+        // (tc_conv_bwd_weights, ptx/tcwgrad.ptx, at batch 64 on the H100: conv2 61.4 us against
+        // conv_bwd_weights' 64.0, conv1 90.8 against 20.4, so the tc set keeps conv_bwd_weights.)
         launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
     }
     void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {

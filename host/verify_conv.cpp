@@ -1,10 +1,12 @@
-// verify harnesses of the conv and pool kernels (ptx/conv.ptx, ptx/pool.ptx): fresh
+// verify harnesses of the conv and pool kernels (ptx/conv.ptx, ptx/pool.ptx, and
+// tc_conv_bwd_weights of ptx/tcwgrad.ptx, with conv_bwd_weights' shapes): fresh
 // random inputs, the float64 reference with its bound (ref_conv.hpp), the launch (conv.hpp).
 // Shapes: conv_* take N,C,H,W,K,KS,act (act 0 none, 1 ReLU); pool_* take N,C,H,W.
 #include "conv.hpp"
 #include "recipe.hpp"
 #include "ref_conv.hpp"
 #include "tcconv.hpp"
+#include "tcwgrad.hpp"
 #include "verify_harness.hpp"
 
 #include <bit>
@@ -20,6 +22,7 @@ bool is_fc(const std::string& e) { return e == "fc_bwd_data"; }
 // launch arguments, TF32 bounds.
 bool is_tc(const std::string& e) { return e == "tc_conv_fwd" || e == "tc_conv_bwd_data"; }
 ConvArith arith_of(const std::string& e) { return is_tc(e) ? ConvArith::Tf32 : ConvArith::Fp32; }
+bool is_tcwgrad(const std::string& e) { return e == "tc_conv_bwd_weights"; }
 
 ConvDims dims_of(const VerifyCase& c) {
     const auto& z = c.shape;
@@ -96,6 +99,25 @@ Harness make_conv_bwd_weights(const ConvDims& d, unsigned act, Rng& rng) {
     return h;
 }
 
+// tc_conv_bwd_weights: conv_bwd_weights' inputs, its TF32 reference and bound (tcwgrad.hpp).
+Harness make_tc_conv_bwd_weights(const ConvDims& d, unsigned act, Rng& rng) {
+    const float scale = rng.uniform(0.5f, 2.0f) / float(d.N);  // about 1/N, the batch mean
+    Harness h;
+    std::vector<float> X = relu_outputs(rng, d.x_size());
+    std::vector<float> dY = random_vector(rng, d.y_size(), -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, d.y_size());
+    ref_tc_conv_bwd_weights(d, X, dY, Y, act, scale, h.expected["dW"], h.expected["db"]);
+    h.tensors = {{"dW", {d.K, d.C, d.KS, d.KS}, Role::Out, {}},
+                 {"db", {d.K}, Role::Out, {}},
+                 {"X", {d.N, d.C, d.H, d.W}, Role::In, X},
+                 {"dY", {d.N, d.K, d.H, d.W}, Role::In, dY},
+                 {"Y", {d.N, d.K, d.H, d.W}, Role::In, Y}};
+    h.launch = [d, act, scale](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_tc_conv_bwd_weights(k, d, m.at("dW"), m.at("db"), m.at("X"), m.at("dY"), m.at("Y"), act, scale, s);
+    };
+    return h;
+}
+
 // fc_bwd_data (B,I,O,act): conv_bwd_data's sums for a 1x1 convolution of a 1x1 image, so the
 // same float64 reference and bound.
 Harness make_fc_bwd_data(const VerifyCase& c, Rng& rng) {
@@ -152,7 +174,8 @@ Harness make_pool(const VerifyCase& c, Rng& rng) {
 }  // namespace
 
 bool is_conv_entry(const std::string& e) {
-    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e) || is_fc(e) || is_tc(e);
+    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e) || is_fc(e) || is_tc(e) ||
+           is_tcwgrad(e);
 }
 
 std::string conv_shape_names(const std::string& e) {
@@ -183,7 +206,9 @@ void validate_conv_case(const VerifyCase& c) {
     }
     if (c.shape[6] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[6]);
-    if (std::string why = is_tc(c.entry) ? tcconv_unfit(dims_of(c)) : conv_unfit(dims_of(c)); !why.empty())
+    const ConvDims d = dims_of(c);
+    std::string why = is_tcwgrad(c.entry) ? tcwgrad_unfit(d) : is_tc(c.entry) ? tcconv_unfit(d) : conv_unfit(d);
+    if (!why.empty())
         PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
 
@@ -210,6 +235,14 @@ std::vector<VerifyCase> conv_default_cases() {
                                                      {3, 3, 9, 9},     {1, 1, 2, 2},     {64, 3, 28, 28}};
     for (const char* e : {"pool_fwd", "pool_bwd"})
         for (const auto& s : pool) v.push_back({e, s});
+    // tc_conv_bwd_weights: conv_bwd_weights' shapes, and images of one pixel (a single part-empty
+    // k-step, every tap but the centre in the halo), 1x1x1, C*T past one 64-column group (17 x 9,
+    // 3 x 25), K past a tile of 16 (17, 64), batches that leave ranks without images (1, 3).
+    for (const auto& s : conv) v.push_back({"tc_conv_bwd_weights", s});
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {3, 17, 1, 1, 5, 3, 1}, {1, 1, 1, 1, 1, 1, 0}, {3, 17, 9, 9, 64, 3, 1}, {9, 3, 14, 14, 17, 5, 1},
+             {1, 3, 28, 28, 1, 1, 0}, {64, 32, 14, 14, 64, 3, 0}})
+        v.push_back({"tc_conv_bwd_weights", s});
     // fc_bwd_data: the CNN's fc1 (3136 -> 128) at batch 64 and 500, both act codes; batch 1 and
     // 1x1x1; batches and widths that leave a group of 4 samples or a tile of 256 columns part-empty;
     // the widest O the shared memory takes.
@@ -226,7 +259,8 @@ std::vector<VerifyCase> conv_quick_cases() {
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
             {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7}},
             {"fc_bwd_data", {5, 257, 33, 1}},             {"tc_conv_fwd", {3, 3, 9, 9, 17, 3, 1}},
-            {"tc_conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}}};
+            {"tc_conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},
+            {"tc_conv_bwd_weights", {3, 17, 9, 9, 5, 3, 1}}};
 }
 
 Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
@@ -237,6 +271,7 @@ Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
     if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return make_conv_fwd(d, act, arith_of(c.entry), rng);
     if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data")
         return make_conv_bwd_data(d, act, arith_of(c.entry), rng);
+    if (is_tcwgrad(c.entry)) return make_tc_conv_bwd_weights(d, act, rng);
     return make_conv_bwd_weights(d, act, rng);
 }
 

@@ -127,7 +127,7 @@ void setup_verify(CLI::App& app, Command& chosen) {
     sub->add_option("--kernel", o->kernels,
                     "only these kernels: forward2 forward3 grad2 grad3 batch_mean optim_sgd optim_adam optim_rmsprop "
                     "gather fused_forward fused_output fused_grad outer fused_step conv_fwd conv_bwd_data conv_bwd_weights "
-                    "fc_bwd_data pool_fwd pool_bwd tc_forward tc_grad_input tc_grad_weights");
+                    "fc_bwd_data pool_fwd pool_bwd tc_forward tc_grad_input tc_grad_weights tc_conv_bwd_weights");
     auto* shape_opt = sub->add_option("--shape", o->shape,
                     "one shape instead of the default set: B,I,H,O,act (forward2), B,I,H,O,loss,act (grad2), "
                     "B,I,H1,H2,O,act (forward3), B,I,H1,H2,O,loss,act (grad3), N,B (batch_mean), N,variant "
@@ -136,7 +136,7 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "rows,cols,src_rows (gather), B,I,H,act (fused_forward), B,H,O,loss,act (fused_output), B,I,H,O "
                     "(fused_grad), B,I,H,O,loss,optim,act (fused_step; optim 0 sgd, 1 momentum, 2 nesterov, 3 adam, "
                     "4 adamw, 5 rmsprop), B,R,C (outer), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
-                    "conv_bwd_weights: act 0 none, 1 ReLU), B,I,O,act (fc_bwd_data: act 0 none, 1 ReLU), N,C,H,W "
+                    "conv_bwd_weights, tc_conv_bwd_weights: act 0 none, 1 ReLU), B,I,O,act (fc_bwd_data: act 0 none, 1 ReLU), N,C,H,W "
                     "(pool_fwd, pool_bwd), B,I,H,act (tc_forward: act 0 none, 1 ReLU), B,I,O,act (tc_grad_input, "
                     "tc_grad_weights: act 0 none, 1 ReLU); loss is the output-delta "
                     "code: 0 = y - t, 1 = softmax(y) - t; act the hidden activation: 0 relu, 1 leaky-relu, 2 tanh, "

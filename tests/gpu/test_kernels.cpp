@@ -283,6 +283,14 @@ TEST_CASE("kernels: tc_conv_fwd, tc_conv_bwd_data, both sets") {
         check_both_sets(e, {2, 33, 16, 16, 40, 3, 1});
     }
 }
+// tc_conv_bwd_weights (tcwgrad.ptx): conv_bwd_weights' sums on TF32 mma.sync, the same shapes.
+TEST_CASE("kernels: tc_conv_bwd_weights, both sets") {
+    check_both_sets("tc_conv_bwd_weights", {64, 1, 28, 28, 32, 3, 1});   // conv1: 9 columns of 64, 98 k-steps an image
+    check_both_sets("tc_conv_bwd_weights", {64, 32, 14, 14, 64, 3, 1});  // conv2: 5 column groups, 4 row tiles
+    check_both_sets("tc_conv_bwd_weights", {3, 9, 9, 9, 17, 5, 0});      // odd everything, 5x5, ranks without images
+    check_both_sets("tc_conv_bwd_weights", {3, 17, 1, 1, 5, 3, 1});      // one pixel: a part-empty k-step, all halo
+    check_both_sets("tc_conv_bwd_weights", {2, 3, 9, 9, 8, 1, 1});       // 1x1 kernels
+}
 TEST_CASE("kernels: fc_bwd_data, both sets") {
     check_both_sets("fc_bwd_data", {64, 3136, 128, 1});  // the CNN's fc1
     check_both_sets("fc_bwd_data", {5, 257, 33, 0});     // part-empty sample group and column tile
