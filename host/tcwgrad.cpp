@@ -24,15 +24,21 @@ TcWgradPlan tcwgrad_plan(const ConvDims& d) {
     p.grid = p.mtiles * p.cgroups * 8;
     p.nch = static_cast<unsigned>(std::min<size_t>(d.C, 62 / T + 2));
     p.smem = tcwgrad_smem(d);
+    p.buffers = p.smem == tcwgrad_smem(d, 2) ? 2 : 1;
     return p;
 }
 
-size_t tcwgrad_smem(const ConvDims& d) {
+size_t tcwgrad_smem(const ConvDims& d, unsigned buffers) {
     const size_t T = size_t(d.KS) * d.KS, HW = size_t(d.H) * d.W, hwp = up(HW, 8), gp = up(hwp, 32) + 4;
     const size_t sw = d.W + d.KS - 1, sh = d.H + d.KS - 1;
     const size_t xp = up(sh * sw + (d.KS - 1) * (sw + 1) + 1, 4);
     const size_t nch = std::min<size_t>(d.C, 62 / T + 2);
-    return up(4672 + 4 * hwp, 16) + std::max<size_t>(128 * gp + 4 * nch * xp, 32768);
+    return up(4160 + 4 * hwp, 16) + std::max<size_t>(buffers * (128 * gp + 4 * nch * xp), 32768);
+}
+
+size_t tcwgrad_smem(const ConvDims& d) {
+    const size_t two = tcwgrad_smem(d, 2);
+    return two <= kTcWgradSmemMax ? two : tcwgrad_smem(d, 1);
 }
 
 std::string tcwgrad_unfit(const ConvDims& d) {
@@ -46,7 +52,8 @@ std::string tcwgrad_unfit(const ConvDims& d) {
                            d.N, d.C, d.H, d.W, d.K);
     if (const size_t smem = tcwgrad_smem(d); smem > kTcWgradSmemMax)
         return fmt::format("tc_conv_bwd_weights stages whole images of 16 output channels and up to {} input "
-                           "channels: {} bytes of shared memory for C={} {}x{} KS {}, more than {}",
+                           "channels: {} bytes of shared memory (one staging buffer) for C={} {}x{} KS {}, more "
+                           "than {}",
                            tcwgrad_plan(d).nch, smem, d.C, d.H, d.W, d.KS, kTcWgradSmemMax);
     if (double(tcwgrad_plan(d).grid) >= 0x1p31)
         return fmt::format("tc_conv_bwd_weights needs fewer than 2^31 blocks, got K={} C={} KS={}", d.K, d.C, d.KS);
@@ -54,7 +61,8 @@ std::string tcwgrad_unfit(const ConvDims& d) {
 }
 
 size_t tcwgrad_bias_depth(const ConvDims& d) {
-    return size_t((d.N + 7) / 8) * ((size_t(d.H) * d.W + 255) / 256) + 5 + 7 + 7 + 1;
+    const size_t groups = (size_t(d.H) * d.W + 3) / 4;
+    return 4 * size_t((d.N + 7) / 8) * ((groups + 15) / 16) + 4 + 7 + 1;
 }
 
 size_t tcwgrad_chain(const ConvDims& d) {

@@ -18,9 +18,9 @@
 //     ranks: each partial goes through at most 14 roundings): e_a = gamma_14 (S + e_c). Then
 //     mul.rn by scale: |dW - scale z| <= |scale| (e_c + e_a + u (|z| + e_c + e_a)), z the
 //     exact sum.
-//   db. A chain of FP32 adds of the unrounded G: per thread at most ceil(N/8) ceil(HW/256)
-//     terms from +0, the butterfly (5), the warps (7), the ranks (7), the scale (1): every term
-//     goes through at most m = ceil(N/8) ceil(HW/256) + 20 roundings, so
+//   db. A chain of FP32 adds of the unrounded G: per thread at most 4 ceil(N/8) ceil(ceil(HW/4)/16)
+//     terms from +0 (one row, groups of 4 pixels 16 apart), the butterfly (4), the ranks (7),
+//     the scale (1): every term goes through at most m = that + 12 roundings, so
 //     |db - scale sum| <= |scale| gamma_m sum |G| (tc_bias_bound(m)).
 #pragma once
 
@@ -43,13 +43,17 @@ struct TcWgradPlan {
     unsigned cgroups = 1;  // ceil(C*KS*KS / 64) groups of columns
     unsigned grid = 8;     // blocks: mtiles * cgroups clusters of 8
     unsigned nch = 1;      // X planes a block stages: min(C, 62 / (KS*KS) + 2)
+    unsigned buffers = 2;  // staging buffers: 2 (the next image's copies in flight) when they fit
     size_t smem = 0;       // dynamic shared memory a block, bytes (tcwgrad_smem)
 };
 TcWgradPlan tcwgrad_plan(const ConvDims& d);
 
-// The kernel's dynamic shared memory (the PTX header's layout): ceil16(4672 + 4 HWP) +
-// max(128 GP + 4 NCH XP, 32768), with HWP = ceil8(H*W), GP = ceil32(HWP) + 4,
-// XP = ceil4((H+KS-1)(W+KS-1) + (KS-1)(W+KS) + 1), NCH as in the plan.
+// The kernel's dynamic shared memory (the PTX header's layout) for `buffers` staging buffers:
+// ceil16(4160 + 4 HWP) + max(buffers SB, 32768), SB = 128 GP + 4 NCH XP, with HWP = ceil8(H*W),
+// GP = ceil32(HWP) + 4, XP = ceil4((H+KS-1)(W+KS-1) + (KS-1)(W+KS) + 1), NCH as in the plan.
+// Without `buffers`: two if that fits in kTcWgradSmemMax, else one (what the launch gives; the
+// kernel reads the choice from its dynamic shared memory size).
+size_t tcwgrad_smem(const ConvDims& d, unsigned buffers);
 size_t tcwgrad_smem(const ConvDims& d);
 
 // Why tc_conv_bwd_weights cannot take these dimensions (empty when it can): every size >= 1,
@@ -57,7 +61,7 @@ size_t tcwgrad_smem(const ConvDims& d);
 // of large images, e.g. C 64 at 28x28), and the 32-bit element indices of X, dY and dW.
 std::string tcwgrad_unfit(const ConvDims& d);
 
-// The longest chain of roundings behind one db output: ceil(N/8) ceil(HW/256) + 20 (above).
+// The longest chain of roundings behind one db output: 4 ceil(N/8) ceil(ceil(HW/4)/16) + 12 (above).
 size_t tcwgrad_bias_depth(const ConvDims& d);
 // The most products in one warp's mma chain for one dW output: 8 ceil(N/8) ceil(ceil(HW/8)/8).
 size_t tcwgrad_chain(const ConvDims& d);

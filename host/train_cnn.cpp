@@ -7,6 +7,7 @@
 #include "recipe.hpp"
 #include "rng.hpp"
 #include "tcconv.hpp"
+#include "tcwgrad.hpp"
 
 #include <fmt/ostream.h>
 
@@ -87,7 +88,8 @@ std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
 std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels conv) {
     std::vector<std::string> v = cnn_forward_entries(conv);
     v.push_back("conv_bwd_data");
-    if (conv == ConvKernels::Tc) v.push_back("tc_conv_bwd_data");
+    if (conv == ConvKernels::Tc)
+        for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights"}) v.push_back(e);
     for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"}) v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
@@ -147,9 +149,11 @@ public:
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                           CUdeviceptr Y, unsigned act, float scale) override {
-        // (tc_conv_bwd_weights, ptx/tcwgrad.ptx, at batch 64 on the H100: conv2 61.4 us against
-        // conv_bwd_weights' 64.0, conv1 90.8 against 20.4, so the tc set keeps conv_bwd_weights.)
-        launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
+        // Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
+        // columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
+        if (tc_ && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty())
+            launch_tc_conv_bwd_weights(ks_.get("tc_conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
+        else launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
     }
     void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
         launch_pool_fwd(ks_.get("pool_fwd"), P, H, W, Y, idx, X, s_);

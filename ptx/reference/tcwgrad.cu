@@ -14,9 +14,9 @@
 //       warps' tiles in warp order, the 8 ranks in rank order (__fadd_rn), __fmul_rn by scale.
 //       (A column past C*T reads other values in the PTX; its outputs are never stored, and an
 //       mma's output column depends on its own B column only.)
-//   db: thread t, rows k: for n, for pixels t, t+256, ...: __fadd_rn of the unrounded G; a
-//       butterfly over the warp (masks 16 .. 1), the warps' lane 0 in warp order, the ranks in
-//       rank order, __fmul_rn by scale.
+//   db: thread t sums row kk = t/16 of the tile: for n, for groups v = t%16, t%16 + 16, ... of 4
+//       pixels, for pixels 4v .. 4v+3 < H*W: __fadd_rn of the unrounded G; a butterfly over the
+//       row's 16 lanes (masks 8 .. 1), the ranks in rank order, __fmul_rn by scale.
 // The tensor core's order and rounding inside one mma are the hardware's, the same for both
 // sets; every mma gets the same operand bits in the same k-slots and the same c, so the two
 // agree bit for bit.
@@ -43,17 +43,17 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1)
 tc_conv_bwd_weights(float* dW, float* db, const float* X, const float* dY, const float* Y, unsigned N, unsigned C,
                     unsigned H, unsigned W, unsigned K, unsigned KS, unsigned act, float scale)
 {
-    extern __shared__ float4 tcw_smem[];                // the PTX's offsets: part, partb, bred, then red
+    extern __shared__ float4 tcw_smem[];                // the PTX's offsets: part, partb, then red
     float* part = reinterpret_cast<float*>(tcw_smem);  // [16 * 64]
     float* partb = part + 1024;                        // [16]
-    float* bred = partb + 16;                          // [8][16]
-    float* red = bred + 128;                           // [8][1024] (the PTX puts it over its staging)
+    float* red = partb + 16;                           // [8][1024] (the PTX puts it over its staging)
     const unsigned rank = __clusterRelativeBlockRank();
     const unsigned T = KS * KS, CT = C * T, HW = H * W, pad = KS / 2, S = (HW + 7) / 8;
     const unsigned cgroups = (CT + 63) / 64, cid = blockIdx.x / 8;
     if (cid >= (K + 15) / 16 * cgroups) return;  // the whole cluster
     const unsigned k0 = cid / cgroups * 16, cg = cid % cgroups, colbase = cg * 64;
     const unsigned tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+    const unsigned kk = tid / 16, j = tid % 16, V = (HW + 3) / 4;  // the db row and groups
     // G[n][k][p]: +0 past K and past H*W.
     auto g_at = [&](unsigned n, unsigned k, unsigned p) -> float {
         if (k >= K || p >= HW) return 0.0f;
@@ -67,45 +67,38 @@ tc_conv_bwd_weights(float* dW, float* db, const float* X, const float* dY, const
         const unsigned iy = p / W + tap / KS - pad, ix = p % W + tap % KS - pad;  // wraps below 0
         return iy < H && ix < W ? X[(((size_t)n * C + c) * H + iy) * W + ix] : 0.0f;
     };
-    float d[8][4], bs[16];
-    for (unsigned j = 0; j < 8; ++j)
-        for (unsigned e = 0; e < 4; ++e) d[j][e] = 0.0f;
-    for (unsigned k = 0; k < 16; ++k) bs[k] = 0.0f;
+    float d[8][4], bacc = 0.0f;
+    for (unsigned t = 0; t < 8; ++t)
+        for (unsigned e = 0; e < 4; ++e) d[t][e] = 0.0f;
     for (unsigned n = rank; n < N; n += 8) {
-        for (unsigned p = tid; p < HW; p += 256)
-            for (unsigned k = 0; k < 16; ++k) bs[k] = __fadd_rn(bs[k], g_at(n, k0 + k, p));
+        if (k0 + kk < K)
+            for (unsigned v = j; v < V; v += 16)
+                for (unsigned p = 4 * v; p < 4 * v + 4 && p < HW; ++p) bacc = __fadd_rn(bacc, g_at(n, k0 + kk, p));
         for (unsigned s = w; s < S; s += 8) {
             const unsigned p0 = 8 * s + q, p1 = p0 + 4;
             const unsigned a0 = tcw_tf32(g_at(n, k0 + g, p0)), a1 = tcw_tf32(g_at(n, k0 + g + 8, p0));
             const unsigned a2 = tcw_tf32(g_at(n, k0 + g, p1)), a3 = tcw_tf32(g_at(n, k0 + g + 8, p1));
-            for (unsigned j = 0; j < 8; ++j) {
-                const unsigned col = colbase + 8 * j + g;
-                tcw_mma(d[j], a0, a1, a2, a3, tcw_tf32(x_at(n, col, p0)), tcw_tf32(x_at(n, col, p1)));
+            for (unsigned t = 0; t < 8; ++t) {
+                const unsigned col = colbase + 8 * t + g;
+                tcw_mma(d[t], a0, a1, a2, a3, tcw_tf32(x_at(n, col, p0)), tcw_tf32(x_at(n, col, p1)));
             }
         }
     }
     // The warps' tiles: red[w][row * 64 + col], c0, c1 at row g, c2, c3 at row g+8, columns 8j+2q, +1.
-    for (unsigned j = 0; j < 8; ++j) {
-        float* r = red + w * 1024 + g * 64 + 8 * j + 2 * q;
-        r[0] = d[j][0];
-        r[1] = d[j][1];
-        r[512] = d[j][2];
-        r[513] = d[j][3];
+    for (unsigned t = 0; t < 8; ++t) {
+        float* r = red + w * 1024 + g * 64 + 8 * t + 2 * q;
+        r[0] = d[t][0];
+        r[1] = d[t][1];
+        r[512] = d[t][2];
+        r[513] = d[t][3];
     }
-    for (unsigned m = 16; m >= 1; m /= 2)
-        for (unsigned k = 0; k < 16; ++k) bs[k] = __fadd_rn(bs[k], __shfl_xor_sync(0xffffffffu, bs[k], m));
-    if (lane == 0)
-        for (unsigned k = 0; k < 16; ++k) bred[w * 16 + k] = bs[k];
+    for (unsigned m = 8; m >= 1; m /= 2) bacc = __fadd_rn(bacc, __shfl_xor_sync(0xffffffffu, bacc, m));
+    if (j == 0) partb[kk] = bacc;
     __syncthreads();
     for (unsigned o = tid; o < 1024; o += 256) {
         float sum = red[o];
         for (unsigned v = 1; v < 8; ++v) sum = __fadd_rn(sum, red[v * 1024 + o]);
         part[o] = sum;
-    }
-    if (tid < 16) {
-        float sum = bred[tid];
-        for (unsigned v = 1; v < 8; ++v) sum = __fadd_rn(sum, bred[v * 16 + tid]);
-        partb[tid] = sum;
     }
     __cluster_barrier_arrive();
     __cluster_barrier_wait();

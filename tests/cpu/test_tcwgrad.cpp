@@ -91,21 +91,29 @@ TEST_CASE("tcwgrad: launch plan and shared memory for the CNN's layers") {
     CHECK(c2.cgroups == 5);
     CHECK(c2.grid == 160);
     CHECK(c2.nch == 8);  // 64 columns touch at most 62/9 + 2 channels
-    // ceil16(4672 + 4*200) + 128*228 + 4*8*292 (HWP 200, GP 228, XP ceil4(256 + 2*17 + 1))
-    CHECK(c2.smem == 5472 + 29184 + 9344);
+    // ceil16(4160 + 4*200) + two buffers of 128*228 + 4*8*292 (HWP 200, GP 228, XP ceil4(256 + 2*17 + 1))
+    CHECK(c2.buffers == 2);
+    CHECK(c2.smem == 4960 + 2 * (29184 + 9344));
     // conv1: one input channel, 9 columns in one group; 32 output channels in 2 tiles.
     const TcWgradPlan c1 = tcwgrad_plan({64, 1, 28, 28, 32, 3});
     CHECK(c1.mtiles == 2);
     CHECK(c1.cgroups == 1);
     CHECK(c1.grid == 16);
     CHECK(c1.nch == 1);
-    CHECK(c1.smem == 7808 + 128 * 804 + 4 * 964);
+    CHECK(c1.buffers == 2);
+    CHECK(c1.smem == 7296 + 2 * (128 * 804 + 4 * 964));
+    // 32 channels of 28x28: two buffers would take 274 816 bytes, so one.
+    const TcWgradPlan big = tcwgrad_plan({3, 32, 28, 28, 64, 3});
+    CHECK(big.buffers == 1);
+    CHECK(big.smem == 7296 + 128 * 804 + 4 * 8 * 964);
+    CHECK(tcwgrad_smem({3, 32, 28, 28, 64, 3}, 2) == 7296 + 2 * (128 * 804 + 4 * 8 * 964));
     // A tiny image: the staging area is smaller than the warps' tiles (32768 bytes) it is reused for.
-    CHECK(tcwgrad_smem({1, 1, 1, 1, 1, 1}) == 4704 + 32768);  // ceil16(4672 + 4*8)
+    CHECK(tcwgrad_smem({1, 1, 1, 1, 1, 1}) == 4192 + 32768);  // ceil16(4160 + 4*8)
     // The bounds' chain lengths: conv2's warps run ceil(64/8) images x ceil(25/8) k-steps of 8 products.
     CHECK(tcwgrad_chain({64, 32, 14, 14, 64, 3}) == 8 * 8 * 4);
-    CHECK(tcwgrad_bias_depth({64, 32, 14, 14, 64, 3}) == 8 * 1 + 20);
-    CHECK(tcwgrad_bias_depth({64, 1, 28, 28, 32, 3}) == 8 * 4 + 20);
+    // db: a thread's row, 8 images x ceil(49/16) groups of 4 pixels (conv2), 8 x ceil(196/16) (conv1).
+    CHECK(tcwgrad_bias_depth({64, 32, 14, 14, 64, 3}) == 4 * 8 * 4 + 12);
+    CHECK(tcwgrad_bias_depth({64, 1, 28, 28, 32, 3}) == 4 * 8 * 13 + 12);
 }
 
 TEST_CASE("tcwgrad: the shapes it takes and refuses") {

@@ -137,12 +137,15 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     // --kernels tc: the tensor-core convolutions besides the FP32 ones (a pass over fewer than
     // kTcConvMinChannels channels, conv1's forward, stays FP32), in training and in eval.
     const auto t = cnn_training_entries(o, ConvKernels::Tc);
-    for (const char* e : {"tc_conv_fwd", "tc_conv_bwd_data", "conv_fwd", "conv_bwd_data", "conv_bwd_weights"})
+    for (const char* e : {"tc_conv_fwd", "tc_conv_bwd_data", "tc_conv_bwd_weights", "conv_fwd", "conv_bwd_data",
+                          "conv_bwd_weights"})
         CHECK(has(t, e));
+    CHECK_FALSE(has(v, "tc_conv_bwd_weights"));
     const auto tf = cnn_forward_entries(ConvKernels::Tc);
     CHECK(has(tf, "tc_conv_fwd"));
     CHECK(has(tf, "conv_fwd"));
     CHECK_FALSE(has(tf, "tc_conv_bwd_data"));
+    CHECK_FALSE(has(tf, "tc_conv_bwd_weights"));
     CHECK(conv_kernels_of({Design::Tc, KernelSource::Reference}) == ConvKernels::Tc);
     CHECK(conv_kernels_of({Design::Seed, KernelSource::Ptx}) == ConvKernels::Fp32);
 }
