@@ -81,39 +81,24 @@ Harness make_conv_bwd_data(const ConvDims& d, unsigned act, ConvArith arith, Rng
     return h;
 }
 
-Harness make_conv_bwd_weights(const ConvDims& d, unsigned act, Rng& rng) {
+// conv_bwd_weights, and tc_conv_bwd_weights (tc: the same inputs and signature, its TF32
+// reference and bound from tcwgrad.hpp).
+Harness make_conv_bwd_weights(const ConvDims& d, unsigned act, bool tc, Rng& rng) {
     const float scale = rng.uniform(0.5f, 2.0f) / float(d.N);  // about 1/N, the batch mean
     Harness h;
     std::vector<float> X = relu_outputs(rng, d.x_size());
     std::vector<float> dY = random_vector(rng, d.y_size(), -1.0f, 1.0f);
     std::vector<float> Y = relu_outputs(rng, d.y_size());
-    ref_conv_bwd_weights(d, X, dY, Y, act, scale, h.expected["dW"], h.expected["db"]);
+    if (tc) ref_tc_conv_bwd_weights(d, X, dY, Y, act, scale, h.expected["dW"], h.expected["db"]);
+    else ref_conv_bwd_weights(d, X, dY, Y, act, scale, h.expected["dW"], h.expected["db"]);
     h.tensors = {{"dW", {d.K, d.C, d.KS, d.KS}, Role::Out, {}},
                  {"db", {d.K}, Role::Out, {}},
                  {"X", {d.N, d.C, d.H, d.W}, Role::In, X},
                  {"dY", {d.N, d.K, d.H, d.W}, Role::In, dY},
                  {"Y", {d.N, d.K, d.H, d.W}, Role::In, Y}};
-    h.launch = [d, act, scale](const Kernel& k, const DevicePtrs& m, CUstream s) {
-        launch_conv_bwd_weights(k, d, m.at("dW"), m.at("db"), m.at("X"), m.at("dY"), m.at("Y"), act, scale, s);
-    };
-    return h;
-}
-
-// tc_conv_bwd_weights: conv_bwd_weights' inputs, its TF32 reference and bound (tcwgrad.hpp).
-Harness make_tc_conv_bwd_weights(const ConvDims& d, unsigned act, Rng& rng) {
-    const float scale = rng.uniform(0.5f, 2.0f) / float(d.N);  // about 1/N, the batch mean
-    Harness h;
-    std::vector<float> X = relu_outputs(rng, d.x_size());
-    std::vector<float> dY = random_vector(rng, d.y_size(), -1.0f, 1.0f);
-    std::vector<float> Y = relu_outputs(rng, d.y_size());
-    ref_tc_conv_bwd_weights(d, X, dY, Y, act, scale, h.expected["dW"], h.expected["db"]);
-    h.tensors = {{"dW", {d.K, d.C, d.KS, d.KS}, Role::Out, {}},
-                 {"db", {d.K}, Role::Out, {}},
-                 {"X", {d.N, d.C, d.H, d.W}, Role::In, X},
-                 {"dY", {d.N, d.K, d.H, d.W}, Role::In, dY},
-                 {"Y", {d.N, d.K, d.H, d.W}, Role::In, Y}};
-    h.launch = [d, act, scale](const Kernel& k, const DevicePtrs& m, CUstream s) {
-        launch_tc_conv_bwd_weights(k, d, m.at("dW"), m.at("db"), m.at("X"), m.at("dY"), m.at("Y"), act, scale, s);
+    h.launch = [d, act, scale, tc](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        (tc ? launch_tc_conv_bwd_weights : launch_conv_bwd_weights)(k, d, m.at("dW"), m.at("db"), m.at("X"),
+                                                                    m.at("dY"), m.at("Y"), act, scale, s);
     };
     return h;
 }
@@ -271,8 +256,7 @@ Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
     if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return make_conv_fwd(d, act, arith_of(c.entry), rng);
     if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data")
         return make_conv_bwd_data(d, act, arith_of(c.entry), rng);
-    if (is_tcwgrad(c.entry)) return make_tc_conv_bwd_weights(d, act, rng);
-    return make_conv_bwd_weights(d, act, rng);
+    return make_conv_bwd_weights(d, act, is_tcwgrad(c.entry), rng);
 }
 
 }  // namespace ptxlab::verify_detail
