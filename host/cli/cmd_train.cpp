@@ -157,8 +157,8 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
         o.kernels != "tc-reference")
         PTXLAB_THROW(InputError, "--model {} (conv layers): --kernels {}: the CNN runs on the conv and pool kernels: "
-                                 "tc (the default: the conv layers' forward pass and gradient to the input on the "
-                                 "tensor cores, ptx/tcconv.ptx), ptx (all FP32), or tc-reference and reference (their "
+                                 "tc (the default: the conv layers' three passes on the tensor cores, ptx/tcconv.ptx "
+                                 "and ptx/tcwgrad.ptx), ptx (all FP32), or tc-reference and reference (their "
                                  "NVRTC twins)",
                      o.model, o.kernels);
     // auto: the conv layers on the tensor cores (TF32 products, as cuDNN takes them by default in
@@ -180,7 +180,7 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     const unsigned K = static_cast<unsigned>(data.train.count / cfg.batch);
     fmt::print("ptxlab train: --model {} ({} parameters), {} conv kernels{}, on {} ({})\n  {}\n", model.text(),
                model.param_count, to_string(cfg.kernels.source),
-               conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores: TF32 tc_conv_fwd, tc_conv_bwd_data)" : "",
+               conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores: TF32 tc_conv_fwd, tc_conv_bwd_data, tc_conv_bwd_weights)" : "",
                ctx.info().name, ctx.info().arch(), model.shapes_text());
     fmt::print("  {}\n", recipe_text(cfg, K));
     std::cout.flush();
@@ -399,7 +399,7 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "sm_90; ptx/tc.ptx), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, "
                     "batch_mean, optimizer), or their NVRTC twins fused-reference, fast-reference, tc-reference "
                     "and reference; auto = fused for 2 layers, ptx for 3. With --model conv layers: tc (auto) runs "
-                    "their forward passes and gradients to the input on the tensor cores (ptx/tcconv.ptx: TF32 "
+                    "their forward passes and both gradients on the tensor cores (ptx/tcconv.ptx, ptx/tcwgrad.ptx: TF32 "
                     "products, FP32 sums, as cuDNN does by default in PyTorch; passes over fewer than 8 channels "
                     "and the fc layers in FP32), ptx runs everything in FP32 (ptx/conv.ptx); tc-reference and "
                     "reference are the twins")
