@@ -199,7 +199,7 @@ Stream::~Stream() {
 }
 void Stream::synchronize() const { wait_for_stream(s_); }
 
-Event::Event() { CU(cuEventCreate, &e_, CU_EVENT_DEFAULT); }
+Event::Event(unsigned flags) { CU(cuEventCreate, &e_, flags); }
 Event::~Event() {
     if (e_ && !device_hung()) driver().cuEventDestroy(e_);
 }
@@ -230,7 +230,9 @@ Graph::Graph(CUstream s, const std::function<void()>& enqueue) {
         throw;
     }
     CU(cuStreamEndCapture, s, &g);
-    CUresult r = driver().cuGraphInstantiateWithFlags(&exec_, g, 0);
+    // Each kernel node keeps the priority it was launched with (ScopedLaunchPriority, kernels.hpp)
+    // instead of taking the priority of the stream the graph is launched into.
+    CUresult r = driver().cuGraphInstantiateWithFlags(&exec_, g, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
     driver().cuGraphDestroy(g);
     cu_check(r, "cuGraphInstantiateWithFlags", __FILE__, __LINE__);
 }

@@ -34,7 +34,7 @@ namespace ptxlab {
     X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                    \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery) X(cuStreamBeginCapture)     \
     X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)          \
-    X(cuGraphExecDestroy) X(cuGraphUpload) X(cuOccupancyMaxActiveClusters)
+    X(cuGraphExecDestroy) X(cuGraphUpload) X(cuOccupancyMaxActiveClusters) X(cuCtxGetStreamPriorityRange)
 
 struct Driver {
 #define PTXLAB_DECLARE(name) decltype(&::name) name = nullptr;  // the signature cuda.h maps `name` to
@@ -190,7 +190,7 @@ private:
 
 class Event {
 public:
-    Event();
+    explicit Event(unsigned flags = CU_EVENT_DEFAULT);  // CU_EVENT_DISABLE_TIMING for ordering alone
     ~Event();
     Event(const Event&) = delete;
     Event& operator=(const Event&) = delete;

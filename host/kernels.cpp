@@ -197,6 +197,19 @@ void Kernel::check_args(const ParamKind* kinds, size_t n) const {
     }
 }
 
+namespace {
+thread_local int t_launch_priority = 0;
+}
+
+ScopedLaunchPriority::ScopedLaunchPriority(int priority) : saved_(t_launch_priority) { t_launch_priority = priority; }
+ScopedLaunchPriority::~ScopedLaunchPriority() { t_launch_priority = saved_; }
+int ScopedLaunchPriority::current() { return t_launch_priority; }
+int ScopedLaunchPriority::greatest() {
+    int least = 0, greatest = 0;
+    CU(cuCtxGetStreamPriorityRange, &least, &greatest);
+    return greatest;
+}
+
 void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
                         bool overlapped) const {
     if (grid == 0) return;  // nothing to do (an empty batch or array)
@@ -206,10 +219,18 @@ void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream s
     }
     note_in_flight(fmt::format("'{}' ({})", spec->entry, origin));
     CUresult r;
-    if (overlapped) {
-        CUlaunchAttribute attr{};
-        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+    const int priority = ScopedLaunchPriority::current();
+    if (overlapped || priority != 0) {
+        CUlaunchAttribute attrs[2]{};
+        unsigned n = 0;
+        if (overlapped) {
+            attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n++].value.programmaticStreamSerializationAllowed = 1;
+        }
+        if (priority != 0) {
+            attrs[n].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+            attrs[n++].value.priority = priority;
+        }
         CUlaunchConfig cfg{};
         cfg.gridDimX = grid;
         cfg.gridDimY = cfg.gridDimZ = 1;
@@ -217,8 +238,8 @@ void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream s
         cfg.blockDimY = cfg.blockDimZ = 1;
         cfg.sharedMemBytes = smem;
         cfg.hStream = stream;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
+        cfg.attrs = attrs;
+        cfg.numAttrs = n;
         r = driver().cuLaunchKernelEx(&cfg, fn, params, nullptr);
     } else {
         r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, stream, params, nullptr);

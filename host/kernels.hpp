@@ -86,6 +86,25 @@ template <class T> constexpr ParamKind param_kind_of() {
     else static_assert(sizeof(T) == 0, "kernel arguments are CUdeviceptr, unsigned or float");
 }
 
+// Launches made by this thread while a ScopedLaunchPriority lives carry the launch attribute
+// CU_LAUNCH_ATTRIBUTE_PRIORITY: among blocks waiting for an SM, those of a lower (greater)
+// priority value go first, as with stream priorities; a captured graph keeps it per node
+// (Graph instantiates with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY). The CNN step gives
+// its main chain the greatest priority, so the weight gradients on its side stream take what
+// the chain leaves idle instead of delaying it.
+class ScopedLaunchPriority {
+public:
+    explicit ScopedLaunchPriority(int priority);
+    ~ScopedLaunchPriority();
+    ScopedLaunchPriority(const ScopedLaunchPriority&) = delete;
+    ScopedLaunchPriority& operator=(const ScopedLaunchPriority&) = delete;
+    static int current();  // 0 (the default, the least priority) outside any guard
+    static int greatest();  // the device's greatest priority (cuCtxGetStreamPriorityRange), e.g. -5
+
+private:
+    int saved_;
+};
+
 struct Kernel {
     CUfunction fn = nullptr;
     const KernelSpec* spec = nullptr;

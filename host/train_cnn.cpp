@@ -15,6 +15,7 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 namespace ptxlab {
 
@@ -117,14 +118,12 @@ CUdeviceptr CnnParams::v_ptr(const OptimConfig& o) const {
 }
 
 CnnActs::CnnActs(const Model& m, unsigned B_) : B(B_) {
-    size_t largest = 0;
-    for (const LayerSpec& l : m.layers) {
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+        const LayerSpec& l = m.layers[i];
         out.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} output", l.name));
         idx.emplace_back(l.kind == LayerKind::Pool ? size_t(B) * l.out.size() * 4 : 4, fmt::format("{} argmax", l.name));
-        largest = std::max(largest, l.in.size());
-        largest = std::max(largest, l.out.size());
+        if (i + 1 < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} deltas", l.name));
     }
-    for (auto& d : delta) d = DeviceBuffer(size_t(B) * largest * 4, "deltas");
     D2 = DeviceBuffer(size_t(B) * kClasses * 4, "output deltas");
 }
 
@@ -132,11 +131,20 @@ ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B) { return kernel_dims(l,
 
 namespace {
 
-// The operations as kernel launches on one stream; the conv layers on the FP32 kernels or the
-// tensor cores (the same arguments).
+// The operations as kernel launches on stream s; the conv layers on the FP32 kernels or the
+// tensor cores (the same arguments). With a side stream the weight gradients run there, each
+// after the main stream's work so far (cnn_backward issues them before the deltas below), and
+// join() makes the main stream wait for them.
 class KernelOps : public CnnOps {
 public:
-    KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv) : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc) {}
+    KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr)
+        : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc), side_(side) {}
+    void join() {
+        if (!forked_) return;
+        side_->join.record(side_->stream.get());
+        CU(cuStreamWaitEvent, s_, side_->join.get(), 0);
+        forked_ = false;
+    }
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
         if (tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
         else launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_);
@@ -151,9 +159,11 @@ public:
                           CUdeviceptr Y, unsigned act, float scale) override {
         // Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
         // columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
+        const CUstream s = weights_stream();
+        ScopedLaunchPriority least(0);
         if (tc_ && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty())
-            launch_tc_conv_bwd_weights(ks_.get("tc_conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
-        else launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s_);
+            launch_tc_conv_bwd_weights(ks_.get("tc_conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s);
+        else launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s);
     }
     void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
         launch_pool_fwd(ks_.get("pool_fwd"), P, H, W, Y, idx, X, s_);
@@ -163,7 +173,11 @@ public:
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
     void fused_forward(const FusedArgs& a) override { launch_fused_forward(ks_, a, s_); }
-    void fused_grad(const FusedArgs& a) override { launch_fused_grad(ks_, a, s_); }
+    void fused_grad(const FusedArgs& a) override {
+        const CUstream s = weights_stream();
+        ScopedLaunchPriority least(0);
+        launch_fused_grad(ks_, a, s);
+    }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
         // (tc_grad_input at fc1's shape, 64 x 3136 from 128: 10.5 us on the H100 against
@@ -172,9 +186,20 @@ public:
     }
 
 private:
+    // Where a weight gradient goes: the side stream, after the main stream's work so far, or
+    // the main stream when there is no side stream.
+    CUstream weights_stream() {
+        if (!side_) return s_;
+        side_->fork.record(s_);
+        CU(cuStreamWaitEvent, side_->stream.get(), side_->fork.get(), 0);
+        forked_ = true;
+        return side_->stream.get();
+    }
     const KernelSet& ks_;
     CUstream s_;
     bool tc_;
+    CnnSideStream* side_;
+    bool forked_ = false;
 };
 
 CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
@@ -183,8 +208,7 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
     b.params = p.params.ptr();
     b.grads = p.grads.ptr();
     b.D2 = a.D2.ptr();
-    b.delta[0] = a.delta[0].ptr();
-    b.delta[1] = a.delta[1].ptr();
+    for (const DeviceBuffer& d : a.delta) b.delta.push_back(d.ptr());
     for (size_t l = 0; l < a.out.size(); ++l) {
         b.out.push_back(a.out[l].ptr());
         b.idx.push_back(a.idx[l].ptr());
@@ -192,10 +216,19 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
     return b;
 }
 
+void require_buffers(const Model& m, const CnnBuffers& b) {
+    const size_t L = m.layers.size();
+    if (L < 2 || b.delta.size() != L - 1 || b.out.size() != L)
+        PTXLAB_THROW(Error, "internal error: the CNN step takes two layers or more, an output buffer for each and a "
+                            "delta buffer for each but the last ({} layers, {} output and {} delta buffers)",
+                     L, b.out.size(), b.delta.size());
+}
+
 }  // namespace
 
 void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
                  unsigned loss_code) {
+    require_buffers(m, b);
     const size_t L = m.layers.size();
     CUdeviceptr in = X;
     for (size_t l = 0; l + 1 < L; ++l) {
@@ -219,7 +252,7 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
         }
         in = b.out[l];
     }
-    // The last fc: logits, output deltas and the deltas of its input (into delta[0]).
+    // The last fc: logits, output deltas and the deltas of its input (into delta[L-2]).
     const LayerSpec& last = m.layers.back();
     FusedArgs f{};
     f.A1 = in;
@@ -228,7 +261,7 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
     f.T = T;
     f.Y = Y;
     f.D2 = b.D2;
-    f.D1 = b.delta[0];
+    f.D1 = b.delta[L - 2];
     f.B = b.B;
     f.H = static_cast<unsigned>(last.in.size());
     f.O = last.width;
@@ -238,11 +271,15 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
 }
 
 void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale) {
+    require_buffers(m, b);
     const size_t L = m.layers.size();
     auto input_of = [&](size_t l) { return l == 0 ? X : b.out[l - 1]; };
     const LayerSpec& last = m.layers.back();
     // Two fc layers last: both gradients in one fused_grad, from fused_output's D2 and the
-    // ReLU-masked deltas D1 it left in delta[0]. Else the last layer's through conv_bwd_weights.
+    // ReLU-masked deltas D1 it left in delta[L-2]. Else the last layer's through conv_bwd_weights.
+    // Down the layers, each layer's deltas go from delta[l] to delta[l-1]; the weight gradients
+    // (ops.conv_bwd_weights, ops.fused_grad) are issued before the deltas below them, which do
+    // not depend on them (KernelOps runs them on the side stream).
     const bool fc_pair = L >= 2 && m.layers[L - 2].kind == LayerKind::Fc;
     if (fc_pair) {
         const LayerSpec& fc = m.layers[L - 2];
@@ -253,7 +290,7 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
         f.Gb2 = b.grads + last.bias_offset * 4;
         f.X = input_of(L - 2);
         f.A1 = b.out[L - 2];
-        f.D1 = b.delta[0];
+        f.D1 = b.delta[L - 2];
         f.D2 = b.D2;
         f.B = b.B;
         f.I = static_cast<unsigned>(fc.in.size());
@@ -265,10 +302,9 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
         ops.conv_bwd_weights(kernel_dims(last, b.B), b.grads + last.weight_offset * 4,
                              b.grads + last.bias_offset * 4, input_of(L - 1), b.D2, b.D2, kConvActNone, scale);
     }
-    unsigned cur = 0;  // delta[cur] holds dL/d(output of layer l)
     for (size_t l = L - 1; l-- > 0;) {
         const LayerSpec& ly = m.layers[l];
-        const CUdeviceptr dY = b.delta[cur], dX = b.delta[cur ^ 1];
+        const CUdeviceptr dY = b.delta[l], dX = l > 0 ? b.delta[l - 1] : 0;
         if (ly.kind == LayerKind::Pool) {
             if (l > 0) ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l]);
         } else {
@@ -281,7 +317,6 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
             else if (l > 0)
                 ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
         }
-        cur ^= 1;
     }
 }
 
@@ -292,16 +327,20 @@ void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p
 }
 
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s, ConvKernels conv) {
-    KernelOps ops(ks, s, conv);
+                          float scale, CUstream s, ConvKernels conv, bool concurrent) {
+    KernelOps ops(ks, s, conv, concurrent ? &a.side : nullptr);
     cnn_backward(ops, m, buffers_of(p, a), X, scale);
+    ops.join();
 }
 
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s) {
     const ConvKernels conv = conv_kernels_of(cfg.kernels);
+    // With the side stream (cfg.overlap), the main chain goes first where both have blocks waiting.
+    std::optional<ScopedLaunchPriority> first;
+    if (cfg.overlap) first.emplace(ScopedLaunchPriority::greatest());
     enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s, conv);
-    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s, conv);
+    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s, conv, cfg.overlap);
     launch_optimizer(ks, cfg.optim, p.params.ptr(), p.grads.ptr(), p.m_ptr(cfg.optim), p.v_ptr(cfg.optim), hyp,
                      static_cast<unsigned>(p.count), s);
 }

@@ -78,23 +78,36 @@ struct CnnParams {
     CUdeviceptr v_ptr(const OptimConfig& o) const;  // its V
 };
 
+// A second stream for the backward pass's weight gradients: each reads deltas the main stream
+// has made and nothing the main stream makes after them, so it runs beside the deltas of the
+// layers below. fork orders a weight gradient after the main stream's work so far; join orders
+// the main stream (the optimizer) after the side stream's work.
+struct CnnSideStream {
+    Stream stream;
+    Event fork{CU_EVENT_DISABLE_TIMING}, join{CU_EVENT_DISABLE_TIMING};
+};
+
 // The per-batch buffers of a model at batch size B: each layer's output, the pool argmaxes,
-// two delta buffers (ping-pong down the layers) and the output deltas.
+// each hidden layer's output deltas and the output deltas; and the side stream of a step.
 struct CnnActs {
     unsigned B = 0;
     std::vector<DeviceBuffer> out, idx;  // out[l]: layer l's output ([B][...]; the last: unused, Y is given)
-    DeviceBuffer delta[2], D2;
+    // delta[l]: dL/d(out[l]) for l < L-1, one buffer a layer, so no kernel writes a delta that a
+    // weight gradient still running on the side stream reads.
+    std::vector<DeviceBuffer> delta;
+    DeviceBuffer D2;
+    mutable CnnSideStream side;  // ordering only: launches on it change no buffer of this struct
     CnnActs(const Model& m, unsigned B);
 };
 
 // ---- The step's data flow, apart from what runs it ----
 // The buffers of a step by address: the flat parameters and gradient, each layer's output and
-// pool argmax (out[l], idx[l]; B rows), two delta buffers and the output deltas D2 [B][10].
+// pool argmax (out[l], idx[l]; B rows), the deltas of each layer's output but the last
+// (delta[l], L-1 of them) and the output deltas D2 [B][10].
 struct CnnBuffers {
     unsigned B = 0;
     CUdeviceptr params = 0, grads = 0, D2 = 0;
-    CUdeviceptr delta[2] = {0, 0};
-    std::vector<CUdeviceptr> out, idx;
+    std::vector<CUdeviceptr> out, idx, delta;
 };
 // The operations a step is made of, with the kernels' parameters and semantics (conv.hpp,
 // ref_conv.hpp: act 0 none, 1 ReLU; the backward passes mask dY where Y <= 0 with act 1;
@@ -133,12 +146,15 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
 
 // The launches of one step (or a forward pass), on stream s. X and T: the batch's images and
 // one-hot targets; Y: where the logits go ([B][10]); hyp: this step's StepHyper record. The
-// step's conv kernels are cfg.kernels' (conv_kernels_of).
+// step's conv kernels are cfg.kernels' (conv_kernels_of). concurrent (the step: cfg.overlap,
+// train's default): the weight gradients on a.side, beside the deltas of the layers below, and
+// the step's other launches at the greatest priority (ScopedLaunchPriority); the bits are the
+// same either way.
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
                          ConvKernels conv = ConvKernels::Fp32);
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32);
+                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false);
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s);
 

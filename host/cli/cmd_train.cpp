@@ -140,8 +140,7 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
 
 // ---- train --model with conv layers (host/train_cnn.hpp) ----
 int run_train_cnn(const TrainOptions& o, const Model& model) {
-    for (const char* flag : {"--layers", "--hidden", "--resume", "--three-launches", "--steps-per-launch", "--no-overlap",
-                             "--eval-every"})
+    for (const char* flag : {"--layers", "--hidden", "--resume", "--three-launches", "--steps-per-launch", "--eval-every"})
         if (o.given(flag))
             PTXLAB_THROW(InputError, "--model {} (conv layers): {} is not taken by the CNN trainer yet", o.model, flag);
     CnnTrainConfig cc;
@@ -165,6 +164,7 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     // PyTorch), the fc layers in FP32 (as PyTorch's default matmul); ptx: everything FP32.
     cfg.kernels = o.kernels == "auto" ? KernelChoice{Design::Tc, KernelSource::Ptx} : parse_kernel_choice(o.kernels);
     cfg.graphs = !o.no_graphs;
+    cfg.overlap = !o.no_overlap;
     set_kernel_timeout(o.timeout);
     cfg.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
     if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
@@ -407,7 +407,8 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_flag("--no-overlap", o->no_overlap,
                   "fused set: start each kernel only when the previous one has finished, instead of programmatic "
-                  "dependent launches that schedule it while the previous one drains (same results, bit for bit)");
+                  "dependent launches that schedule it while the previous one drains; --model: the weight gradients "
+                  "on the main stream after the deltas, instead of a second stream beside them (same results, bit for bit)");
     sub->add_flag("--three-launches", o->three_launches,
                   "fused set: run the step as separate launches (fused_forward, fused_output, fused_grad, the "
                   "optimizer kernel) instead of the one-launch fused_step (ptx/step.ptx)");

@@ -171,23 +171,19 @@ TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float6
             // The buffers, NaN-poisoned: whatever is read before it is written shows.
             const float nan = std::nanf("");
             std::vector<float> grads(m.param_count, nan), Y(size_t(B) * kClasses, nan), D2(Y.size(), nan);
-            size_t largest = 0;
-            std::vector<std::vector<float>> out;
+            std::vector<std::vector<float>> out, delta;
             std::vector<std::vector<uint32_t>> idx;
             for (const LayerSpec& l : m.layers) {
                 out.emplace_back(size_t(B) * l.out.size(), nan);
                 idx.emplace_back(size_t(B) * l.out.size(), 0xffffffffu);
-                largest = std::max({largest, l.in.size(), l.out.size()});
+                if (out.size() < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size(), nan);
             }
-            std::vector<float> delta[2] = {std::vector<float>(size_t(B) * largest, nan),
-                                           std::vector<float>(size_t(B) * largest, nan)};
             CnnBuffers b;
             b.B = B;
             b.params = addr(params.data());
             b.grads = addr(grads.data());
             b.D2 = addr(D2.data());
-            b.delta[0] = addr(delta[0].data());
-            b.delta[1] = addr(delta[1].data());
+            for (auto& d : delta) b.delta.push_back(addr(d.data()));
             for (size_t l = 0; l < m.layers.size(); ++l) {
                 b.out.push_back(addr(out[l].data()));
                 b.idx.push_back(addr(idx[l].data()));
