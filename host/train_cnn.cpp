@@ -140,10 +140,12 @@ public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr)
         : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc), side_(side) {}
     void join() {
-        if (!forked_) return;
-        side_->join.record(side_->stream.get());
-        CU(cuStreamWaitEvent, s_, side_->join.get(), 0);
-        forked_ = false;
+        for (unsigned i = 0; i < CnnSideStream::kStreams; ++i) {
+            if (!used_[i]) continue;
+            side_->join[i].record(side_->stream[i].get());
+            CU(cuStreamWaitEvent, s_, side_->join[i].get(), 0);
+            used_[i] = false;
+        }
     }
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
         if (tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
@@ -186,20 +188,23 @@ public:
     }
 
 private:
-    // Where a weight gradient goes: the side stream, after the main stream's work so far, or
-    // the main stream when there is no side stream.
+    // Where a weight gradient goes: the next side stream in turn, after the main stream's work
+    // so far, or the main stream when there are no side streams.
     CUstream weights_stream() {
         if (!side_) return s_;
+        const unsigned i = next_;
+        next_ = (next_ + 1) % CnnSideStream::kStreams;
         side_->fork.record(s_);
-        CU(cuStreamWaitEvent, side_->stream.get(), side_->fork.get(), 0);
-        forked_ = true;
-        return side_->stream.get();
+        CU(cuStreamWaitEvent, side_->stream[i].get(), side_->fork.get(), 0);
+        used_[i] = true;
+        return side_->stream[i].get();
     }
     const KernelSet& ks_;
     CUstream s_;
     bool tc_;
     CnnSideStream* side_;
-    bool forked_ = false;
+    unsigned next_ = 0;
+    bool used_[CnnSideStream::kStreams] = {};
 };
 
 CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {

@@ -78,13 +78,16 @@ struct CnnParams {
     CUdeviceptr v_ptr(const OptimConfig& o) const;  // its V
 };
 
-// A second stream for the backward pass's weight gradients: each reads deltas the main stream
-// has made and nothing the main stream makes after them, so it runs beside the deltas of the
-// layers below. fork orders a weight gradient after the main stream's work so far; join orders
-// the main stream (the optimizer) after the side stream's work.
+// Side streams for the backward pass's weight gradients: each reads deltas the main stream has
+// made and nothing the main stream makes after them, so it runs beside the deltas of the layers
+// below. The weight gradients take the side streams in turn, so one need not wait for the one
+// before it (conv1's for conv2's). fork orders a weight gradient after the main stream's work
+// so far; join[i] orders the main stream (the optimizer) after side stream i's work.
 struct CnnSideStream {
-    Stream stream;
-    Event fork{CU_EVENT_DISABLE_TIMING}, join{CU_EVENT_DISABLE_TIMING};
+    static constexpr unsigned kStreams = 2;
+    Stream stream[kStreams];
+    Event fork{CU_EVENT_DISABLE_TIMING};
+    Event join[kStreams] = {Event(CU_EVENT_DISABLE_TIMING), Event(CU_EVENT_DISABLE_TIMING)};
 };
 
 // The per-batch buffers of a model at batch size B: each layer's output, the pool argmaxes,

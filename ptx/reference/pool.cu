@@ -4,7 +4,7 @@
 // window read in row-major order, replaced only by a strictly greater value (ties: the
 // first wins), and its index in the input plane; pool_bwd gathers each input element's
 // gradient from the window whose index points at it (else 0). Exact: no arithmetic on values.
-// One thread per output (pool_fwd) or input (pool_bwd) element, 1-D grid.
+// One thread per output element (pool_fwd) or per 2x2 cell of the input (pool_bwd), 1-D grid.
 extern "C" __global__ void pool_fwd(float* Y, unsigned* idx, const float* X, unsigned P, unsigned H, unsigned W)
 {
     const unsigned Ho = H / 2, Wo = W / 2;
@@ -25,14 +25,19 @@ extern "C" __global__ void pool_fwd(float* Y, unsigned* idx, const float* X, uns
 extern "C" __global__ void pool_bwd(float* dX, const float* dY, const unsigned* idx, unsigned P, unsigned H,
                                     unsigned W)
 {
-    const unsigned Ho = H / 2, Wo = W / 2;
+    // One thread per 2x2 cell of the input (ceil(H/2) x ceil(W/2) a plane), as the PTX.
+    const unsigned Ho = H / 2, Wo = W / 2, Hc = (H + 1) / 2, Wc = (W + 1) / 2;
     const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= P * H * W) return;
-    const unsigned q = i / (H * W), r = i % (H * W), iy = r / W, ix = r % W, oy = iy / 2, ox = ix / 2;
+    if (i >= P * Hc * Wc) return;
+    const unsigned q = i / (Hc * Wc), r = i % (Hc * Wc), cy = r / Wc, cx = r % Wc;
+    unsigned at = 0xffffffffu;  // no window: every input of the cell gets 0
     float g = 0.0f;
-    if (oy < Ho && ox < Wo) {
-        const size_t o = (size_t)q * Ho * Wo + oy * Wo + ox;
-        if (idx[o] == r) g = dY[o];
+    if (cy < Ho && cx < Wo) {
+        const size_t o = (size_t)q * Ho * Wo + cy * Wo + cx;
+        at = idx[o];
+        g = dY[o];
     }
-    dX[i] = g;
+    float* x = dX + (size_t)q * H * W;
+    for (unsigned y = 2 * cy; y < 2 * cy + 2 && y < H; ++y)
+        for (unsigned c = 2 * cx; c < 2 * cx + 2 && c < W; ++c) x[y * W + c] = (y * W + c == at) ? g : 0.0f;
 }
