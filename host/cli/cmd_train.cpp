@@ -408,7 +408,7 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_flag("--no-overlap", o->no_overlap,
                   "fused set: start each kernel only when the previous one has finished, instead of programmatic "
                   "dependent launches that schedule it while the previous one drains; --model: the weight gradients "
-                  "on the main stream after the deltas, instead of a second stream beside them (same results, bit for bit)");
+                  "on the main stream after the deltas, instead of side streams beside them (same results, bit for bit)");
     sub->add_flag("--three-launches", o->three_launches,
                   "fused set: run the step as separate launches (fused_forward, fused_output, fused_grad, the "
                   "optimizer kernel) instead of the one-launch fused_step (ptx/step.ptx)");
