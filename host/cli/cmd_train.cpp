@@ -314,6 +314,44 @@ int run_train(const TrainOptions& o) {
     return kExitOk;
 }
 
+// The recipe's flags (train's help lists them in this order).
+void add_recipe_flags(CLI::App* sub, TrainOptions& opts) {
+    TrainOptions* o = &opts;
+    sub->add_option("--preset", o->preset,
+                    "classic: the old recipe (mse, sgd at lr 0.2, constant lr, torch init, at most 20 epochs, stop "
+                    "at 97 %); notebook: the notebook's run (half-sse, sgd at lr 0.001, N(0, 0.01) init, an "
+                    "evaluation every 100 steps, stop at 60 %); explicit flags override a preset");
+    sub->add_option("--init", o->init,
+                    "torch: nn.Linear's default, weights and biases U(+-1/sqrt(fan_in)); he-uniform; he-normal; "
+                    "xavier (uniform); notebook: N(0, 0.01^2) weights and biases")->capture_default_str();
+    sub->add_option("--loss", o->loss,
+                    "ce: softmax cross-entropy on the logits, mean over the batch (F.cross_entropy); mse: mean of "
+                    "(y-t)^2 over samples and outputs on one-hot targets (nn.MSELoss); half-sse: the notebook's "
+                    "0.5|y-t|^2 per sample, averaged over the batch")->capture_default_str();
+    sub->add_option("--activation", o->activation,
+                    "the hidden layers' activation: relu, leaky-relu (slope 0.01), tanh, sigmoid, gelu (the exact "
+                    "erf form, nn.GELU()); every kernel set (the one-launch fused_step is ReLU only: other "
+                    "activations run the fused set's separate launches)")->capture_default_str();
+    sub->add_option("--optimizer", o->optimizer,
+                    "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, rmsprop: PyTorch's update rules; the "
+                    "state buffers start at zero")->capture_default_str();
+    sub->add_option("--momentum", o->momentum, "momentum and nesterov: the momentum")->capture_default_str();
+    sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay (adamw: decoupled)")->capture_default_str();
+    sub->add_option("--beta1", o->beta1, "adam, adamw")->capture_default_str();
+    sub->add_option("--beta2", o->beta2, "adam, adamw")->capture_default_str();
+    sub->add_option("--eps", o->eps, "adam, adamw, rmsprop")->capture_default_str();
+    sub->add_option("--alpha", o->alpha, "rmsprop: the smoothing constant")->capture_default_str();
+    sub->add_option("--schedule", o->schedule,
+                    "the learning rate of each step: const; cosine (to 0 at the end); onecycle (linear warm-up "
+                    "from 0 to --lr, then linear decay to 0); step (times --gamma every --step-every epochs)")
+        ->capture_default_str();
+    sub->add_option("--warmup", o->warmup,
+                    "the fraction of the steps spent in a linear warm-up from 0 (every schedule; onecycle's rise)")
+        ->capture_default_str();
+    sub->add_option("--step-every", o->step_every, "step schedule: epochs between decays (default: a third of --epochs)");
+    sub->add_option("--gamma", o->gamma, "step schedule: the decay factor")->capture_default_str();
+}
+
 }  // namespace
 
 void setup_train(CLI::App& app, Command& chosen) {
@@ -356,39 +394,7 @@ void setup_train(CLI::App& app, Command& chosen) {
                        ? std::string()
                        : "--seed must be a whole number >= 0, got '" + v + "'";
         });
-    sub->add_option("--preset", o->preset,
-                    "classic: the old recipe (mse, sgd at lr 0.2, constant lr, torch init, at most 20 epochs, stop "
-                    "at 97 %); notebook: the notebook's run (half-sse, sgd at lr 0.001, N(0, 0.01) init, an "
-                    "evaluation every 100 steps, stop at 60 %); explicit flags override a preset");
-    sub->add_option("--init", o->init,
-                    "torch: nn.Linear's default, weights and biases U(+-1/sqrt(fan_in)); he-uniform; he-normal; "
-                    "xavier (uniform); notebook: N(0, 0.01^2) weights and biases")->capture_default_str();
-    sub->add_option("--loss", o->loss,
-                    "ce: softmax cross-entropy on the logits, mean over the batch (F.cross_entropy); mse: mean of "
-                    "(y-t)^2 over samples and outputs on one-hot targets (nn.MSELoss); half-sse: the notebook's "
-                    "0.5|y-t|^2 per sample, averaged over the batch")->capture_default_str();
-    sub->add_option("--activation", o->activation,
-                    "the hidden layers' activation: relu, leaky-relu (slope 0.01), tanh, sigmoid, gelu (the exact "
-                    "erf form, nn.GELU()); every kernel set (the one-launch fused_step is ReLU only: other "
-                    "activations run the fused set's separate launches)")->capture_default_str();
-    sub->add_option("--optimizer", o->optimizer,
-                    "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, rmsprop: PyTorch's update rules; the "
-                    "state buffers start at zero")->capture_default_str();
-    sub->add_option("--momentum", o->momentum, "momentum and nesterov: the momentum")->capture_default_str();
-    sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay (adamw: decoupled)")->capture_default_str();
-    sub->add_option("--beta1", o->beta1, "adam, adamw")->capture_default_str();
-    sub->add_option("--beta2", o->beta2, "adam, adamw")->capture_default_str();
-    sub->add_option("--eps", o->eps, "adam, adamw, rmsprop")->capture_default_str();
-    sub->add_option("--alpha", o->alpha, "rmsprop: the smoothing constant")->capture_default_str();
-    sub->add_option("--schedule", o->schedule,
-                    "the learning rate of each step: const; cosine (to 0 at the end); onecycle (linear warm-up "
-                    "from 0 to --lr, then linear decay to 0); step (times --gamma every --step-every epochs)")
-        ->capture_default_str();
-    sub->add_option("--warmup", o->warmup,
-                    "the fraction of the steps spent in a linear warm-up from 0 (every schedule; onecycle's rise)")
-        ->capture_default_str();
-    sub->add_option("--step-every", o->step_every, "step schedule: epochs between decays (default: a third of --epochs)");
-    sub->add_option("--gamma", o->gamma, "step schedule: the decay factor")->capture_default_str();
+    add_recipe_flags(sub, *o);
     sub->add_option("--kernels", o->kernels,
                     "kernel set: fused (batch gradients computed directly: fused_forward, fused_output, fused_grad, "
                     "then the optimizer kernel; for batches up to 64 the whole step, any loss and optimizer, in one "
@@ -406,9 +412,8 @@ void setup_train(CLI::App& app, Command& chosen) {
         ->capture_default_str();
     sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_flag("--no-overlap", o->no_overlap,
-                  "fused set: start each kernel only when the previous one has finished, instead of programmatic "
-                  "dependent launches that schedule it while the previous one drains; --model: the weight gradients "
-                  "on the main stream after the deltas, instead of side streams beside them (same results, bit for bit)");
+                  "fused set: each kernel starts when the previous one has finished (no programmatic dependent "
+                  "launches); --model: the weight gradients on the main stream, not on side streams (same bits)");
     sub->add_flag("--three-launches", o->three_launches,
                   "fused set: run the step as separate launches (fused_forward, fused_output, fused_grad, the "
                   "optimizer kernel) instead of the one-launch fused_step (ptx/step.ptx)");
