@@ -365,6 +365,31 @@ TEST_CASE("kernels: a tc_conv_fwd with a wrong fragment layout is caught by veri
     check_planted_conv_fwd("tcconv", "tc_conv_fwd", "tc_conv_bwd_data", {3, 3, 9, 9, 17, 3, 0}, "3,3,9,9,17,3,0");
 }
 
+TEST_CASE("kernels: a tc_conv_bwd_weights with a wrong fragment layout is caught by verify") {
+    // A copy of ptx/tcwgrad.ptx whose mma.sync take their A fragment as {a0, a2, a1, a3}: output
+    // channels k0+g+8 and pixels px0+q+4 change places in each 16 x 8 tile, so dW is wrong in
+    // every tile while every element is still written; db (summed apart from the mma) is right.
+    TempDir t;
+    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/tcwgrad.ptx").text;
+    const std::string right = "{a0, a1, a2, a3}", wrong = "{a0, a2, a1, a3}";
+    size_t planted = 0;
+    for (size_t at = src.find(right); at != std::string::npos; at = src.find(right, at + wrong.size()), ++planted)
+        src.replace(at, right.size(), wrong);
+    REQUIRE(planted == 8);  // the eight mma.sync of the tile loop
+    write_text(t.file("tcwgrad.ptx"), src);
+    CaseResult r = verify_one("tc_conv_bwd_weights", {3, 9, 9, 9, 17, 3, 1}, KernelDirs::from_ptx_dir(t.path.string()));
+    INFO(format_result(r));
+    check_planted_caught(r);
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find("dW[") == 0);
+    RunResult run = run_command(ptxlab_cmd("verify --kernel tc_conv_bwd_weights --shape 64,32,14,14,64,3,1 --ptx-dir " +
+                                           t.path.string()));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));
     // tests/fixtures/wrong/mean.ptx is batch_mean that skips the last row of the batch.
