@@ -284,7 +284,7 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     // ReLU-masked deltas D1 it left in delta[L-2]. Else the last layer's through conv_bwd_weights.
     // Down the layers, each layer's deltas go from delta[l] to delta[l-1]; the weight gradients
     // (ops.conv_bwd_weights, ops.fused_grad) are issued before the deltas below them, which do
-    // not depend on them (KernelOps runs them on the side stream).
+    // not depend on them (KernelOps runs them on side streams).
     const bool fc_pair = L >= 2 && m.layers[L - 2].kind == LayerKind::Fc;
     if (fc_pair) {
         const LayerSpec& fc = m.layers[L - 2];
@@ -341,7 +341,7 @@ void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& 
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s) {
     const ConvKernels conv = conv_kernels_of(cfg.kernels);
-    // With the side stream (cfg.overlap), the main chain goes first where both have blocks waiting.
+    // With side streams (cfg.overlap), the main chain goes first where both have blocks waiting.
     std::optional<ScopedLaunchPriority> first;
     if (cfg.overlap) first.emplace(ScopedLaunchPriority::greatest());
     enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s, conv);
