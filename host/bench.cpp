@@ -208,19 +208,23 @@ struct CnnCase {
 };
 
 std::vector<CnnCase> cnn_cases(unsigned B) {
+    // As the step runs them: forward with ReLU (act 1); the convs' backward passes with act 0,
+    // their ReLU mask applied by the pool above (pool_bwd mask 1).
     const std::vector<unsigned> conv1 = {B, 1, 28, 28, 32, 3, 1}, conv2 = {B, 32, 14, 14, 64, 3, 1};
-    return {{"conv1", {"conv_fwd", conv1}},         {"conv2", {"conv_fwd", conv2}},
-            {"conv2", {"conv_bwd_data", conv2}},    {"conv1", {"conv_bwd_weights", conv1}},
-            {"conv2", {"conv_bwd_weights", conv2}}, {"pool1", {"pool_fwd", {B, 32, 28, 28}}},
-            {"pool2", {"pool_fwd", {B, 64, 14, 14}}}, {"pool1", {"pool_bwd", {B, 32, 28, 28}}},
-            {"pool2", {"pool_bwd", {B, 64, 14, 14}}}, {"fc1", {"fc_bwd_data", {B, 3136, 128, 1}}},
-            {"conv1", {"tc_conv_fwd", conv1}},      {"conv2", {"tc_conv_fwd", conv2}},
-            {"conv2", {"tc_conv_bwd_data", conv2}}, {"conv1", {"tc_conv_bwd_weights", conv1}},
-            {"conv2", {"tc_conv_bwd_weights", conv2}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}}};
+    const std::vector<unsigned> conv1b = {B, 1, 28, 28, 32, 3, 0}, conv2b = {B, 32, 14, 14, 64, 3, 0};
+    return {{"conv1", {"conv_fwd", conv1}},          {"conv2", {"conv_fwd", conv2}},
+            {"conv2", {"conv_bwd_data", conv2b}},    {"conv1", {"conv_bwd_weights", conv1b}},
+            {"conv2", {"conv_bwd_weights", conv2b}}, {"pool1", {"pool_fwd", {B, 32, 28, 28}}},
+            {"pool2", {"pool_fwd", {B, 64, 14, 14}}}, {"pool1", {"pool_bwd", {B, 32, 28, 28, 1}}},
+            {"pool2", {"pool_bwd", {B, 64, 14, 14, 1}}}, {"fc1", {"fc_bwd_data", {B, 3136, 128, 1}}},
+            {"conv1", {"tc_conv_fwd", conv1}},       {"conv2", {"tc_conv_fwd", conv2}},
+            {"conv2", {"tc_conv_bwd_data", conv2b}}, {"conv1", {"tc_conv_bwd_weights", conv1b}},
+            {"conv2", {"tc_conv_bwd_weights", conv2b}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}}};
 }
 
 // Least traffic (bytes) and arithmetic (flops, an FMA = 2) of a conv or pool case; the
-// backward passes read the layer's output Y for the ReLU mask.
+// backward passes with act 1 read the layer's output Y for the ReLU mask, pool_bwd with the
+// mask the pooled maxima.
 std::pair<double, double> cnn_work(const VerifyCase& c) {
     const auto& z = c.shape;
     if (c.entry == "fc_bwd_data" || c.entry == "tc_grad_input") {  // B,I,O: read dY, Y, W; write dX
@@ -229,12 +233,12 @@ std::pair<double, double> cnn_work(const VerifyCase& c) {
     }
     const double N = z[0], C = z[1], H = z[2], W = z[3];
     if (c.entry == "pool_fwd") return {4 * (N * C * H * W + 2 * N * C * (H / 2) * (W / 2)), 0};
-    if (c.entry == "pool_bwd") return {4 * (N * C * H * W + 2 * N * C * (H / 2) * (W / 2)), 0};
+    if (c.entry == "pool_bwd") return {4 * (N * C * H * W + (2 + z[4]) * N * C * (H / 2) * (W / 2)), 0};
     const double K = z[4], T = double(z[5]) * z[5], x = N * C * H * W, y = N * K * H * W, w = K * C * T;
-    const double macs = 2 * N * K * C * H * W * T;
+    const double macs = 2 * N * K * C * H * W * T, ry = z[6] == 1 ? 2 : 1;  // dY, and Y for the mask
     if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return {4 * (x + w + K + y), macs + y};
-    if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data") return {4 * (2 * y + w + x), macs};
-    return {4 * (x + 2 * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db
+    if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data") return {4 * (ry * y + w + x), macs};
+    return {4 * (x + ry * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db
 }
 
 // The CNN's training step (`train --model cnn`'s recipe: CE, Nesterov, batch kCnnBatch) as the

@@ -113,9 +113,9 @@ void launch_pool_fwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdevi
 }
 
 void launch_pool_bwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY,
-                     CUdeviceptr idx, CUstream s) {
+                     CUdeviceptr idx, CUdeviceptr Yp, CUstream s) {
     // One thread per 2x2 cell of the input (ptx/pool.ptx).
-    k.launch(grid_for(size_t(P) * ((H + 1) / 2) * ((W + 1) / 2)), 256, s, dX, dY, idx, P, H, W);
+    k.launch(grid_for(size_t(P) * ((H + 1) / 2) * ((W + 1) / 2)), 256, s, dX, dY, idx, Yp, P, H, W);
 }
 
 }  // namespace ptxlab

@@ -64,10 +64,11 @@ void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW,
 inline constexpr unsigned kFcMaxOut = 1024;
 void launch_fc_bwd_data(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
                         CUdeviceptr Y, CUdeviceptr W, unsigned act, CUstream s);
-// P = N * C planes of H x W.
+// P = N * C planes of H x W. pool_bwd with Yp (pool_fwd's Y; 0: none) applies the ReLU mask of
+// the layer below too: a window whose maximum is <= 0 routes +0.
 void launch_pool_fwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx,
                      CUdeviceptr X, CUstream s);
 void launch_pool_bwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY,
-                     CUdeviceptr idx, CUstream s);
+                     CUdeviceptr idx, CUdeviceptr Yp, CUstream s);
 
 }  // namespace ptxlab

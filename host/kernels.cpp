@@ -72,7 +72,7 @@ const std::vector<KernelSpec>& kernel_specs() {
         // Y idx X | P H W
         {"pool_fwd", "pool", {P, P, P, U, U, U}},
         // dX dY idx | P H W
-        {"pool_bwd", "pool", {P, P, P, U, U, U}},
+        {"pool_bwd", "pool", {P, P, P, P, U, U, U}},
         // The convolutions on the tensor cores (tcconv.hpp): conv_fwd's and conv_bwd_data's signatures.
         {"tc_conv_fwd", "tcconv", {P, P, P, P, U, U, U, U, U, U, U}},
         {"tc_conv_bwd_data", "tcconv", {P, P, P, P, U, U, U, U, U, U, U}},

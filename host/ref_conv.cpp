@@ -149,12 +149,14 @@ PoolResult maxpool2_forward(unsigned P, unsigned H, unsigned W, const std::vecto
 }
 
 std::vector<double> maxpool2_backward(unsigned P, unsigned H, unsigned W, const std::vector<double>& dY,
-                                      const std::vector<uint32_t>& idx) {
+                                      const std::vector<uint32_t>& idx, const std::vector<double>* Yp) {
     const unsigned Ho = H / 2, Wo = W / 2;
     std::vector<double> dX(size_t(P) * H * W, 0.0);
     for (unsigned q = 0; q < P; ++q)
-        for (size_t o = 0; o < size_t(Ho) * Wo; ++o)
-            dX[size_t(q) * H * W + idx[size_t(q) * Ho * Wo + o]] = dY[size_t(q) * Ho * Wo + o];
+        for (size_t o = 0; o < size_t(Ho) * Wo; ++o) {
+            const size_t w = size_t(q) * Ho * Wo + o;
+            if (!Yp || (*Yp)[w] > 0.0) dX[size_t(q) * H * W + idx[w]] = dY[w];
+        }
     return dX;
 }
 

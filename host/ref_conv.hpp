@@ -67,8 +67,10 @@ struct PoolResult {
 };
 // P planes of H x W.
 PoolResult maxpool2_forward(unsigned P, unsigned H, unsigned W, const std::vector<double>& X);
+// With Yp (maxpool2_forward's Y), a window whose maximum is <= 0 routes 0: the ReLU mask of the
+// layer below, as pool_bwd applies it.
 std::vector<double> maxpool2_backward(unsigned P, unsigned H, unsigned W, const std::vector<double>& dY,
-                                      const std::vector<uint32_t>& idx);
+                                      const std::vector<uint32_t>& idx, const std::vector<double>* Yp = nullptr);
 
 // ---- With error bounds, on the kernels' float32 inputs (act: 0 none, 1 ReLU, the kernels'
 // `act` code). G below is the kernels' dY masked as they mask it: with act 1, dY where the

@@ -170,8 +170,9 @@ public:
     void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
         launch_pool_fwd(ks_.get("pool_fwd"), P, H, W, Y, idx, X, s_);
     }
-    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) override {
-        launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, s_);
+    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx,
+                  CUdeviceptr Yp) override {
+        launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, Yp, s_);
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
     void fused_forward(const FusedArgs& a) override { launch_fused_forward(ks_, a, s_); }
@@ -286,6 +287,12 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     // (ops.conv_bwd_weights, ops.fused_grad) are issued before the deltas below them, which do
     // not depend on them (KernelOps runs them on side streams).
     const bool fc_pair = L >= 2 && m.layers[L - 2].kind == LayerKind::Fc;
+    // A conv layer (ReLU) under a pool: the pool's backward applies the conv's ReLU mask (the
+    // window's maximum is the conv's output at the index), and the conv's backward passes run
+    // with act 0, not reading the conv's output (the same values, bit for bit).
+    auto masked_by_pool = [&](size_t l) {
+        return l + 1 < L && m.layers[l].kind == LayerKind::Conv && m.layers[l + 1].kind == LayerKind::Pool;
+    };
     if (fc_pair) {
         const LayerSpec& fc = m.layers[L - 2];
         FusedArgs f{};
@@ -311,16 +318,18 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
         const LayerSpec& ly = m.layers[l];
         const CUdeviceptr dY = b.delta[l], dX = l > 0 ? b.delta[l - 1] : 0;
         if (ly.kind == LayerKind::Pool) {
-            if (l > 0) ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l]);
+            if (l > 0)
+                ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l], masked_by_pool(l - 1) ? b.out[l] : 0);
         } else {
             const ConvDims d = kernel_dims(ly, b.B);
+            const unsigned act = masked_by_pool(l) ? kConvActNone : kConvActRelu;
             if (!(fc_pair && l == L - 2))
                 ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
-                                     b.out[l], kConvActRelu, scale);
+                                     b.out[l], act, scale);
             if (l > 0 && ly.kind == LayerKind::Fc)
-                ops.fc_bwd_data(b.B, d.C, d.K, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
+                ops.fc_bwd_data(b.B, d.C, d.K, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
             else if (l > 0)
-                ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, kConvActRelu);
+                ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
         }
     }
 }

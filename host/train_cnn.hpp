@@ -14,7 +14,9 @@
 //             on a 1x1 image (act 0); then down the layers: conv and the other fc layers ->
 //             conv_bwd_weights (act 1: dY masked by the layer's output Y > 0) and, above the
 //             first layer, conv_bwd_data (conv) or fc_bwd_data (fc, ptx/fc.ptx); pool ->
-//             pool_bwd. Every gradient lands in its place of the flat gradient (model.hpp's
+//             pool_bwd. A conv under a pool gets its ReLU mask from the pool's backward
+//             (pool_bwd with Yp: a window's maximum <= 0 routes 0) and runs its backward passes
+//             with act 0, without reading its output Y. Every gradient lands in its place of the flat gradient (model.hpp's
 //             layout), written (not accumulated) every step. (A dense layer is a 1x1 conv of a
 //             1x1 image, but the conv kernels then keep one thread a block busy: 9 ms a step
 //             for fc 3136->128 at batch 64 on an H100.)
@@ -126,7 +128,9 @@ struct CnnOps {
     virtual void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                                   CUdeviceptr Y, unsigned act, float scale) = 0;
     virtual void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) = 0;
-    virtual void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) = 0;
+    // Yp (pool_fwd's Y; 0: none): also the ReLU mask of the layer below (launch_pool_bwd).
+    virtual void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx,
+                          CUdeviceptr Yp) = 0;
     virtual void fused_output(const FusedArgs& a) = 0;
     // The fc layers as a 2-layer MLP's kernels (ptx/fused.ptx): an fc layer with ReLU before
     // the last one runs fused_forward; the last two fc layers' weight and bias gradients are one

@@ -1,7 +1,8 @@
 // verify harnesses of the conv and pool kernels (ptx/conv.ptx, ptx/pool.ptx, and
 // tc_conv_bwd_weights of ptx/tcwgrad.ptx, with conv_bwd_weights' shapes): fresh
 // random inputs, the float64 reference with its bound (ref_conv.hpp), the launch (conv.hpp).
-// Shapes: conv_* take N,C,H,W,K,KS,act (act 0 none, 1 ReLU); pool_* take N,C,H,W.
+// Shapes: conv_* take N,C,H,W,K,KS,act (act 0 none, 1 ReLU); pool_fwd takes N,C,H,W, pool_bwd
+// N,C,H,W,mask (mask 1: with the ReLU mask from pool_fwd's Y, 0: without).
 #include "conv.hpp"
 #include "recipe.hpp"
 #include "ref_conv.hpp"
@@ -144,13 +145,16 @@ Harness make_pool(const VerifyCase& c, Rng& rng) {
             launch_pool_fwd(k, P, H, W, m.at("Y"), m.at("idx"), m.at("X"), s);
         };
     } else {
+        // The mask's inputs: pool_fwd's maxima of the tied values, a third of them <= 0 (0 among them).
+        const bool mask = c.shape[4] == 1;
         std::vector<float> dY = random_vector(rng, size_t(P) * Ho * Wo, -1.0f, 1.0f);
-        h.expected["dX"] = exact(maxpool2_backward(P, H, W, {dY.begin(), dY.end()}, r.idx));
+        h.expected["dX"] = exact(maxpool2_backward(P, H, W, {dY.begin(), dY.end()}, r.idx, mask ? &r.Y : nullptr));
         h.tensors = {{"dX", {N, C, H, W}, Role::Out, {}},
                      {"dY", {N, C, Ho, Wo}, Role::In, dY},
-                     {"idx", {N, C, Ho, Wo}, Role::In, as_floats(r.idx), true}};
-        h.launch = [P, H, W](const Kernel& k, const DevicePtrs& m, CUstream s) {
-            launch_pool_bwd(k, P, H, W, m.at("dX"), m.at("dY"), m.at("idx"), s);
+                     {"idx", {N, C, Ho, Wo}, Role::In, as_floats(r.idx), true},
+                     {"Yp", {N, C, Ho, Wo}, Role::In, {r.Y.begin(), r.Y.end()}}};
+        h.launch = [P, H, W, mask](const Kernel& k, const DevicePtrs& m, CUstream s) {
+            launch_pool_bwd(k, P, H, W, m.at("dX"), m.at("dY"), m.at("idx"), mask ? m.at("Yp") : 0, s);
         };
     }
     return h;
@@ -164,12 +168,12 @@ bool is_conv_entry(const std::string& e) {
 }
 
 std::string conv_shape_names(const std::string& e) {
-    return is_pool(e) ? "N,C,H,W" : is_fc(e) ? "B,I,O,act" : "N,C,H,W,K,KS,act";
+    return e == "pool_fwd" ? "N,C,H,W" : e == "pool_bwd" ? "N,C,H,W,mask" : is_fc(e) ? "B,I,O,act" : "N,C,H,W,K,KS,act";
 }
 
 void validate_conv_case(const VerifyCase& c) {
     const std::string names = conv_shape_names(c.entry);
-    const size_t want = is_pool(c.entry) || is_fc(c.entry) ? 4 : 7;
+    const size_t want = c.entry == "pool_fwd" || is_fc(c.entry) ? 4 : c.entry == "pool_bwd" ? 5 : 7;
     if (c.shape.size() != want)
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
                      c.shape.size());
@@ -187,6 +191,9 @@ void validate_conv_case(const VerifyCase& c) {
         if (c.shape[2] < 2 || c.shape[3] < 2)
             PTXLAB_THROW(InputError, "kernel '{}': a 2x2 pool needs H, W >= 2, got {}x{}", c.entry, c.shape[2],
                          c.shape[3]);
+        if (c.entry == "pool_bwd" && c.shape[4] > 1)
+            PTXLAB_THROW(InputError, "kernel '{}': mask must be 0 (none) or 1 (ReLU mask from pool_fwd's Y), got {}",
+                         c.entry, c.shape[4]);
         return;
     }
     if (c.shape[6] > 1)
@@ -218,8 +225,14 @@ std::vector<VerifyCase> conv_default_cases() {
             v.push_back({e, s});
     const std::vector<std::vector<unsigned>> pool = {{64, 32, 28, 28}, {64, 64, 14, 14}, {1, 1, 28, 28}, {3, 3, 7, 7},
                                                      {3, 3, 9, 9},     {1, 1, 2, 2},     {64, 3, 28, 28}};
-    for (const char* e : {"pool_fwd", "pool_bwd"})
-        for (const auto& s : pool) v.push_back({e, s});
+    for (const auto& s : pool) {
+        v.push_back({"pool_fwd", s});
+        for (unsigned mask : {1u, 0u}) {
+            std::vector<unsigned> sm = s;
+            sm.push_back(mask);
+            v.push_back({"pool_bwd", sm});
+        }
+    }
     // tc_conv_bwd_weights: conv_bwd_weights' shapes, and images of one pixel (a single part-empty
     // k-step, every tap but the centre in the halo), 1x1x1, C*T past one 64-column group (17 x 9,
     // 3 x 25), K past a tile of 16 (17, 64), batches that leave ranks without images (1, 3).
@@ -242,7 +255,7 @@ std::vector<VerifyCase> conv_quick_cases() {
     return {{"conv_fwd", {3, 3, 9, 9, 17, 3, 1}},         {"conv_fwd", {1, 9, 7, 7, 5, 5, 0}},
             {"conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},     {"conv_bwd_data", {1, 3, 7, 7, 17, 5, 0}},
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
-            {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7}},
+            {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7, 1}},
             {"fc_bwd_data", {5, 257, 33, 1}},             {"tc_conv_fwd", {3, 3, 9, 9, 17, 3, 1}},
             {"tc_conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},
             {"tc_conv_bwd_weights", {3, 17, 9, 9, 5, 3, 1}}};

@@ -221,7 +221,12 @@ TEST_CASE("conv: launch shapes and the sizes the kernels take") {
     CHECK_THROWS_AS(validate_case({"conv_fwd", {1, 1, 28, 28, 1, 3}}), InputError);
     CHECK_THROWS_AS(validate_case({"conv_bwd_weights", {1, 1, 40, 40, 1, 3, 1}}), InputError);
     CHECK_THROWS_AS(validate_case({"pool_fwd", {1, 1, 1, 8}}), InputError);
-    CHECK_NOTHROW(validate_case({"pool_bwd", {3, 3, 7, 7}}));
+    CHECK_NOTHROW(validate_case({"pool_bwd", {3, 3, 7, 7, 1}}));
+    CHECK_NOTHROW(validate_case({"pool_bwd", {3, 3, 7, 7, 0}}));
+    CHECK_THROWS_WITH_AS(validate_case({"pool_bwd", {3, 3, 7, 7}}), doctest::Contains("N,C,H,W,mask (5 numbers)"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(validate_case({"pool_bwd", {3, 3, 7, 7, 2}}), doctest::Contains("mask must be 0"),
+                         InputError);
     CHECK(shape_text({"conv_fwd", {64, 1, 28, 28, 32, 3, 1}}) == "N=64 C=1 H=28 W=28 K=32 KS=3 act=1");
     // fc_bwd_data: B,I,O,act with O up to the 1024 its shared memory holds.
     CHECK_NOTHROW(validate_case({"fc_bwd_data", {64, 3136, 128, 1}}));

@@ -60,9 +60,12 @@ struct HostOps : CnnOps {
         put(Y, r.Y);
         std::copy(r.idx.begin(), r.idx.end(), host<uint32_t>(idx));
     }
-    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx) override {
+    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx,
+                  CUdeviceptr Yp) override {
         const size_t n = size_t(P) * (H / 2) * (W / 2);
-        put(dX, maxpool2_backward(P, H, W, get(dY, n), std::vector<uint32_t>(host<uint32_t>(idx), host<uint32_t>(idx) + n)));
+        const std::vector<double> mask = Yp ? get(Yp, n) : std::vector<double>{};
+        put(dX, maxpool2_backward(P, H, W, get(dY, n), std::vector<uint32_t>(host<uint32_t>(idx), host<uint32_t>(idx) + n),
+                                  Yp ? &mask : nullptr));
     }
     // fused_output: y = b + W a; D2 = the loss code's delta; D1 = W^T D2 where a > 0 (ReLU), else 0.
     // The fused kernels' float64 references (reference.hpp), on the buffers' float values.
