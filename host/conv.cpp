@@ -46,13 +46,13 @@ std::string conv_unfit(const ConvDims& d) {
     return {};
 }
 
-size_t conv_wgrad_smem(const ConvDims& d, unsigned cs) {
+size_t conv_wgrad_smem(const ConvDims& d, unsigned cs, unsigned act) {
     const size_t plane = size_t(d.H + d.KS - 1) * (d.W + d.KS - 1);
     const size_t xp = (plane + 31) / 32 * 32 + 16;
-    return 10240 + 8 * cs * xp + 128 * size_t(d.H) * d.W;
+    return 10240 + 8 * cs * xp + (act == 1 ? 128 : 64) * size_t(d.H) * d.W;
 }
 
-ConvWgradPlan conv_wgrad_plan(const ConvDims& d) {
+ConvWgradPlan conv_wgrad_plan(const ConvDims& d, unsigned act) {
     ConvWgradPlan p;
     p.cs = 1;
     while (p.cs < d.C && p.cs < kConvWgradMaxSlice) p.cs *= 2;
@@ -62,7 +62,7 @@ ConvWgradPlan conv_wgrad_plan(const ConvDims& d) {
     p.kgroups = div_up(d.K, kConvGroup);
     p.grid = p.kgroups * p.slices * 8;
     p.passes = div_up(size_t(d.KS) * d.KS, 9);
-    p.smem = static_cast<unsigned>(conv_wgrad_smem(d, p.cs));
+    p.smem = static_cast<unsigned>(conv_wgrad_smem(d, p.cs, act));
     return p;
 }
 
@@ -94,7 +94,7 @@ void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW,
     require_fit(d);
     // Clusters of 8 blocks, one per (8 output channels, slice of cs input channels), with
     // dynamic shared memory (conv_wgrad_plan).
-    const ConvWgradPlan p = conv_wgrad_plan(d);
+    const ConvWgradPlan p = conv_wgrad_plan(d, act);
     k.launch_smem(p.grid, kConvBlock, p.smem, s, dW, db, X, dY, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act, scale);
 }
 

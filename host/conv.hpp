@@ -41,12 +41,13 @@ struct ConvWgradPlan {
     unsigned passes = 1;   // passes over the images: ceil(KS*KS / 9) groups of at most 9 taps
     unsigned smem = 0;     // dynamic shared memory a block, bytes (conv_wgrad_smem)
 };
-// cs = min(16, the least power of two >= C), halved while conv_wgrad_smem exceeds kConvWgradSmem.
-ConvWgradPlan conv_wgrad_plan(const ConvDims& d);
+// cs = min(16, the least power of two >= C), halved while conv_wgrad_smem exceeds kConvWgradSmem;
+// act 0 stages no Y (less shared memory).
+ConvWgradPlan conv_wgrad_plan(const ConvDims& d, unsigned act = 1);
 // The kernel's dynamic shared memory for a slice of cs channels: 10240 bytes of partial sums,
 // two buffers of cs staged X planes of XP floats (XP = ceil32((H+KS-1)(W+KS-1)) + 16) and
-// two buffers each of G and Y for 8 channels: 10240 + 8 cs XP + 128 H W.
-size_t conv_wgrad_smem(const ConvDims& d, unsigned cs);
+// two buffers each of G and Y for 8 channels: 10240 + 8 cs XP + 128 H W (act 0, no Y: 64 H W).
+size_t conv_wgrad_smem(const ConvDims& d, unsigned cs, unsigned act = 1);
 // The longest chain of roundings behind one dW or db output (ref_conv_bwd_weights' bound): a
 // thread's fma chain of ceil(N/8) ceil(HW/L) terms, log2(min(L, 32)) butterfly adds, L/32 - 1
 // adds over the warps of a channel (L > 32), 7 over the cluster's ranks and the scale.

@@ -249,6 +249,7 @@ TEST_CASE("conv: conv_bwd_weights' launch plan for the CNN's layers and the veri
     CHECK(c1.grid == 32);
     CHECK(c1.passes == 1);
     CHECK(c1.smem == 10240 + 8 * 944 + 128 * 784);
+    CHECK(conv_wgrad_plan({64, 1, 28, 28, 32, 3}, 0).smem == 10240 + 8 * 944 + 64 * 784);  // act 0: no Y
     CHECK(conv_wgrad_depth({64, 1, 28, 28, 32, 3}) == 8 * 4 + 5 + 7 + 7 + 1);
     // conv2: slices of 16 channels, 16 lanes each; 8 x 2 clusters = 128 blocks.
     const ConvWgradPlan c2 = conv_wgrad_plan({64, 32, 14, 14, 64, 3});
