@@ -14,12 +14,28 @@ void require_fit(const ConvDims& d) {
 }
 }  // namespace
 
-ConvStrips conv_strips(unsigned H, unsigned W) {
-    const unsigned r0 = kConvBlock / W;
+ConvStrips conv_strips(unsigned H, unsigned W, bool pooled) {
+    unsigned r0 = kConvBlock / W;
+    if (pooled) r0 &= ~1u;
     ConvStrips s;
     s.strips = div_up(H, r0);
     s.rows = div_up(H, s.strips);
+    if (pooled) s.rows = (s.rows + 1) & ~1u;
     return s;
+}
+
+std::string conv_pool_unfit(const ConvDims& d) {
+    if (std::string why = conv_unfit(d); !why.empty()) return why;
+    if (d.H < 2 || d.W < 2) return fmt::format("a 2x2 pool needs H, W >= 2, got {}x{}", d.H, d.W);
+    if (d.W > kConvBlock / 2)
+        return fmt::format("conv_fwd pools strips of two rows or more: images up to {} wide, got {}", kConvBlock / 2,
+                           d.W);
+    const ConvStrips s = conv_strips(d.H, d.W, true);
+    if (const size_t staged = size_t(kConvGroup) * (s.rows + d.KS - 1) * (d.W + d.KS - 1); staged > kConvStaged)
+        return fmt::format("conv_fwd with its pool stages 8 channels of {} rows of {} with their halo: {} floats, more "
+                           "than the {} it holds",
+                           s.rows, d.W, staged, kConvStaged);
+    return {};
 }
 
 std::string conv_unfit(const ConvDims& d) {
@@ -76,10 +92,10 @@ size_t conv_wgrad_depth(const ConvDims& d) {
 }
 
 void launch_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
-                     CUdeviceptr Y, unsigned act, CUstream s) {
-    require_fit(d);
-    const unsigned grid = d.N * div_up(d.K, kConvGroup) * conv_strips(d.H, d.W).strips;
-    k.launch(grid, kConvBlock, s, X, Wt, b, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act);
+                     CUdeviceptr Y, unsigned act, CUstream s, CUdeviceptr idx) {
+    if (std::string why = idx ? conv_pool_unfit(d) : conv_unfit(d); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
+    const unsigned grid = d.N * div_up(d.K, kConvGroup) * conv_strips(d.H, d.W, idx != 0).strips;
+    k.launch(grid, kConvBlock, s, X, Wt, b, Y, idx, d.N, d.C, d.H, d.W, d.K, d.KS, act);
 }
 
 void launch_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,

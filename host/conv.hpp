@@ -18,7 +18,12 @@ inline constexpr unsigned kConvStaged = 8192; // floats of the staged strips (8 
 struct ConvStrips {
     unsigned strips = 1, rows = 1;
 };
-ConvStrips conv_strips(unsigned H, unsigned W);
+// pooled (conv_fwd with its 2x2 max-pool, below): R0 rounded down and R up to even counts,
+// so that every strip holds whole windows.
+ConvStrips conv_strips(unsigned H, unsigned W, bool pooled = false);
+// Why conv_fwd cannot pool its outputs for these dimensions (empty when it can): conv_unfit's
+// limits with the pooled strips, H, W >= 2 and W <= 128 (two rows a strip at least).
+std::string conv_pool_unfit(const ConvDims& d);
 
 // Why the conv kernels cannot take these dimensions (empty when they can): every size
 // >= 1, KS 1, 3 or 5, W <= 256, 8 channels of a strip with halo in kConvStaged floats, and
@@ -55,8 +60,10 @@ size_t conv_wgrad_depth(const ConvDims& d);
 
 // The launches; act is the kernels' code (0 none, 1 ReLU), scale the factor from the batch
 // sum to the mean gradient.
+// With idx (not 0) conv_fwd pools its outputs 2x2 as pool_fwd would (Y and idx [N][K][H/2][W/2],
+// pool_fwd's maxima and their indices in the plane) and writes nothing else.
 void launch_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
-                     CUdeviceptr Y, unsigned act, CUstream s);
+                     CUdeviceptr Y, unsigned act, CUstream s, CUdeviceptr idx = 0);
 void launch_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
                           CUdeviceptr Wt, unsigned act, CUstream s);
 void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X,

@@ -62,7 +62,7 @@ const std::vector<KernelSpec>& kernel_specs() {
         // X T P M V A Z Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd | act
         {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F, U}},
         // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
-        {"conv_fwd", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
+        {"conv_fwd", "conv", {P, P, P, P, P, U, U, U, U, U, U, U}},
         // dX dY Y Wt | N C H W K KS act
         {"conv_bwd_data", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
         // dW db X dY Y | N C H W K KS act | scale

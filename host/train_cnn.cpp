@@ -147,9 +147,14 @@ public:
             used_[i] = false;
         }
     }
-    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
-        if (tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
-        else launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_);
+    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
+                  CUdeviceptr idx) override {
+        if (!idx && tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
+        else launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_, idx);
+    }
+    // conv_fwd pools on the FP32 kernel only (the tc set's tc_conv_fwd, conv2, keeps pool_fwd).
+    bool pools_in_conv(const ConvDims& d) const override {
+        return !(tc_ && d.C >= kTcConvMinChannels) && conv_pool_unfit(d).empty();
     }
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
@@ -252,9 +257,18 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
             f.H = ly.width;
             f.act = kActRelu;
             ops.fused_forward(f);
+        } else if (const ConvDims d = kernel_dims(ly, b.B);
+                   l + 2 < L && m.layers[l + 1].kind == LayerKind::Pool && ops.pools_in_conv(d)) {
+            // The conv and the pool above it in one launch: the pool's maxima and indices into
+            // the pool's buffers; the conv's own output is never written (its backward passes
+            // read no Y: the pool's backward applies its ReLU mask).
+            ops.conv_fwd(d, in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4, b.out[l + 1],
+                         kConvActRelu, b.idx[l + 1]);
+            in = b.out[++l];
+            continue;
         } else {
-            ops.conv_fwd(kernel_dims(ly, b.B), in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4,
-                         b.out[l], kConvActRelu);
+            ops.conv_fwd(d, in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4, b.out[l],
+                         kConvActRelu, 0);
         }
         in = b.out[l];
     }

@@ -2,7 +2,9 @@
 // holds the device checks (BENCHMARKS.md: `train --model cnn` reaches 99.31 % on an H100).
 //
 // One step on a batch X [B][C*H*W] (NCHW) with one-hot targets T [B][10]:
-//   forward   every layer but the last: conv -> conv_fwd (bias and ReLU in the epilogue, act 1);
+//   forward   every layer but the last: conv -> conv_fwd (bias and ReLU in the epilogue, act 1;
+//             with the pool above it in the same launch where the FP32 kernel runs it: conv1 of
+//             the CNN; the conv's full output is then never written);
 //             pool -> pool_fwd (keeps the argmax); fc -> fused_forward (ptx/fused.ptx, ReLU; the
 //             flattened NCHW input, nn.Linear's [out][in] weights)
 //   last fc   fused_output (ptx/fused.ptx): the logits Y, the loss code's output deltas D2 and
@@ -121,8 +123,11 @@ struct CnnBuffers {
 // float64 (addresses are then host pointers), which checks the data flow below without a GPU.
 struct CnnOps {
     virtual ~CnnOps() = default;
+    // With idx (not 0): conv_fwd and the 2x2 max-pool above it in one launch, Y and idx the
+    // pool's (launch_conv_fwd), where pools_in_conv says the kernels can.
     virtual void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y,
-                          unsigned act) = 0;
+                          unsigned act, CUdeviceptr idx) = 0;
+    virtual bool pools_in_conv(const ConvDims& d) const = 0;
     virtual void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                                unsigned act) = 0;
     virtual void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,

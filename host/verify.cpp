@@ -30,8 +30,8 @@ uint64_t ulp_distance(float a, float b) {
 
 using namespace verify_detail;
 
-std::string shape_names(const std::string& entry) {
-    if (is_conv_entry(entry)) return conv_shape_names(entry);
+std::string shape_names(const std::string& entry, size_t count) {
+    if (is_conv_entry(entry)) return conv_shape_names(entry, count);
     if (is_tc_entry(entry)) return tc_shape_names(entry);
     // The kernels with a loss-code parameter take it after the sizes: 0 (kLossDiff,
     // d = y - t) or 1 (kLossSoftmax, d = softmax(y) - t); those with an activation code take
@@ -131,7 +131,7 @@ void validate_case(const VerifyCase& c) {
 }
 
 std::string shape_text(const VerifyCase& c) {
-    std::string names = shape_names(c.entry), out;
+    std::string names = shape_names(c.entry, c.shape.size()), out;
     size_t k = 0, start = 0;
     while (k < c.shape.size()) {
         size_t comma = names.find(',', start);
@@ -273,7 +273,7 @@ std::vector<VerifyCase> quick_cases() {
     // polynomial sequences) with one loss code each.
     std::vector<VerifyCase> out;
     for (auto& c : quick_shapes()) {
-        const std::string names = shape_names(c.entry);
+        const std::string names = shape_names(c.entry, c.shape.size());
         const bool complete = c.shape.size() == size_t(std::count(names.begin(), names.end(), ',')) + 1;
         if (!takes_act_code(c.entry) || complete) {  // fused_step's quick shapes name every code
             out.push_back(std::move(c));
@@ -842,7 +842,8 @@ std::string format_result(const CaseResult& r) {
     std::string f64 = r.f64_fail_ptx || r.f64_fail_ref
                           ? fmt::format("f64 FAIL (ptx {}, reference {})", r.f64_fail_ptx, r.f64_fail_ref)
                           : fmt::format("f64 ok (worst {:.2f} of bound)", r.worst_of_bound);
-    if (r.kink_skipped) f64 += fmt::format(", {} at a (leaky) ReLU kink skipped", r.kink_skipped);
+    if (r.kink_skipped)
+        f64 += fmt::format(", {} the reference cannot tell skipped (a ReLU kink, a pool's near-tie)", r.kink_skipped);
     const std::string ulp = r.max_ulp == UINT64_MAX ? std::string("NaN") : std::to_string(r.max_ulp);
     std::string line = fmt::format("{:<13} {:<32} max|diff| {:<9.3g} max ULP {:<4} unwritten {}/{}  {}  {}", r.c.entry,
                                    shape_text(r.c), r.max_abs, ulp, r.unwritten_ptx, r.unwritten_ref, f64,

@@ -33,8 +33,9 @@ struct VerifyCase {
                                   // batch_mean: N,B; optim_*: N,variant
 };
 
-// The shape arguments each kernel takes, e.g. "B,I,H,O".
-std::string shape_names(const std::string& entry);
+// The shape arguments each kernel takes, e.g. "B,I,H,O"; with `count` the form of that many
+// numbers where a kernel takes two (conv_fwd: N,C,H,W,K,KS,act or, with its pool, 8 numbers).
+std::string shape_names(const std::string& entry, size_t count = 0);
 // The optimizer kernels take "N,variant": the variant picks the flags. optim_sgd: 0 plain
 // (no momentum, M null), 1 momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain +
 // weight decay; optim_adam: 0 adam, 1 adam + weight decay, 2 adamw; optim_rmsprop: 0 plain,
@@ -65,7 +66,8 @@ struct CaseResult {
     uint64_t max_ulp = 0;
     double max_abs = 0;
     size_t f64_fail_ptx = 0, f64_fail_ref = 0;
-    size_t kink_skipped = 0;      // elements not compared with f64 (ReLU mask within rounding)
+    size_t kink_skipped = 0;      // elements not compared with f64 (ReLU mask within rounding, a pool index
+                                  // among window values within each other's bounds)
     size_t overrun_ptx = 0, overrun_ref = 0;  // guard words changed: writes out of bounds
     double worst_of_bound = 0;    // max |got - f64| / bound over both sets
     std::vector<std::string> mismatches;  // first few, with coordinates and both values

@@ -1,8 +1,9 @@
 // verify harnesses of the conv and pool kernels (ptx/conv.ptx, ptx/pool.ptx, and
 // tc_conv_bwd_weights of ptx/tcwgrad.ptx, with conv_bwd_weights' shapes): fresh
 // random inputs, the float64 reference with its bound (ref_conv.hpp), the launch (conv.hpp).
-// Shapes: conv_* take N,C,H,W,K,KS,act (act 0 none, 1 ReLU); pool_fwd takes N,C,H,W, pool_bwd
-// N,C,H,W,mask (mask 1: with the ReLU mask from pool_fwd's Y, 0: without).
+// Shapes: conv_* take N,C,H,W,K,KS,act (act 0 none, 1 ReLU), conv_fwd also N,C,H,W,K,KS,act,pool
+// (pool 1: with its 2x2 max-pool); pool_fwd takes N,C,H,W, pool_bwd N,C,H,W,mask (mask 1: with
+// the ReLU mask from pool_fwd's Y, 0: without).
 #include "conv.hpp"
 #include "recipe.hpp"
 #include "ref_conv.hpp"
@@ -45,7 +46,46 @@ Bounded exact(const std::vector<double>& v) {
     return b;
 }
 
-Harness make_conv_fwd(const ConvDims& d, unsigned act, ConvArith arith, Rng& rng) {
+// With the pool (conv_fwd's 8th shape number): the float64 outputs pooled, each maximum within
+// the largest bound of its window (a maximum moves no further than its operands do); its index
+// is the reference's argmax (the first of equal values), or cannot be told (an infinite bound:
+// skipped) where another value of the window lies within the two values' nonzero bounds of the
+// maximum.
+Bounded pool_of(const ConvDims& d, const Bounded& y, Bounded& idx) {
+    const unsigned Ho = d.H / 2, Wo = d.W / 2;
+    Bounded r;
+    r.v.assign(size_t(d.N) * d.K * Ho * Wo, 0.0);
+    r.e.assign(r.v.size(), 0.0);
+    idx.v.assign(r.v.size(), 0.0);
+    idx.e.assign(r.v.size(), 0.0);
+    for (size_t q = 0; q < size_t(d.N) * d.K; ++q)
+        for (unsigned oy = 0; oy < Ho; ++oy)
+            for (unsigned ox = 0; ox < Wo; ++ox) {
+                size_t at[4];
+                for (unsigned i = 0; i < 4; ++i) at[i] = size_t(2 * oy + i / 2) * d.W + 2 * ox + i % 2;
+                const double* v = y.v.data() + q * d.H * d.W;
+                const double* e = y.e.data() + q * d.H * d.W;
+                unsigned best = 0;
+                for (unsigned i = 1; i < 4; ++i)
+                    if (v[at[i]] > v[at[best]]) best = i;
+                bool tie = false;
+                double emax = 0;
+                for (unsigned i = 0; i < 4; ++i) {
+                    emax = std::max(emax, e[at[i]]);
+                    // Equal exact values (e = 0: ReLU's zeros) are no tie: the first wins in both.
+                    const double eb = e[at[best]] + e[at[i]];
+                    if (i != best && eb > 0 && v[at[best]] - v[at[i]] <= eb) tie = true;
+                }
+                const size_t o = (q * Ho + oy) * Wo + ox;
+                r.v[o] = v[at[best]];
+                r.e[o] = emax;
+                idx.v[o] = double(at[best]);
+                idx.e[o] = tie ? INFINITY : 0.0;
+            }
+    return r;
+}
+
+Harness make_conv_fwd(const ConvDims& d, unsigned act, ConvArith arith, bool pool, Rng& rng) {
     const float w = 1.0f / std::sqrt(float(d.C * d.KS * d.KS));  // nn.Conv2d's init bound
     Harness h;
     std::vector<float> X = random_vector(rng, d.x_size(), -1.0f, 1.0f);
@@ -56,6 +96,16 @@ Harness make_conv_fwd(const ConvDims& d, unsigned act, ConvArith arith, Rng& rng
                  {"Wt", {d.K, d.C, d.KS, d.KS}, Role::In, Wt},
                  {"b", {d.K}, Role::In, b},
                  {"Y", {d.N, d.K, d.H, d.W}, Role::Out, {}}};
+    if (pool) {
+        const Bounded full = h.expected["Y"];
+        h.expected["Y"] = pool_of(d, full, h.expected["idx"]);
+        h.tensors.back().dims = {d.N, d.K, d.H / 2, d.W / 2};
+        h.tensors.push_back({"idx", {d.N, d.K, d.H / 2, d.W / 2}, Role::Out, {}, true});
+        h.launch = [d, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
+            launch_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s, m.at("idx"));
+        };
+        return h;
+    }
     h.launch = [d, act, arith](const Kernel& k, const DevicePtrs& m, CUstream s) {
         if (arith == ConvArith::Tf32) launch_tc_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s);
         else launch_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s);
@@ -167,15 +217,20 @@ bool is_conv_entry(const std::string& e) {
            is_tcwgrad(e);
 }
 
-std::string conv_shape_names(const std::string& e) {
+std::string conv_shape_names(const std::string& e, size_t count) {
+    if (e == "conv_fwd" && count == 8) return "N,C,H,W,K,KS,act,pool";
     return e == "pool_fwd" ? "N,C,H,W" : e == "pool_bwd" ? "N,C,H,W,mask" : is_fc(e) ? "B,I,O,act" : "N,C,H,W,K,KS,act";
 }
 
 void validate_conv_case(const VerifyCase& c) {
-    const std::string names = conv_shape_names(c.entry);
-    const size_t want = c.entry == "pool_fwd" || is_fc(c.entry) ? 4 : c.entry == "pool_bwd" ? 5 : 7;
+    const std::string names = conv_shape_names(c.entry, c.shape.size());
+    const size_t want = c.entry == "pool_fwd" || is_fc(c.entry) ? 4
+                        : c.entry == "pool_bwd"                 ? 5
+                        : c.entry == "conv_fwd" && c.shape.size() == 8 ? 8
+                                                                : 7;
     if (c.shape.size() != want)
-        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers), got {}", c.entry, names, want,
+        PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers{}), got {}", c.entry, names, want,
+                     c.entry == "conv_fwd" ? "; or N,C,H,W,K,KS,act,pool: 8" : "",
                      c.shape.size());
     for (size_t k = 0; k < (is_fc(c.entry) ? 3u : 4u); ++k)
         if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
@@ -199,7 +254,13 @@ void validate_conv_case(const VerifyCase& c) {
     if (c.shape[6] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[6]);
     const ConvDims d = dims_of(c);
-    std::string why = is_tcwgrad(c.entry) ? tcwgrad_unfit(d) : is_tc(c.entry) ? tcconv_unfit(d) : conv_unfit(d);
+    const bool pool = c.shape.size() == 8;
+    if (pool && c.shape[7] > 1)
+        PTXLAB_THROW(InputError, "kernel '{}': pool must be 0 (none) or 1 (a 2x2 max-pool), got {}", c.entry, c.shape[7]);
+    std::string why = is_tcwgrad(c.entry) ? tcwgrad_unfit(d)
+                      : is_tc(c.entry)    ? tcconv_unfit(d)
+                      : pool && c.shape[7] == 1 ? conv_pool_unfit(d)
+                                          : conv_unfit(d);
     if (!why.empty())
         PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
@@ -233,6 +294,14 @@ std::vector<VerifyCase> conv_default_cases() {
             v.push_back({"pool_bwd", sm});
         }
     }
+    // conv_fwd with its pool: conv1 of the CNN at batch 64 (strips of 8, 8, 8 and 4 rows) and 1;
+    // conv2's shape; 9x9 (odd: the last row and column in no window), 5x5 taps, 1x1, a part-empty
+    // channel group (17), 2x2 images; and pool 0 (the plain pass, 8 numbers).
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 1, 28, 28, 32, 3, 1, 1}, {1, 1, 28, 28, 32, 3, 1, 1}, {64, 32, 14, 14, 64, 3, 1, 1},
+             {3, 3, 9, 9, 17, 3, 1, 1}, {3, 3, 7, 7, 5, 5, 0, 1}, {2, 3, 10, 6, 8, 1, 1, 1}, {3, 2, 2, 2, 3, 3, 1, 1},
+             {3, 3, 9, 9, 5, 3, 1, 0}})
+        v.push_back({"conv_fwd", s});
     // tc_conv_bwd_weights: conv_bwd_weights' shapes, and images of one pixel (a single part-empty
     // k-step, every tap but the centre in the halo), 1x1x1, C*T past one 64-column group (17 x 9,
     // 3 x 25), K past a tile of 16 (17, 64), batches that leave ranks without images (1, 3).
@@ -253,6 +322,7 @@ std::vector<VerifyCase> conv_default_cases() {
 
 std::vector<VerifyCase> conv_quick_cases() {
     return {{"conv_fwd", {3, 3, 9, 9, 17, 3, 1}},         {"conv_fwd", {1, 9, 7, 7, 5, 5, 0}},
+            {"conv_fwd", {3, 3, 9, 9, 17, 3, 1, 1}},
             {"conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},     {"conv_bwd_data", {1, 3, 7, 7, 17, 5, 0}},
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
             {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7, 1}},
@@ -266,7 +336,8 @@ Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
     if (is_fc(c.entry)) return make_fc_bwd_data(c, rng);
     const ConvDims d = dims_of(c);
     const unsigned act = c.shape[6];
-    if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return make_conv_fwd(d, act, arith_of(c.entry), rng);
+    if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd")
+        return make_conv_fwd(d, act, arith_of(c.entry), c.shape.size() == 8 && c.shape[7] == 1, rng);
     if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data")
         return make_conv_bwd_data(d, act, arith_of(c.entry), rng);
     return make_conv_bwd_weights(d, act, is_tcwgrad(c.entry), rng);

@@ -67,7 +67,7 @@ inline std::vector<float> relu_outputs(Rng& rng, size_t n) {
 // verify_conv.cpp: the conv and pool kernels (conv_fwd, conv_bwd_data, conv_bwd_weights,
 // pool_fwd, pool_bwd).
 bool is_conv_entry(const std::string& entry);
-std::string conv_shape_names(const std::string& entry);  // "N,C,H,W,K,KS,act", "N,C,H,W" or "B,I,O,act"
+std::string conv_shape_names(const std::string& entry, size_t count = 0);  // "N,C,H,W,K,KS,act", "N,C,H,W" or "B,I,O,act"
 void validate_conv_case(const VerifyCase& c);            // throws InputError
 std::vector<VerifyCase> conv_default_cases();
 std::vector<VerifyCase> conv_quick_cases();

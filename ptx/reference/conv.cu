@@ -12,38 +12,70 @@
 // conv_fwd and conv_bwd_data decode the block index as the PTX does: strips of whole rows,
 // block = (n * ceil(OC/8) + group) * strips + strip, thread = pixel of the strip, 8 channels.
 
-// The strip geometry of conv_fwd / conv_bwd_data (conv.ptx's header).
-__device__ void conv_strip(unsigned H, unsigned W, unsigned& strips, unsigned& R)
+// The strip geometry of conv_fwd / conv_bwd_data (conv.ptx's header); pooled (conv_fwd with
+// idx), R0 rounded down and R up to even counts.
+__device__ void conv_strip(unsigned H, unsigned W, unsigned& strips, unsigned& R, bool pooled = false)
 {
     unsigned r0 = 256u / W;
+    if (pooled) r0 &= ~1u;
     strips = (H + r0 - 1) / r0;
     R = (H + strips - 1) / strips;
+    if (pooled) R = (R + 1) & ~1u;
 }
 
-extern "C" __global__ void conv_fwd(const float* X, const float* Wt, const float* b, float* Y, unsigned N,
-                                    unsigned C, unsigned H, unsigned W, unsigned K, unsigned KS, unsigned act)
+// conv_fwd's output at (n, k, y, x): act(b[k] + the sum over c, ky, kx in order).
+__device__ float conv_fwd_at(const float* X, const float* Wt, const float* b, unsigned n, unsigned k, unsigned y,
+                             unsigned x, unsigned C, unsigned H, unsigned W, unsigned KS, unsigned act)
+{
+    const unsigned pad = KS / 2;
+    float acc = 0.0f;
+    for (unsigned c = 0; c < C; ++c)
+        for (unsigned ky = 0; ky < KS; ++ky)
+            for (unsigned kx = 0; kx < KS; ++kx) {
+                const unsigned iy = y + ky - pad, ix = x + kx - pad;  // wraps below 0
+                const float xv = (iy < H && ix < W) ? X[((size_t)(n * C + c) * H + iy) * W + ix] : 0.0f;
+                acc = __fmaf_rn(xv, Wt[((size_t)k * C + c) * KS * KS + ky * KS + kx], acc);
+            }
+    float z = __fadd_rn(acc, b[k]);
+    if (act == 1) z = fmaxf(z, 0.0f);
+    return z;
+}
+
+// With idx, Y and idx are the 2x2 max-pool of the outputs ([N][K][H/2][W/2]; pool_fwd's
+// maximum and index): the thread of a window's top-left pixel computes its four outputs.
+extern "C" __global__ void conv_fwd(const float* X, const float* Wt, const float* b, float* Y, unsigned* idx,
+                                    unsigned N, unsigned C, unsigned H, unsigned W, unsigned K, unsigned KS,
+                                    unsigned act)
 {
     unsigned strips, R;
-    conv_strip(H, W, strips, R);
+    conv_strip(H, W, strips, R, idx != nullptr);
     const unsigned kgroups = (K + 7) / 8;
     const unsigned s = blockIdx.x % strips, g = (blockIdx.x / strips) % kgroups, n = blockIdx.x / strips / kgroups;
     const unsigned y0 = s * R, rows = min(R, H - y0), ly = threadIdx.x / W, x = threadIdx.x % W;
     if (n >= N || ly >= rows) return;
-    const unsigned y = y0 + ly, pad = KS / 2;
+    const unsigned y = y0 + ly;
+    if (idx) {
+        if (ly % 2 || x % 2 || ly + 1 >= rows || x + 1 >= W) return;
+        const unsigned Ho = H / 2, Wo = W / 2;
+        for (unsigned j = 0; j < 8; ++j) {
+            const unsigned k = g * 8 + j;
+            if (k >= K) return;
+            unsigned at = y * W + x, best = at;
+            float m = conv_fwd_at(X, Wt, b, n, k, y, x, C, H, W, KS, act), v;
+            if ((v = conv_fwd_at(X, Wt, b, n, k, y, x + 1, C, H, W, KS, act)) > m) { m = v; best = at + 1; }
+            at += W;
+            if ((v = conv_fwd_at(X, Wt, b, n, k, y + 1, x, C, H, W, KS, act)) > m) { m = v; best = at; }
+            if ((v = conv_fwd_at(X, Wt, b, n, k, y + 1, x + 1, C, H, W, KS, act)) > m) { m = v; best = at + 1; }
+            const size_t o = ((size_t)(n * K + k) * Ho + y / 2) * Wo + x / 2;
+            Y[o] = m;
+            idx[o] = best;
+        }
+        return;
+    }
     for (unsigned j = 0; j < 8; ++j) {
         const unsigned k = g * 8 + j;
         if (k >= K) return;
-        float acc = 0.0f;
-        for (unsigned c = 0; c < C; ++c)
-            for (unsigned ky = 0; ky < KS; ++ky)
-                for (unsigned kx = 0; kx < KS; ++kx) {
-                    const unsigned iy = y + ky - pad, ix = x + kx - pad;  // wraps below 0
-                    const float xv = (iy < H && ix < W) ? X[((size_t)(n * C + c) * H + iy) * W + ix] : 0.0f;
-                    acc = __fmaf_rn(xv, Wt[((size_t)k * C + c) * KS * KS + ky * KS + kx], acc);
-                }
-        float z = __fadd_rn(acc, b[k]);
-        if (act == 1) z = fmaxf(z, 0.0f);
-        Y[((size_t)(n * K + k) * H + y) * W + x] = z;
+        Y[((size_t)(n * K + k) * H + y) * W + x] = conv_fwd_at(X, Wt, b, n, k, y, x, C, H, W, KS, act);
     }
 }
 

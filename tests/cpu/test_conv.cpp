@@ -228,6 +228,22 @@ TEST_CASE("conv: launch shapes and the sizes the kernels take") {
     CHECK_THROWS_WITH_AS(validate_case({"pool_bwd", {3, 3, 7, 7, 2}}), doctest::Contains("mask must be 0"),
                          InputError);
     CHECK(shape_text({"conv_fwd", {64, 1, 28, 28, 32, 3, 1}}) == "N=64 C=1 H=28 W=28 K=32 KS=3 act=1");
+    // conv_fwd with its pool: 8 numbers; strips of even rows; images up to 128 wide.
+    CHECK(shape_text({"conv_fwd", {64, 1, 28, 28, 32, 3, 1, 1}}) == "N=64 C=1 H=28 W=28 K=32 KS=3 act=1 pool=1");
+    CHECK_NOTHROW(validate_case({"conv_fwd", {3, 3, 9, 9, 17, 3, 1, 1}}));
+    CHECK_THROWS_WITH_AS(validate_case({"conv_fwd", {3, 3, 9, 9, 17, 3, 1, 2}}), doctest::Contains("pool must be 0"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(validate_case({"conv_fwd", {1, 1, 2, 200, 1, 3, 1, 1}}),
+                         doctest::Contains("images up to 128 wide"), InputError);
+    CHECK_THROWS_AS(validate_case({"conv_bwd_data", {3, 3, 9, 9, 17, 3, 1, 1}}), InputError);  // 8 only for conv_fwd
+    CHECK(conv_strips(28, 28).rows == 7);
+    CHECK(conv_strips(28, 28, true).strips == 4);
+    CHECK(conv_strips(28, 28, true).rows == 8);  // 8, 8, 8 and 4 rows
+    CHECK(conv_strips(14, 14, true).rows == 14);
+    CHECK(conv_strips(9, 9, true).rows == 10);   // one strip of 9 rows (windows in rows 0..7)
+    CHECK(conv_strips(9, 64, true).strips == 3);
+    CHECK(conv_strips(9, 64, true).rows == 4);   // 4, 4 and 1 rows
+    CHECK(conv_pool_unfit({1, 1, 1, 8, 1, 3}).find("H, W >= 2") != std::string::npos);
     // fc_bwd_data: B,I,O,act with O up to the 1024 its shared memory holds.
     CHECK_NOTHROW(validate_case({"fc_bwd_data", {64, 3136, 128, 1}}));
     CHECK_NOTHROW(validate_case({"fc_bwd_data", {1, 1, 1024, 0}}));

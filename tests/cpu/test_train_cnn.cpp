@@ -38,10 +38,21 @@ std::vector<double> masked(CUdeviceptr dY, CUdeviceptr Y, size_t n, unsigned act
 }
 
 struct HostOps : CnnOps {
-    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act) override {
-        put(Y, conv2d_forward(d, get(X, d.x_size()), get(Wt, d.w_size()), get(b, d.K),
-                              act == 1 ? std::optional(Activation::Relu) : std::nullopt));
+    // With idx: the conv's outputs (rounded to float, as a kernel's buffer holds them) pooled.
+    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
+                  CUdeviceptr idx) override {
+        std::vector<double> z = conv2d_forward(d, get(X, d.x_size()), get(Wt, d.w_size()), get(b, d.K),
+                                               act == 1 ? std::optional(Activation::Relu) : std::nullopt);
+        if (!idx) return put(Y, z);
+        ++pooled;
+        for (auto& v : z) v = double(float(v));
+        const PoolResult r = maxpool2_forward(d.N * d.K, d.H, d.W, z);
+        put(Y, r.Y);
+        std::copy(r.idx.begin(), r.idx.end(), host<uint32_t>(idx));
     }
+    bool pools_in_conv(const ConvDims&) const override { return fuse; }
+    bool fuse = false;  // conv_fwd pools where it can
+    int pooled = 0;     // conv_fwd calls with the pool
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
         put(dX, conv2d_backward_input(d, masked(dY, Y, d.y_size(), act), get(Wt, d.w_size())));
@@ -159,10 +170,13 @@ TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float6
     // a pool first; a 1x1 conv), B = 3 on 8x8 images.
     const Shape3 in{1, 8, 8};
     const unsigned B = 3;
+    // Each with and without the pools in conv_fwd (ops.fuse).
     for (const char* spec : {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10", "conv3k1,fc7,fc10"})
-        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse}) {
+        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
+        for (bool fuse : {false, true}) {
             CAPTURE(spec);
             CAPTURE(to_string(loss));
+            CAPTURE(fuse);
             const Model m = parse_model(spec, in);
             std::vector<float> params = init_model_params(m, Init::Torch, 4);
             for (auto& p : params) p *= 2.0f;  // fewer dead ReLUs
@@ -192,8 +206,12 @@ TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float6
                 b.idx.push_back(addr(idx[l].data()));
             }
             HostOps ops;
+            ops.fuse = fuse;
             cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
             cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
+            // Every conv under a pool pools in conv_fwd when the ops can.
+            const std::string sp = spec;
+            CHECK(ops.pooled == (!fuse ? 0 : sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv3k1,fc7,fc10" ? 0 : 1));
 
             Recipe r;
             r.loss = loss;

@@ -274,6 +274,11 @@ TEST_CASE("kernels: conv_fwd, conv_bwd_data, conv_bwd_weights, both sets") {
 }
 // The convolutions on the tensor cores (tcconv.ptx): the same shapes, and a 16x16 image (a whole
 // strip of 256 pixels: every warp busy) with 33 and 40 channels (part-empty groups and chunks).
+TEST_CASE("kernels: conv_fwd with its 2x2 max-pool, both sets") {
+    check_both_sets("conv_fwd", {64, 1, 28, 28, 32, 3, 1, 1});  // conv1 and pool1 of the CNN
+    check_both_sets("conv_fwd", {3, 3, 9, 9, 17, 3, 1, 1});     // odd sizes, a part-empty channel group
+}
+
 TEST_CASE("kernels: tc_conv_fwd, tc_conv_bwd_data, both sets") {
     for (const char* e : {"tc_conv_fwd", "tc_conv_bwd_data"}) {
         CAPTURE(e);
