@@ -213,7 +213,7 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
     const std::vector<unsigned> conv1 = {B, 1, 28, 28, 32, 3, 1}, conv2 = {B, 32, 14, 14, 64, 3, 1};
     const std::vector<unsigned> conv1b = {B, 1, 28, 28, 32, 3, 0}, conv2b = {B, 32, 14, 14, 64, 3, 0};
     return {{"conv1", {"conv_fwd", conv1}},          {"conv1+pool1", {"conv_fwd", {B, 1, 28, 28, 32, 3, 1, 1}}},
-            {"conv2", {"conv_fwd", conv2}},
+            {"conv2", {"conv_fwd", conv2}},            {"conv2+pool2", {"tc_conv_fwd", {B, 32, 14, 14, 64, 3, 1, 1}}},
             {"conv2", {"conv_bwd_data", conv2b}},    {"conv1", {"conv_bwd_weights", conv1b}},
             {"conv2", {"conv_bwd_weights", conv2b}}, {"pool1", {"pool_fwd", {B, 32, 28, 28}}},
             {"pool2", {"pool_fwd", {B, 64, 14, 14}}}, {"pool1", {"pool_bwd", {B, 32, 28, 28, 1}}},
@@ -237,7 +237,7 @@ std::pair<double, double> cnn_work(const VerifyCase& c) {
     if (c.entry == "pool_bwd") return {4 * (N * C * H * W + (2 + z[4]) * N * C * (H / 2) * (W / 2)), 0};
     const double K = z[4], T = double(z[5]) * z[5], x = N * C * H * W, y = N * K * H * W, w = K * C * T;
     const double macs = 2 * N * K * C * H * W * T, ry = z[6] == 1 ? 2 : 1;  // dY, and Y for the mask
-    if (c.entry == "conv_fwd" && z.size() == 8 && z[7] == 1) return {4 * (x + w + K + y / 2), macs + y};  // Y, idx pooled
+    if (z.size() == 8 && z[7] == 1) return {4 * (x + w + K + y / 2), macs + y};  // (tc_)conv_fwd: Y, idx pooled
     if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return {4 * (x + w + K + y), macs + y};
     if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data") return {4 * (ry * y + w + x), macs};
     return {4 * (x + ry * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db

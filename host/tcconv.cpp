@@ -11,8 +11,8 @@ namespace {
 unsigned div_up(size_t a, size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 // Blocks of (image, group of 32 output channels, strip) for a pass writing OC channels.
-unsigned tcconv_grid(const ConvDims& d, unsigned OC) {
-    return d.N * div_up(OC, kTcConvChannels) * tcconv_strips(d, OC).strips;
+unsigned tcconv_grid(const ConvDims& d, unsigned OC, bool pooled = false) {
+    return d.N * div_up(OC, kTcConvChannels) * tcconv_strips(d, OC, pooled).strips;
 }
 
 void require_fit(const ConvDims& d) {
@@ -20,18 +20,21 @@ void require_fit(const ConvDims& d) {
 }
 }  // namespace
 
-ConvStrips tcconv_strips(const ConvDims& d, unsigned OC) {
-    ConvStrips s = conv_strips(d.H, d.W);
+ConvStrips tcconv_strips(const ConvDims& d, unsigned OC, bool pooled) {
+    ConvStrips s = conv_strips(d.H, d.W, pooled);
     const size_t blocks = size_t(d.N) * div_up(OC, kTcConvChannels);
     // Finer strips while the grid is below kTcConvFill blocks, taking only counts whose strips
-    // all start inside the image (ceil(H / ceil(H / strips)) == strips).
-    for (unsigned k = s.strips + 1; k <= d.H && blocks * s.strips < kTcConvFill; ++k)
-        if (const unsigned rows = div_up(d.H, k); div_up(d.H, rows) == k) s = {k, rows};
+    // all start inside the image (ceil(H / ceil(H / strips)) == strips; pooled, with the rows
+    // rounded up to even as the kernel rounds them).
+    for (unsigned k = s.strips + 1; k <= d.H && blocks * s.strips < kTcConvFill; ++k) {
+        const unsigned rows = pooled ? (div_up(d.H, k) + 1) & ~1u : div_up(d.H, k);
+        if (pooled ? size_t(k - 1) * rows < d.H : div_up(d.H, rows) == k) s = {k, rows};
+    }
     return s;
 }
 
-unsigned tcconv_smem(const ConvDims& d, unsigned OC) {
-    const ConvStrips s = tcconv_strips(d, OC);
+unsigned tcconv_smem(const ConvDims& d, unsigned OC, bool pooled) {
+    const ConvStrips s = tcconv_strips(d, OC, pooled);
     const size_t T = size_t(d.KS) * d.KS;
     const size_t xb = (8 * size_t(s.rows + d.KS - 1) * (d.W + d.KS - 1) * 4 + 15) / 16 * 16;
     const size_t buf = 2 * xb + size_t(kTcConvChannels) * (8 * T + 4) * 4;
@@ -44,10 +47,11 @@ unsigned tcconv_smem(const ConvDims& d, unsigned OC) {
 std::string tcconv_unfit(const ConvDims& d) { return conv_unfit(d); }
 
 void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
-                        CUdeviceptr Y, unsigned act, CUstream s) {
-    require_fit(d);
-    k.launch_smem(tcconv_grid(d, d.K), kTcConvThreads, tcconv_smem(d, d.K), s, X, Wt, b, Y, d.N, d.C, d.H, d.W, d.K, d.KS,
-                  act);
+                        CUdeviceptr Y, unsigned act, CUstream s, CUdeviceptr idx) {
+    if (std::string why = idx ? conv_pool_unfit(d) : tcconv_unfit(d); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
+    const bool pooled = idx != 0;
+    k.launch_smem(tcconv_grid(d, d.K, pooled), kTcConvThreads, tcconv_smem(d, d.K, pooled), s, X, Wt, b, Y, idx, d.N,
+                  d.C, d.H, d.W, d.K, d.KS, act);
 }
 
 void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,

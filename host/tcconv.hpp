@@ -32,22 +32,25 @@ inline constexpr unsigned kTcConvFill = 128;     // blocks below which the strip
 // The strips of a pass writing OC channels (K forward, C backward): conv_strips' (at most 256
 // pixels a strip), cut finer while N * ceil(OC/32) * strips < kTcConvFill and a finer count
 // leaves no strip starting past the image. The kernels read the count back from the grid; the
-// tiling changes no output's arithmetic.
-ConvStrips tcconv_strips(const ConvDims& d, unsigned OC);
+// tiling changes no output's arithmetic. pooled (tc_conv_fwd with its pool): conv_strips'
+// pooled strips, cut finer only into even row counts (the kernel rounds R up to even too).
+ConvStrips tcconv_strips(const ConvDims& d, unsigned OC, bool pooled = false);
 
 // The dynamic shared memory of a tc_conv block for the pass's geometry: two buffers, each of
 // 2 x 8 staged planes of (R+KS-1) x (W+KS-1) floats (xs and ys, each rounded up to 16 bytes)
 // and 32 weight rows of 8T+4 floats; then the tables: 8T patch offsets (koff), a plane's
 // offsets in the image (poff) and 8T weight offsets (wk, backward); or the 32 x 260-float
 // output tile when that is larger.
-unsigned tcconv_smem(const ConvDims& d, unsigned OC);
+unsigned tcconv_smem(const ConvDims& d, unsigned OC, bool pooled = false);
 
 // Why tc_conv_fwd and tc_conv_bwd_data cannot take these dimensions (empty when they can):
 // conv_unfit's limits (the strips of conv_fwd).
 std::string tcconv_unfit(const ConvDims& d);
 
+// With idx (not 0) tc_conv_fwd pools its outputs 2x2 as conv_fwd does (launch_conv_fwd): Y and
+// idx the pool's; conv_pool_unfit's limits.
 void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
-                        CUdeviceptr Y, unsigned act, CUstream s);
+                        CUdeviceptr Y, unsigned act, CUstream s, CUdeviceptr idx = 0);
 void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
                              CUdeviceptr Wt, unsigned act, CUstream s);
 

@@ -149,13 +149,11 @@ public:
     }
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
                   CUdeviceptr idx) override {
-        if (!idx && tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_);
+        if (tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_, idx);
         else launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_, idx);
     }
-    // conv_fwd pools on the FP32 kernel only (the tc set's tc_conv_fwd, conv2, keeps pool_fwd).
-    bool pools_in_conv(const ConvDims& d) const override {
-        return !(tc_ && d.C >= kTcConvMinChannels) && conv_pool_unfit(d).empty();
-    }
+    // Both conv_fwd and tc_conv_fwd pool in their epilogues (the same limits).
+    bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
         if (tc_ && d.K >= kTcConvMinChannels)

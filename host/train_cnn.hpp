@@ -3,8 +3,8 @@
 //
 // One step on a batch X [B][C*H*W] (NCHW) with one-hot targets T [B][10]:
 //   forward   every layer but the last: conv -> conv_fwd (bias and ReLU in the epilogue, act 1;
-//             with the pool above it in the same launch where the FP32 kernel runs it: conv1 of
-//             the CNN; the conv's full output is then never written);
+//             with the pool above it in the same launch, conv_fwd's or tc_conv_fwd's epilogue:
+//             conv1 and conv2 of the CNN; the conv's full output is then never written);
 //             pool -> pool_fwd (keeps the argmax); fc -> fused_forward (ptx/fused.ptx, ReLU; the
 //             flattened NCHW input, nn.Linear's [out][in] weights)
 //   last fc   fused_output (ptx/fused.ptx): the logits Y, the loss code's output deltas D2 and

@@ -101,8 +101,9 @@ Harness make_conv_fwd(const ConvDims& d, unsigned act, ConvArith arith, bool poo
         h.expected["Y"] = pool_of(d, full, h.expected["idx"]);
         h.tensors.back().dims = {d.N, d.K, d.H / 2, d.W / 2};
         h.tensors.push_back({"idx", {d.N, d.K, d.H / 2, d.W / 2}, Role::Out, {}, true});
-        h.launch = [d, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
-            launch_conv_fwd(k, d, m.at("X"), m.at("Wt"), m.at("b"), m.at("Y"), act, s, m.at("idx"));
+        h.launch = [d, act, arith](const Kernel& k, const DevicePtrs& m, CUstream s) {
+            (arith == ConvArith::Tf32 ? launch_tc_conv_fwd : launch_conv_fwd)(k, d, m.at("X"), m.at("Wt"), m.at("b"),
+                                                                              m.at("Y"), act, s, m.at("idx"));
         };
         return h;
     }
@@ -218,7 +219,7 @@ bool is_conv_entry(const std::string& e) {
 }
 
 std::string conv_shape_names(const std::string& e, size_t count) {
-    if (e == "conv_fwd" && count == 8) return "N,C,H,W,K,KS,act,pool";
+    if ((e == "conv_fwd" || e == "tc_conv_fwd") && count == 8) return "N,C,H,W,K,KS,act,pool";
     return e == "pool_fwd" ? "N,C,H,W" : e == "pool_bwd" ? "N,C,H,W,mask" : is_fc(e) ? "B,I,O,act" : "N,C,H,W,K,KS,act";
 }
 
@@ -226,11 +227,11 @@ void validate_conv_case(const VerifyCase& c) {
     const std::string names = conv_shape_names(c.entry, c.shape.size());
     const size_t want = c.entry == "pool_fwd" || is_fc(c.entry) ? 4
                         : c.entry == "pool_bwd"                 ? 5
-                        : c.entry == "conv_fwd" && c.shape.size() == 8 ? 8
+                        : (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") && c.shape.size() == 8 ? 8
                                                                 : 7;
     if (c.shape.size() != want)
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers{}), got {}", c.entry, names, want,
-                     c.entry == "conv_fwd" ? "; or N,C,H,W,K,KS,act,pool: 8" : "",
+                     c.entry == "conv_fwd" || c.entry == "tc_conv_fwd" ? "; or N,C,H,W,K,KS,act,pool: 8" : "",
                      c.shape.size());
     for (size_t k = 0; k < (is_fc(c.entry) ? 3u : 4u); ++k)
         if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
@@ -257,10 +258,10 @@ void validate_conv_case(const VerifyCase& c) {
     const bool pool = c.shape.size() == 8;
     if (pool && c.shape[7] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': pool must be 0 (none) or 1 (a 2x2 max-pool), got {}", c.entry, c.shape[7]);
-    std::string why = is_tcwgrad(c.entry) ? tcwgrad_unfit(d)
-                      : is_tc(c.entry)    ? tcconv_unfit(d)
+    std::string why = is_tcwgrad(c.entry)        ? tcwgrad_unfit(d)
                       : pool && c.shape[7] == 1 ? conv_pool_unfit(d)
-                                          : conv_unfit(d);
+                      : is_tc(c.entry)          ? tcconv_unfit(d)
+                                                : conv_unfit(d);
     if (!why.empty())
         PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
@@ -302,6 +303,13 @@ std::vector<VerifyCase> conv_default_cases() {
              {3, 3, 9, 9, 17, 3, 1, 1}, {3, 3, 7, 7, 5, 5, 0, 1}, {2, 3, 10, 6, 8, 1, 1, 1}, {3, 2, 2, 2, 3, 3, 1, 1},
              {3, 3, 9, 9, 5, 3, 1, 0}})
         v.push_back({"conv_fwd", s});
+    // tc_conv_fwd with its pool: conv2 of the CNN (one strip of 14 rows), batch 1 (strips cut
+    // finer: even rows only), 28x28 (strips of 8 rows), part-empty channel groups and an odd
+    // 9x9, 5x5 taps; pool 0.
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 32, 14, 14, 64, 3, 1, 1}, {1, 32, 14, 14, 64, 3, 1, 1}, {3, 32, 28, 28, 64, 3, 1, 1},
+             {2, 33, 9, 9, 40, 5, 0, 1}, {3, 9, 2, 2, 17, 3, 1, 1}, {2, 33, 16, 16, 40, 3, 1, 0}})
+        v.push_back({"tc_conv_fwd", s});
     // tc_conv_bwd_weights: conv_bwd_weights' shapes, and images of one pixel (a single part-empty
     // k-step, every tap but the centre in the halo), 1x1x1, C*T past one 64-column group (17 x 9,
     // 3 x 25), K past a tile of 16 (17, 64), batches that leave ranks without images (1, 3).
@@ -322,7 +330,7 @@ std::vector<VerifyCase> conv_default_cases() {
 
 std::vector<VerifyCase> conv_quick_cases() {
     return {{"conv_fwd", {3, 3, 9, 9, 17, 3, 1}},         {"conv_fwd", {1, 9, 7, 7, 5, 5, 0}},
-            {"conv_fwd", {3, 3, 9, 9, 17, 3, 1, 1}},
+            {"conv_fwd", {3, 3, 9, 9, 17, 3, 1, 1}},      {"tc_conv_fwd", {3, 9, 9, 9, 17, 3, 1, 1}},
             {"conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},     {"conv_bwd_data", {1, 3, 7, 7, 17, 5, 0}},
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
             {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7, 1}},

@@ -65,9 +65,11 @@ __device__ void tcconv_sums(float (&acc)[4][4], In in_at, Wf w_at, unsigned IC, 
 // The block's (n, group, strip) as the PTX decodes it (strips read back from the grid); false
 // for a block past N or a strip that starts past the image.
 __device__ bool tcconv_block(unsigned N, unsigned H, unsigned W, unsigned OC, unsigned& n, unsigned& o0,
-                             unsigned& y0, unsigned& npx)
+                             unsigned& y0, unsigned& npx, bool pooled = false)
 {
-    const unsigned groups = (OC + 31) / 32, strips = gridDim.x / (N * groups), R = (H + strips - 1) / strips;
+    const unsigned groups = (OC + 31) / 32, strips = gridDim.x / (N * groups);
+    unsigned R = (H + strips - 1) / strips;
+    if (pooled) R = (R + 1) & ~1u;  // whole windows a strip
     const unsigned st = blockIdx.x % strips, grp = blockIdx.x / strips % groups;
     n = blockIdx.x / strips / groups;
     o0 = grp * 32;
@@ -91,12 +93,55 @@ __device__ void tcconv_store(const float (&acc)[4][4], float* Out, unsigned n, u
         }
 }
 
-extern "C" __global__ void tc_conv_fwd(const float* X, const float* Wt, const float* b, float* Y, unsigned N,
-                                       unsigned C, unsigned H, unsigned W, unsigned K, unsigned KS, unsigned act)
+// With idx: the outputs act(c + b) of the block through shared memory, os[o][p], then the
+// 2x2 max-pool of the strip's windows as pool_fwd takes it (row-major, the first maximum kept):
+// Y and idx [N][K][H/2][W/2], idx the maximum's index in the H x W plane.
+extern "C" __global__ void tc_conv_fwd(const float* X, const float* Wt, const float* b, float* Y, unsigned* idx,
+                                       unsigned N, unsigned C, unsigned H, unsigned W, unsigned K, unsigned KS,
+                                       unsigned act)
 {
+    __shared__ float os[32][260];
     unsigned n, o0, y0, npx;
-    if (!tcconv_block(N, H, W, K, n, o0, y0, npx)) return;
+    if (!tcconv_block(N, H, W, K, n, o0, y0, npx, idx != nullptr)) return;
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, T = KS * KS;
+    auto z_of = [&](float c, unsigned o) {
+        float z = __fadd_rn(c, b[o]);
+        return act == 1 ? fmaxf(z, 0.0f) : z;
+    };
+    if (idx) {
+        if (16 * warp < npx) {
+            auto in_at = [&](unsigned c, unsigned iy, unsigned ix) {
+                return c < C ? X[(((size_t)n * C + c) * H + iy) * W + ix] : 0.0f;
+            };
+            auto w_at = [&](unsigned o, unsigned c, unsigned tap) {
+                return o < K && c < C ? Wt[((size_t)o * C + c) * T + tap] : 0.0f;
+            };
+            float acc[4][4];
+            tcconv_sums(acc, in_at, w_at, C, H, W, KS, y0, npx, o0, warp, lane);
+            const unsigned g = lane / 4, q = lane % 4;
+            for (unsigned j = 0; j < 4; ++j)
+                for (unsigned r = 0; r < 4; ++r) {
+                    const unsigned p = 16 * warp + g + (r >= 2 ? 8 : 0), o = 8 * j + 2 * q + r % 2;
+                    if (p < npx && o0 + o < K) os[o][p] = z_of(acc[j][r], o0 + o);
+                }
+        }
+        __syncthreads();
+        const unsigned Ho = H / 2, Wo = W / 2, wins = (npx / W / 2) * Wo;
+        for (unsigned e = threadIdx.x; e < 32 * wins; e += blockDim.x) {
+            const unsigned o = e / wins, py = e % wins / Wo, px = e % wins % Wo;
+            if (o0 + o >= K) continue;
+            const unsigned pp = 2 * py * W + 2 * px;
+            unsigned at = y0 * W + pp, best = at;
+            float m = os[o][pp];
+            if (os[o][pp + 1] > m) { m = os[o][pp + 1]; best = at + 1; }
+            if (os[o][pp + W] > m) { m = os[o][pp + W]; best = at + W; }
+            if (os[o][pp + W + 1] > m) { m = os[o][pp + W + 1]; best = at + W + 1; }
+            const size_t out = (((size_t)n * K + o0 + o) * Ho + y0 / 2 + py) * Wo + px;
+            Y[out] = m;
+            idx[out] = best;
+        }
+        return;
+    }
     if (16 * warp >= npx) return;  // the whole warp: no pixel tile
     auto in_at = [&](unsigned c, unsigned iy, unsigned ix) {
         return c < C ? X[(((size_t)n * C + c) * H + iy) * W + ix] : 0.0f;
@@ -106,10 +151,7 @@ extern "C" __global__ void tc_conv_fwd(const float* X, const float* Wt, const fl
     };
     float acc[4][4];
     tcconv_sums(acc, in_at, w_at, C, H, W, KS, y0, npx, o0, warp, lane);
-    tcconv_store(acc, Y, n, K, H, W, y0, npx, o0, warp, lane, [&](float c, unsigned o) {
-        float z = __fadd_rn(c, b[o]);
-        return act == 1 ? fmaxf(z, 0.0f) : z;
-    });
+    tcconv_store(acc, Y, n, K, H, W, y0, npx, o0, warp, lane, z_of);
 }
 
 extern "C" __global__ void tc_conv_bwd_data(float* dX, const float* dY, const float* Y, const float* Wt,

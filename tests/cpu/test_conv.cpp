@@ -244,6 +244,12 @@ TEST_CASE("conv: launch shapes and the sizes the kernels take") {
     CHECK(conv_strips(9, 64, true).strips == 3);
     CHECK(conv_strips(9, 64, true).rows == 4);   // 4, 4 and 1 rows
     CHECK(conv_pool_unfit({1, 1, 1, 8, 1, 3}).find("H, W >= 2") != std::string::npos);
+    // tc_conv_fwd's strips with the pool: conv2 at batch 64 one strip of 14 rows; at batch 1 cut
+    // finer into even rows only (14 = 2 + ... : 7 strips of 2 rows, not 2 strips of 7).
+    CHECK(tcconv_strips({64, 32, 14, 14, 64, 3}, 64, true).strips == 1);
+    CHECK(tcconv_strips({1, 32, 14, 14, 64, 3}, 64, true).rows % 2 == 0);
+    CHECK(tcconv_strips({1, 32, 14, 14, 64, 3}, 64, false).rows == 1);
+    CHECK(tcconv_strips({3, 32, 28, 28, 64, 3}, 64, true).rows % 2 == 0);
     // fc_bwd_data: B,I,O,act with O up to the 1024 its shared memory holds.
     CHECK_NOTHROW(validate_case({"fc_bwd_data", {64, 3136, 128, 1}}));
     CHECK_NOTHROW(validate_case({"fc_bwd_data", {1, 1, 1024, 0}}));

@@ -274,9 +274,11 @@ TEST_CASE("kernels: conv_fwd, conv_bwd_data, conv_bwd_weights, both sets") {
 }
 // The convolutions on the tensor cores (tcconv.ptx): the same shapes, and a 16x16 image (a whole
 // strip of 256 pixels: every warp busy) with 33 and 40 channels (part-empty groups and chunks).
-TEST_CASE("kernels: conv_fwd with its 2x2 max-pool, both sets") {
+TEST_CASE("kernels: conv_fwd and tc_conv_fwd with their 2x2 max-pool, both sets") {
     check_both_sets("conv_fwd", {64, 1, 28, 28, 32, 3, 1, 1});  // conv1 and pool1 of the CNN
     check_both_sets("conv_fwd", {3, 3, 9, 9, 17, 3, 1, 1});     // odd sizes, a part-empty channel group
+    check_both_sets("tc_conv_fwd", {64, 32, 14, 14, 64, 3, 1, 1});  // conv2 and pool2 of the CNN
+    check_both_sets("tc_conv_fwd", {1, 32, 14, 14, 64, 3, 1, 1});   // strips cut finer, even rows
 }
 
 TEST_CASE("kernels: tc_conv_fwd, tc_conv_bwd_data, both sets") {
