@@ -93,14 +93,17 @@ __device__ void tcconv_store(const float (&acc)[4][4], float* Out, unsigned n, u
         }
 }
 
-// With idx: the outputs act(c + b) of the block through shared memory, os[o][p], then the
+// With idx: the outputs act(c + b) of the block through shared memory, os[o][p] (in the
+// launch's dynamic shared memory, which holds the PTX's 32 x 260 tile; a static array besides
+// would need more than the 48 KB a launch gets without opting in), then the
 // 2x2 max-pool of the strip's windows as pool_fwd takes it (row-major, the first maximum kept):
 // Y and idx [N][K][H/2][W/2], idx the maximum's index in the H x W plane.
 extern "C" __global__ void tc_conv_fwd(const float* X, const float* Wt, const float* b, float* Y, unsigned* idx,
                                        unsigned N, unsigned C, unsigned H, unsigned W, unsigned K, unsigned KS,
                                        unsigned act)
 {
-    __shared__ float os[32][260];
+    extern __shared__ float tcconv_twin_smem[];
+    float(*os)[260] = reinterpret_cast<float(*)[260]>(tcconv_twin_smem);
     unsigned n, o0, y0, npx;
     if (!tcconv_block(N, H, W, K, n, o0, y0, npx, idx != nullptr)) return;
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, T = KS * KS;
