@@ -6,6 +6,7 @@
 #include "optim.hpp"
 #include "rng.hpp"
 #include "tc.hpp"
+#include "tcstep.hpp"
 #include "train_cnn.hpp"
 #include "train.hpp"
 #include "verify.hpp"
@@ -38,8 +39,12 @@ BenchSet parse_bench_set(const std::string& full) {
         if (name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
         BenchSet s;
         s.kernels = parse_kernel_choice(name.substr(0, name.size() - suffix.size()));
-        if (s.kernels.design != Design::Fused)
-            PTXLAB_THROW(InputError, "'{}': only the fused sets have a {} variant", full, suffix);
+        // The one-launch steps' variants: fused (fused_step) and tc (tc_step); /serial is the
+        // fused set's alone (only its separate launches overlap).
+        const bool one_launch_set = s.kernels.design == Design::Fused || s.kernels.design == Design::Tc;
+        if (!one_launch_set || (suffix == "/serial" && s.kernels.design != Design::Fused))
+            PTXLAB_THROW(InputError, "'{}': only the {} have a {} variant", full,
+                         suffix == "/serial" ? "fused sets" : "fused and tc sets", suffix);
         if (suffix == "/serial") s.overlap = false, s.one_launch = false;  // overlap only concerns separate launches
         else if (suffix == "/split") s.one_launch = false;
         else s.steps_per_launch = 1;
@@ -80,6 +85,7 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
         return {entry, {B, kI, kH, kTcActRelu}};
     // The default recipe's step: cross-entropy, Nesterov.
     if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov), kActRelu}};
+    if (entry == "tc_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov)}};
     return {entry, {B, kI, kH, kO}};                                // fused_grad
 }
 
@@ -98,7 +104,7 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
     if (e == "fused_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
     if (e == "fused_output") return {4 * (2 * B * H + O * H + O + 3 * B * O), 4 * B * H * O};
     if (e == "outer") return {4 * (B * H + B * I + B * H * I), B * H * I};
-    if (e == "fused_step")  // reads X, T, the parameters and m, writes A, Y, the parameters and m (Nesterov)
+    if (e == "fused_step" || e == "tc_step")  // reads X, T, the parameters and m, writes A, Y, the parameters and m (Nesterov)
         return {4 * (B * I + B * O + 4 * params + B * H + B * O),
                 2 * B * (I * H + 2 * H * O) + 2 * B * ((I + 1) * H + (H + 1) * O) + 7 * params};
     if (e == "fused_grad")  // reads X, A, D1, D2 once, writes the gradients; one multiply by the scale each
@@ -113,7 +119,7 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
 std::vector<std::string> set_entries(const KernelChoice& k) {
     if (k.design == Design::Fused) return {"fused_step", "fused_forward", "fused_output", "fused_grad"};
     if (k.design == Design::Fast) return {"outer"};  // its other kernels are timed with the fused and seed sets
-    if (k.design == Design::Tc) return {"tc_forward", "tc_grad_input", "tc_grad_weights"};
+    if (k.design == Design::Tc) return {"tc_step", "tc_forward", "tc_grad_input", "tc_grad_weights"};
     return {"forward2", "grad2", "batch_mean", "gather", "optim_sgd", "optim_adam"};
 }
 
@@ -352,6 +358,7 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
             KernelSet ks(k.source, ctx.info(), opt.dirs, entries);
             for (const auto& e : entries) {
                 for (unsigned B : opt.kernel_batches) {
+                    if (e == "tc_step" && !tc_step_unfit(B, kI, kH, kO).empty()) continue;  // one batch of <= 64
                     PreparedCase pc(bench_case(e, B), opt.seed);
                     const Kernel& kern = ks.get(e);
                     KernelTiming t{set, e, B};

@@ -84,6 +84,9 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"tc_grad_weights", "tc", {P, P, P, P, P, U, U, U, U, F}},
         // dW db X dY Y | N C H W K KS act | scale   (conv_bwd_weights' sums and signature, TF32 mma.sync)
         {"tc_conv_bwd_weights", "tcwgrad", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
+        // X T P M V A Y hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
+        // (whole MLP steps in one 16-block cluster, TF32 mma.sync: tcstep.hpp)
+        {"tc_step", "tcstep", {P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F}},
     };
     return specs;
 }
@@ -262,7 +265,8 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
     // fused_forward, fused_step, conv_bwd_weights and tc_conv_bwd_weights run as 8-block thread-block clusters
     // (.reqnctapercluster), new in sm_90.
     if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
-            return s->file == "fused" || s->file == "step" || s->file == "conv" || s->file == "tcwgrad";
+            return s->file == "fused" || s->file == "step" || s->file == "conv" || s->file == "tcwgrad" ||
+                   s->file == "tcstep";
         }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "

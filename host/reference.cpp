@@ -175,7 +175,7 @@ namespace {
 // `extra` adds roundings to the sum's length for kernels that sum in another order.
 void dense_bounded(const float* W, const float* b, const double* in, const double* ein, unsigned rows, unsigned cols,
                    bool hidden, double* out, double* eout, std::vector<char>* kink, unsigned extra = 0,
-                   unsigned act = 0, double* zout = nullptr, double* ezout = nullptr) {
+                   unsigned act = 0, double* zout = nullptr, double* ezout = nullptr, double rel = 0.0) {
     const bool relu = hidden && act == 0;
     for (unsigned r = 0; r < rows; ++r) {
         const float* w = W + size_t(r) * cols;
@@ -185,7 +185,7 @@ void dense_bounded(const float* W, const float* b, const double* in, const doubl
             mag += std::fabs(double(w[c])) * (std::fabs(in[c]) + ein[c]);
             prop += prod(std::fabs(double(w[c])), ein[c]);
         }
-        double ez = gamma(cols + extra) * mag + prop;
+        double ez = (gamma(cols + extra) + rel) * mag + prop;  // rel: TF32 products (tc_sum_bound)
         if (zout) {
             zout[r] = z;
             ezout[r] = ez;
@@ -477,7 +477,7 @@ void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const 
 }
 
 RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                            unsigned loss, float scale, unsigned act) {
+                            unsigned loss, float scale, unsigned act, const TcProducts* tc) {
     const unsigned I = net.sizes[0], H = net.sizes[1], O = net.sizes[2];
     RefFusedStep r;
     r.A.resize(size_t(B) * H);
@@ -491,18 +491,21 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
         for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
         double* a = r.A.v.data() + size_t(s) * H;
         double* ea = r.A.e.data() + size_t(s) * H;
-        // A rank's fma chain, 7 adds joining the 8 ranks, the bias: at most I + 8 roundings.
-        dense_bounded(net.W[0].data(), net.b[0].data(), x.data(), ex.data(), H, I, true, a, ea, &kink, 10, act,
-                      z.data(), ez.data());
+        // A rank's fma chain, 7 adds joining the 8 ranks, the bias: at most I + 8 roundings
+        // (tc_step: the mma chains within tc->z of their products, 15 adds joining 16 ranks).
+        dense_bounded(net.W[0].data(), net.b[0].data(), x.data(), ex.data(), H, I, true, a, ea, &kink, tc ? 17 : 10,
+                      act, z.data(), ez.data(), tc ? tc->z : 0.0);
         double* y = r.Y.v.data() + size_t(s) * O;
         double* ey = r.Y.e.data() + size_t(s) * O;
-        // A 16-term chain per tile, the tiles added in order, then the bias.
-        dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr, (H + 15) / 16 + 1);
+        // A 16-term chain per tile (tc_step: 8 terms a rank), the tiles added in order, then the bias.
+        dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr,
+                      tc ? (H + 7) / 8 + 1 : (H + 15) / 16 + 1);
         output_deltas(loss, net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s, act, nullptr,
                       ea, z.data(), ez.data());
     }
     // G = scale * sum_s L[s][row] R[s][col], R = nullptr for a bias (R = 1); both factors bounded.
-    auto grad = [&](Bounded& out, const Bounded& L, const Bounded* R, unsigned rows, unsigned cols) {
+    // rel: the sum's relative bound over its magnitude, gamma_B for an FP32 chain.
+    auto grad = [&](Bounded& out, const Bounded& L, const Bounded* R, unsigned rows, unsigned cols, double rel) {
         out.resize(size_t(rows) * cols);
         const double sc = scale;
         for (unsigned row = 0; row < rows; ++row)
@@ -517,7 +520,7 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
                     prop += prod(std::fabs(l), er) + prod(std::fabs(rv), el) + prod(el, er);
                 }
                 const size_t i = size_t(row) * cols + col;
-                const double esum = gamma(B) * mag + prop, v = sc * sum, ev = std::fabs(sc) * esum;
+                const double esum = rel * mag + prop, v = sc * sum, ev = std::fabs(sc) * esum;
                 out.v[i] = v;
                 out.e[i] = ev + kU * (std::fabs(v) + ev);  // the product with the scale, rounded once
             }
@@ -525,10 +528,10 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
     Bounded Xb;
     Xb.resize(size_t(B) * I);
     for (size_t i = 0; i < Xb.size(); ++i) Xb.v[i] = X[i];
-    grad(r.GW1, D1, &Xb, H, I);
-    grad(r.Gb1, D1, nullptr, H, 1);
-    grad(r.GW2, D2, &r.A, O, H);
-    grad(r.Gb2, D2, nullptr, O, 1);
+    grad(r.GW1, D1, &Xb, H, I, tc ? tc->gw1 : gamma(B));  // tc_step: an mma chain over the samples
+    grad(r.Gb1, D1, nullptr, H, 1, gamma(B));
+    grad(r.GW2, D2, &r.A, O, H, gamma(B));
+    grad(r.Gb2, D2, nullptr, O, 1, gamma(B));
     return r;
 }
 

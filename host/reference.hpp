@@ -156,8 +156,15 @@ struct RefFusedStep {
 };
 // act: the hidden activation's code (recipe.hpp act_code); D1 then takes f' from the bounded
 // A (or, for GELU, Z) as fused_step computes them.
+// tc_step (tcstep.hpp) takes its two large products on TF32 inputs: with tc, Z's sums carry
+// the relative bound tc->z (tc.hpp's tc_sum_bound of the products, on top of FP32's
+// gamma_{I+17}: 16 ranks joined, the bias) and W1's gradient sums tc->gw1 in place of
+// gamma_B; Y's chains are 8 terms a rank, then the ranks and the bias (gamma_{H+ceil(H/8)+1}).
+struct TcProducts {
+    double z, gw1;
+};
 RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
-                            unsigned loss, float scale, unsigned act = 0);
+                            unsigned loss, float scale, unsigned act = 0, const TcProducts* tc = nullptr);
 
 // dst[r][c] = src[idx[r]][c] (exact).
 Bounded ref_gather(const std::vector<float>& src, const std::vector<uint32_t>& idx, unsigned cols);

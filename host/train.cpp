@@ -5,6 +5,7 @@
 #include "rng.hpp"
 #include "safetensors.hpp"
 #include "tc.hpp"
+#include "tcstep.hpp"
 
 #include <fmt/ostream.h>
 
@@ -131,10 +132,22 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // them are captured before the clock starts.
 constexpr size_t kMaxGraphs = 512, kPreparedGraphs = 64;
 
-// Whether training with `cfg` runs the one-launch fused_step (any loss and optimizer).
-bool uses_fused_step(const TrainConfig& cfg) {
-    return cfg.kernels.design == Design::Fused && cfg.one_launch &&
-           fused_step_preferred(cfg.batch, cfg.layers.front(), cfg.layers.back());
+// The one-launch step training with `cfg` runs, or empty: fused_step for the fused set (any
+// loss, optimizer and activation, B <= 64), tc_step for the tensor-core set (B <= 64 and
+// tcstep.hpp's limits), unless --three-launches asks for the separate launches.
+std::string one_launch_entry(const TrainConfig& cfg) {
+    if (!cfg.one_launch || cfg.layers.size() != 3) return {};
+    const unsigned B = cfg.batch, I = cfg.layers[0], H = cfg.layers[1], O = cfg.layers[2];
+    if (cfg.kernels.design == Design::Fused && fused_step_preferred(B, I, O)) return "fused_step";
+    if (cfg.kernels.design == Design::Tc && tc_step_unfit(B, I, H, O).empty()) return "tc_step";
+    return {};
+}
+bool uses_one_launch(const TrainConfig& cfg) { return !one_launch_entry(cfg).empty(); }
+
+// A one-launch step kernel (fused_step or tc_step) on the buffers and recipe of `a`.
+void launch_step_kernel(const Kernel& k, const FusedArgs& a, CUstream s) {
+    if (k.spec->entry == "tc_step") launch_tc_step(k, a, s);
+    else launch_fused_step(k, a, s);
 }
 
 // Parameters and the per-step buffers of one network on the GPU.
@@ -505,6 +518,7 @@ private:
     const unsigned K_;      // steps per epoch; the last partial batch is dropped
     const unsigned chunk_;
     const bool one_launch_;
+    const std::string step_entry_;  // one_launch_'s kernel: fused_step or tc_step
     const uint64_t total_steps_;
     KernelSet ks_;
     DeviceBuffer X_, T_, Ylog_;
@@ -540,13 +554,15 @@ private:
 Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out)
     : ctx_(ctx), data_(data), cfg_(cfg), out_(out), sizes_(cfg.layers), design_(cfg.kernels.design), B_(cfg.batch),
       N_(data.train.count), I_(data.train.dim()), K_(static_cast<unsigned>(N_ / B_)),
-      chunk_(cfg.chunk ? cfg.chunk : (design_ == Design::Seed ? 8u : 128u)), one_launch_(uses_fused_step(cfg)),
+      chunk_(cfg.chunk ? cfg.chunk : (design_ == Design::Seed ? 8u : 128u)), one_launch_(uses_one_launch(cfg)),
+      step_entry_(one_launch_entry(cfg)),
       total_steps_(uint64_t(cfg.epochs) * K_),
       ks_(cfg.kernels.source, ctx.info(), cfg.dirs, training_entries(cfg)),
       X_(N_ * I_ * 4, "training images"), T_(N_ * O_ * 4, "training targets"),
       Ylog_(size_t(K_) * B_ * O_ * 4, "outputs of every step of an epoch"),
       evaluator_(data.test, cfg.layers, design_),
-      net_(init_params(cfg.layers, cfg.init, cfg.seed), cfg.batch, design_, cfg.optim.state_buffers(), one_launch_),
+      net_(init_params(cfg.layers, cfg.init, cfg.seed), cfg.batch, design_, cfg.optim.state_buffers(),
+           one_launch_ && design_ == Design::Fused),
       s_(stream_.get()), shuffle_rng_(cfg.seed ^ 0x5eed5eed5eed5eedull), schedule_(cfg.schedule_for(K_)),
       order_(N_), labels_shuffled_(N_), Yhost_(size_t(chunk_) * B_ * O_), lr_epoch_(K_), bar_(cfg.progress) {
     static_assert(sizeof(StepHyper) == 16, "ptx/optim.ptx reads four floats a step");
@@ -723,10 +739,10 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
     if (one_launch_) {  // the whole step in one launch
         FusedArgs a = fused_args(n, Xb, Tb, Yk, B_, &cfg_);
         a.hyp = set().hyp.ptr() + size_t(k) * sizeof(StepHyper);
-        const Kernel& fs = ks.get("fused_step");
+        const Kernel& fs = ks.get(step_entry_);
         std::vector<StepKernel::Write> w = {{"A1", &n.acts[0], sizes_[1]}};
         w.insert(w.end(), params.begin(), params.end());
-        v.push_back({"fused_step", [&fs, a](CUstream st) { launch_fused_step(fs, a, st); }, w, y_off + 1, 1});
+        v.push_back({step_entry_, [&fs, a](CUstream st) { launch_step_kernel(fs, a, st); }, w, y_off + 1, 1});
         return v;
     }
     const float scale = grad_scale(cfg_.loss, B_, O_);
@@ -791,14 +807,14 @@ std::vector<StepKernel> Trainer::step_kernels(const KernelSet& ks, unsigned k) {
 void Trainer::enqueue_steps(unsigned a, unsigned b) {
     if (one_launch_) {  // steps_per_launch steps a launch (0: all of them)
         const unsigned per = cfg_.steps_per_launch ? cfg_.steps_per_launch : b - a;
-        const Kernel& fs = ks_.get("fused_step");
+        const Kernel& fs = ks_.get(step_entry_);
         for (unsigned k = a; k < b; k += per) {
             const size_t first = size_t(k) * B_;
             FusedArgs fa = fused_args(net_, set().Xs.ptr() + first * I_ * 4, set().Ts.ptr() + first * O_ * 4,
                                       Ylog_.ptr() + first * O_ * 4, B_, &cfg_);
             fa.hyp = set().hyp.ptr() + size_t(k) * sizeof(StepHyper);
             fa.steps = std::min(per, b - k);
-            launch_fused_step(fs, fa, s_);
+            launch_step_kernel(fs, fa, s_);
         }
         return;
     }
@@ -1077,13 +1093,16 @@ std::vector<std::string> training_entries(const TrainConfig& cfg) {
     switch (cfg.kernels.design) {
         case Design::Fused:
             v = {"fused_forward", "fused_output", "fused_grad"};
-            if (uses_fused_step(cfg)) v = {"fused_forward", "fused_output", "fused_step"};
+            if (uses_one_launch(cfg)) v = {"fused_forward", "fused_output", "fused_step"};
             break;
         case Design::Fast: v = {"fused_forward", "fused_output", "outer", "batch_mean"}; break;
-        case Design::Tc: v = {"tc_forward", "fused_output", "tc_grad_weights"}; break;
+        case Design::Tc:
+            v = {"tc_forward", "fused_output", "tc_grad_weights"};
+            if (uses_one_launch(cfg)) v = {"tc_forward", "fused_output", "tc_step"};
+            break;
         case Design::Seed: v = {three ? "forward3" : "forward2", three ? "grad3" : "grad2", "batch_mean"}; break;
     }
-    if (!uses_fused_step(cfg)) v.push_back(optimizer_entry(cfg.optim.kind));
+    if (!uses_one_launch(cfg)) v.push_back(optimizer_entry(cfg.optim.kind));
     v.push_back("gather");
     return v;
 }

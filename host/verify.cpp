@@ -5,6 +5,7 @@
 #include "ref_optim.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
+#include "tcstep.hpp"
 #include "verify_harness.hpp"
 
 #include <algorithm>
@@ -50,6 +51,8 @@ std::string shape_names(const std::string& entry, size_t count) {
     // fused_step: the loss code, then the optimizer code (recipe.hpp optim_code: 0 sgd,
     // 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop).
     if (entry == "fused_step") return "B,I,H,O,loss,optim,act";
+    // tc_step: the same codes; ReLU only (no act).
+    if (entry == "tc_step") return "B,I,H,O,loss,optim";
     PTXLAB_THROW(InputError, "no verify harness for kernel '{}'", entry);
 }
 
@@ -128,6 +131,9 @@ void validate_case(const VerifyCase& c) {
             PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
         }
     }
+    if (c.entry == "tc_step")
+        if (std::string why = tc_step_unfit(c.shape[0], c.shape[1], c.shape[2], c.shape[3]); !why.empty())
+            PTXLAB_THROW(InputError, "kernel 'tc_step': {}", why);
 }
 
 std::string shape_text(const VerifyCase& c) {
@@ -251,6 +257,15 @@ std::vector<VerifyCase> default_cases() {
         v.push_back({"outer", s});
     for (auto& c : conv_default_cases()) v.push_back(std::move(c));
     for (auto& c : tc_default_cases()) v.push_back(std::move(c));
+    // The tensor-core step: the MNIST sizes with CE and Nesterov (the default recipe), Adam,
+    // and MSE with plain SGD; a batch of 1; odd sizes (I = 300: 24 columns a block, 13 blocks
+    // with columns; H = 72: 9 blocks with units; O = 7) with RMSprop; 5 x 13 x 9 x 3 (two
+    // blocks with columns, single-float copies, a part-empty unit block) with AdamW; the
+    // limits (I = 896, O = 16) with momentum.
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 784, 128, 10, 1, 2}, {64, 784, 128, 10, 1, 3}, {64, 784, 128, 10, 0, 0}, {1, 784, 128, 10, 1, 2},
+             {37, 300, 72, 7, 1, 5}, {5, 13, 9, 3, 0, 4}, {64, 896, 128, 16, 1, 1}, {1, 1, 1, 1, 1, 2}})
+        v.push_back({"tc_step", s});
     return v;
 }
 
@@ -263,7 +278,8 @@ static std::vector<VerifyCase> quick_shapes() {
             {"fused_forward", {63, 784, 128}},    {"fused_forward", {9, 257, 33}},    {"fused_output", {63, 300, 10}},
             {"fused_output", {64, 33, 17}},       {"fused_grad", {65, 13, 5, 3}},     {"fused_grad", {64, 784, 128, 10}},
             {"outer", {63, 128, 784}},            {"outer", {9, 7, 13}},              {"fused_step", {63, 784, 128, 10, 1, 2, 0}},
-            {"fused_step", {65, 13, 5, 3, 0, 4, 4}},       {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
+            {"fused_step", {65, 13, 5, 3, 0, 4, 4}},       {"tc_step", {37, 300, 72, 7, 1, 5}},
+            {"optim_sgd", {1000, 3}},           {"optim_adam", {1000, 1}},
             {"optim_adam", {1000, 2}},            {"optim_rmsprop", {1000, 1}}};
 }
 
@@ -565,10 +581,13 @@ Harness make_fused_harness(const VerifyCase& c, Rng& rng) {
 // (scratch) starts as poison, the grid barrier's 64-bit count as 0 (as train sets it). The
 // optimizer's constants are random in their ranges, with weight decay for momentum, adam,
 // adamw and rmsprop (sgd and nesterov run without).
+// tc_step (tcstep.hpp) takes the same harness with ReLU, TF32 bounds for its two products,
+// and neither Yp, sync nor Z.
 Harness make_step_harness(const VerifyCase& c, Rng& rng) {
     const unsigned B = c.shape[0], I = c.shape[1], H = c.shape[2], O = c.shape[3], loss = c.shape[4];
-    const unsigned act = c.shape[6];
-    if (!fused_step_fits(I, O))
+    const bool tc = c.entry == "tc_step";
+    const unsigned act = tc ? kActRelu : c.shape[6];
+    if (!tc && !fused_step_fits(I, O))
         PTXLAB_THROW(InputError, "fused_step takes I <= 800 and O <= 32, got I = {}, O = {}", I, O);
     OptimConfig o;
     o.kind = static_cast<OptimKind>(c.shape[5]);
@@ -584,7 +603,8 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
     NetParams net = random_net(rng, {I, H, O});
     std::vector<float> X = random_vector(rng, size_t(B) * I, 0.0f, 1.0f);
     std::vector<float> T = random_targets(rng, B, O);
-    RefFusedStep r = ref_fused_step(net, X, T, B, loss, scale, act);
+    const TcProducts products = tc_step_products(B, I);
+    RefFusedStep r = ref_fused_step(net, X, T, B, loss, scale, act, tc ? &products : nullptr);
 
     // The flat arrays: parameters, their gradient (the reference's), the state.
     std::vector<float> P;
@@ -614,18 +634,22 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
         return v;
     };
     const std::vector<float> sync = {0.0f, 0.0f};
+    // The outputs in data-flow order (verify lists mismatches in this order): A, Y, then the
+    // updated parameters and state.
     h.tensors = {{"X", {B, I}, Role::In, X},
                  {"T", {B, O}, Role::In, T},
-                 {"P", {N}, Role::InOut, std::move(P)},
                  {"A", {B, H}, Role::Out, {}},
                  {"Y", {B, O}, Role::Out, {}},
+                 {"P", {N}, Role::InOut, std::move(P)},
                  {"Yp", {fused_step_partials(B, H, O)}, Role::In,
                   std::vector<float>(fused_step_partials(B, H, O), std::bit_cast<float>(kPoison))},
                  {"sync", {2}, Role::In, sync},
                  {"hyp", {4}, Role::In, {hy.lr, hy.step_size, hy.bc2_sqrt, hy.decay}},
                  // Z: scratch for the pre-activations (written and read when act is not ReLU).
                  {"Z", {B, H}, Role::In, std::vector<float>(size_t(B) * H, std::bit_cast<float>(kPoison))}};
-    h.tensors[2].parts = parts;  // P
+    if (tc) h.tensors.erase(h.tensors.begin() + 5, h.tensors.begin() + 7);  // no Yp, no sync
+    if (tc) h.tensors.pop_back();                                           // no Z
+    h.tensors[4].parts = parts;  // P
     if (use_m) {
         h.expected["M"] = std::move(after.M);
         h.tensors.push_back({"M", {N}, Role::InOut, std::move(M)});
@@ -644,12 +668,13 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng) {
         a.M = use_m ? ptr(m, "M") : 0;
         a.V = use_v ? ptr(m, "V") : 0;
         a.hyp = ptr(m, "hyp");
-        a.Yp = ptr(m, "Yp");
-        a.sync = ptr(m, "sync");
         a.loss = loss;
         a.scale = scale;
         a.optim = o;
         a.act = act;
+        if (tc) return launch_tc_step(k, a, s);
+        a.Yp = ptr(m, "Yp");
+        a.sync = ptr(m, "sync");
         a.D1 = ptr(m, "Z");
         launch_fused_step(k, a, s);
     };
@@ -665,7 +690,7 @@ Harness make_harness(const VerifyCase& c, Rng& rng) {
     if (variants) return make_optim_harness(c, rng);
     if (c.entry == "gather") return make_gather_harness(c, rng);
     if (c.entry == "outer") return make_outer_harness(c, rng);
-    if (c.entry == "fused_step") return make_step_harness(c, rng);
+    if (c.entry == "fused_step" || c.entry == "tc_step") return make_step_harness(c, rng);
     if (c.entry.rfind("fused_", 0) == 0) return make_fused_harness(c, rng);
     return make_mlp_harness(c, rng);
 }

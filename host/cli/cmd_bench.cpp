@@ -83,8 +83,8 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
     sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference "
                     "fused:adam fused/single fused/split fused/split:adam fused/serial fused:classic; "
-                    "NAME/single: one launch of fused_step a step, as train --steps-per-launch 1; NAME/split: the "
-                    "fused set's separate launches, as train --three-launches; NAME/serial: those separate launches "
+                    "NAME/single: one launch of fused_step (tc_step for tc) a step, as train --steps-per-launch 1; "
+                    "NAME/split: the fused or tc set's separate launches, as train --three-launches; NAME/serial: those separate launches "
                     "without programmatic dependent launches, as train --three-launches --no-overlap; :adam: Adam at "
                     "lr 1e-3; :classic: train --preset classic (MSE, plain SGD, constant lr); no recipe: train's "
                     "default, cross-entropy and Nesterov)");

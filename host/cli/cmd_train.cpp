@@ -400,9 +400,10 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "then the optimizer kernel; for batches up to 64 the whole step, any loss and optimizer, in one "
                     "launch, ptx/step.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads "
                     "per sample: fused_forward, fused_output, outer, batch_mean, optimizer; 2-layer networks, "
-                    "sm_90), tc (tensor cores, TF32 mma.sync with FP32 sums: tc_forward for the hidden layer, "
-                    "fused_output, tc_grad_weights for both layers' gradients, optimizer; 2-layer ReLU networks, "
-                    "sm_90; ptx/tc.ptx), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, "
+                    "sm_90), tc (tensor cores, TF32 mma.sync with FP32 sums: for batches up to 64 the whole step "
+                    "in one launch of one 16-block cluster, tc_step, ptx/tcstep.ptx; otherwise tc_forward for "
+                    "the hidden layer, fused_output, tc_grad_weights for both layers' gradients, optimizer, "
+                    "ptx/tc.ptx; 2-layer ReLU networks, sm_90), ptx (the notebook's design: one thread per sample, ptx/grad.ptx, "
                     "batch_mean, optimizer), or their NVRTC twins fused-reference, fast-reference, tc-reference "
                     "and reference; auto = fused for 2 layers, ptx for 3. With --model conv layers: tc (auto) runs "
                     "their forward passes and both gradients on the tensor cores (ptx/tcconv.ptx, ptx/tcwgrad.ptx: TF32 "
@@ -415,10 +416,12 @@ void setup_train(CLI::App& app, Command& chosen) {
                   "fused set: each kernel starts when the previous one has finished (no programmatic dependent "
                   "launches); --model: the weight gradients on the main stream, not on side streams (same bits)");
     sub->add_flag("--three-launches", o->three_launches,
-                  "fused set: run the step as separate launches (fused_forward, fused_output, fused_grad, the "
-                  "optimizer kernel) instead of the one-launch fused_step (ptx/step.ptx)");
+                  "fused and tc sets: run the step as separate launches (fused_forward or tc_forward, "
+                  "fused_output, fused_grad or tc_grad_weights, the optimizer kernel) instead of the one-launch "
+                  "fused_step (ptx/step.ptx) or tc_step (ptx/tcstep.ptx)");
     sub->add_option("--steps-per-launch", o->steps_per_launch,
-                    "fused set, one-launch step: steps that one launch of fused_step runs back to back, with no "
+                    "fused and tc sets, one-launch step: steps that one launch of fused_step or tc_step runs back "
+                    "to back, with no "
                     "launch between them (0: every step of a chunk of 128; 1: a launch a step); the same results "
                     "bit for bit")
         ->capture_default_str();

@@ -11,33 +11,7 @@
 // own copy of b2 and of its optimizer state (updated by itself), and phase 2 reads X from
 // global memory.
 
-#include "recipe.cuh"  // activate, activate_grad: the sequences of fused.ptx and step.ptx
-
-// One parameter's optimizer step, PyTorch's rules, the instruction sequence of optim.cu
-// (and of step.ptx's optimizer_update). kind: recipe.hpp's optim_code (0 sgd, 1 momentum,
-// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop); h: this step's {lr, step_size, bc2_sqrt, decay}.
-__device__ __forceinline__ void optimizer_update(float& p, float& m, float& v, float g, unsigned kind, float4 h,
-                                                 float mu, float beta1, float beta2, float eps, float alpha,
-                                                 float wd)
-{
-    if (kind == 4) p = __fmul_rn(p, h.w);
-    else if (wd != 0.0f) g = __fmaf_rn(wd, p, g);
-    if (kind <= 2) {
-        if (kind >= 1) {
-            m = __fadd_rn(__fmul_rn(mu, m), g);
-            g = kind == 2 ? __fmaf_rn(mu, m, g) : m;
-        }
-        p = __fmaf_rn(-h.x, g, p);
-    } else if (kind <= 4) {
-        m = __fmaf_rn(__fsub_rn(1.0f, beta1), __fsub_rn(g, m), m);
-        v = __fmaf_rn(__fsub_rn(1.0f, beta2), __fmul_rn(g, g), __fmul_rn(v, beta2));
-        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), h.z), eps);
-        p = __fmaf_rn(-h.y, __fdiv_rn(m, denom), p);
-    } else {
-        v = __fmaf_rn(__fsub_rn(1.0f, alpha), __fmul_rn(g, g), __fmul_rn(v, alpha));
-        p = __fmaf_rn(-h.x, __fdiv_rn(g, __fadd_rn(__fsqrt_rn(v), eps)), p);
-    }
-}
+#include "recipe.cuh"  // activate, activate_grad, optimizer_update: the sequences of fused.ptx and step.ptx
 
 // p's optimizer step with its state at the same index in M and V (a null buffer: no state).
 __device__ __forceinline__ float step_param(float* P, float* M, float* V, size_t i, float p, float sum, float scale,

@@ -451,8 +451,20 @@ TEST_CASE("tc: --kernels tc and tc-reference, the kernels a run loads, the recip
     CHECK(to_string(KernelChoice{Design::Tc, KernelSource::Reference}) == "tc-reference");
     TrainConfig cfg;
     cfg.kernels = parse_kernel_choice("tc");
+    // Batch 64 (the default): the whole step in one tc_step launch; the forward kernels stay
+    // for the evaluation.
+    CHECK(training_entries(cfg) == std::vector<std::string>{"tc_forward", "fused_output", "tc_step", "gather"});
+    // Larger batches, or --three-launches: the separate launches and the optimizer kernel.
     const std::vector<std::string> want = {"tc_forward", "fused_output", "tc_grad_weights", "optim_sgd", "gather"};
+    cfg.batch = 65;
     CHECK(training_entries(cfg) == want);
+    cfg.batch = 64;
+    cfg.one_launch = false;
+    CHECK(training_entries(cfg) == want);
+    cfg.one_launch = true;
+    cfg.layers = {784, 129, 10};  // past tc_step's 128 hidden units
+    CHECK(training_entries(cfg) == want);
+    cfg.layers = {784, 128, 10};
     CHECK(forward_entries(Design::Tc, cfg.layers) == std::vector<std::string>{"tc_forward", "fused_output"});
     cfg.validate_flags();  // the default recipe (ReLU, 784-128-10) runs
     cfg.activation = Activation::Gelu;

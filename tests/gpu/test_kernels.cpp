@@ -6,6 +6,7 @@
 #include "ptx_text.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
+#include "tcstep.hpp"
 #include "verify.hpp"
 
 #include <doctest/doctest.h>
@@ -150,14 +151,14 @@ TEST_CASE("kernels: fused_step, both sets, every loss, optimizer and activation"
 }
 
 namespace {
-// fused_step with S steps in one launch, and as S launches of one step, on S random
-// batches from one random network and optimizer state, with a different learning rate
-// each step; every output of each run, as bits.
+// A one-launch step kernel (fused_step, or tc_step: ReLU) with S steps in one launch, and as
+// S launches of one step, on S random batches from one random network and optimizer state,
+// with a different learning rate each step; every output of each run, as bits.
 struct StepRun {
     std::vector<std::vector<float>> out;  // P (W1 b1 W2 b2) M V A Y
 };
-StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, Loss loss,
-                  OptimKind kind, unsigned act, bool one_launch, uint64_t seed) {
+StepRun run_steps(const std::string& entry, KernelSource src, unsigned B, unsigned I, unsigned H, unsigned O,
+                  unsigned S, Loss loss, OptimKind kind, unsigned act, bool one_launch, uint64_t seed) {
     Rng rng(seed);  // the same inputs for every run of one seed
     auto rand = [&](size_t n, float lo, float hi) {
         std::vector<float> v(n);
@@ -176,8 +177,12 @@ StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned
     std::vector<StepHyper> hyp;
     for (unsigned j = 0; j < S; ++j) hyp.push_back(step_hyper(o, rng.uniform(0.01f, 0.3f), 10 + j));
 
-    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), {"fused_step"});
-    const Kernel& k = ks.get("fused_step");
+    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), {entry});
+    const Kernel& k = ks.get(entry);
+    auto launch = [&](const FusedArgs& a, CUstream st) {
+        if (entry == "tc_step") launch_tc_step(k, a, st);
+        else launch_fused_step(k, a, st);
+    };
     std::vector<DeviceBuffer> p;  // P M V A Y: A and Y start as poison (random bits here)
     for (size_t i = 0; i < init.size(); ++i) {
         p.emplace_back(init[i].size() * 4, "p");
@@ -207,7 +212,7 @@ StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned
     a.D1 = dZ.ptr();  // fused_step's Z scratch
     if (one_launch) {
         a.steps = S;
-        launch_fused_step(k, a, st.get());
+        launch(a, st.get());
     } else {
         for (unsigned j = 0; j < S; ++j) {
             FusedArgs b = a;
@@ -215,7 +220,7 @@ StepRun run_steps(KernelSource src, unsigned B, unsigned I, unsigned H, unsigned
             b.T += size_t(j) * B * O * 4;
             b.Y += size_t(j) * B * O * 4;
             b.hyp += size_t(j) * sizeof(StepHyper);
-            launch_fused_step(k, b, st.get());
+            launch(b, st.get());
         }
     }
     st.synchronize();
@@ -231,14 +236,14 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void check_steps_in_one_launch(unsigned B, unsigned I, unsigned H, unsigned O, unsigned S, Loss loss, OptimKind kind,
-                               unsigned act = kActRelu) {
+                               unsigned act = kActRelu, const std::string& entry = "fused_step") {
     const uint64_t seed = std::random_device{}();
-    INFO("B=", B, " I=", I, " H=", H, " O=", O, " steps=", S, " loss ", to_string(loss), " optimizer ", to_string(kind),
-         " activation ", act, " seed ", seed);
-    const StepRun ptx_one = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, act, true, seed);
-    const StepRun ptx_many = run_steps(KernelSource::Ptx, B, I, H, O, S, loss, kind, act, false, seed);
-    const StepRun ref_one = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, act, true, seed);
-    const StepRun ref_many = run_steps(KernelSource::Reference, B, I, H, O, S, loss, kind, act, false, seed);
+    INFO(entry, " B=", B, " I=", I, " H=", H, " O=", O, " steps=", S, " loss ", to_string(loss), " optimizer ",
+         to_string(kind), " activation ", act, " seed ", seed);
+    const StepRun ptx_one = run_steps(entry, KernelSource::Ptx, B, I, H, O, S, loss, kind, act, true, seed);
+    const StepRun ptx_many = run_steps(entry, KernelSource::Ptx, B, I, H, O, S, loss, kind, act, false, seed);
+    const StepRun ref_one = run_steps(entry, KernelSource::Reference, B, I, H, O, S, loss, kind, act, true, seed);
+    const StepRun ref_many = run_steps(entry, KernelSource::Reference, B, I, H, O, S, loss, kind, act, false, seed);
     const char* names[] = {"P", "M", "V", "A", "Y"};
     for (size_t i = 0; i < 5; ++i) {
         INFO(names[i]);
@@ -260,6 +265,27 @@ TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launc
     check_steps_in_one_launch(64, 100, 2000, 10, 3, Loss::Ce, OptimKind::Momentum);  // 125 tiles: clusters loop over tiles
     check_steps_in_one_launch(64, 784, 128, 10, 4, Loss::Ce, OptimKind::Nesterov, kActTanh);  // activations through Z
     check_steps_in_one_launch(65, 13, 5, 3, 3, Loss::Ce, OptimKind::Adam, kActGelu);
+}
+
+// tc_step (tcstep.ptx): whole steps in one 16-block cluster, TF32 products. Shape
+// B,I,H,O,loss,optim (ReLU).
+TEST_CASE("kernels: tc_step, both sets, every loss and optimizer") {
+    for (unsigned loss : {0u, 1u})
+        for (unsigned optim = 0; optim < 6; ++optim) {
+            CAPTURE(loss);
+            CAPTURE(optim);
+            check_both_sets("tc_step", {64, 784, 128, 10, loss, optim});  // the MNIST step
+        }
+    check_both_sets("tc_step", {37, 300, 72, 7, 1, 5});   // 13 blocks with columns, 9 with units
+    check_both_sets("tc_step", {5, 13, 9, 3, 0, 4});      // single-float copies, a part-empty unit block
+    check_both_sets("tc_step", {64, 896, 128, 16, 1, 1});  // the limits: 56 columns in each of 16 blocks
+}
+
+TEST_CASE("kernels: tc_step runs S steps in one launch bit for bit as S launches of one step, both sets") {
+    check_steps_in_one_launch(64, 784, 128, 10, 5, Loss::Ce, OptimKind::Nesterov, kActRelu, "tc_step");
+    check_steps_in_one_launch(64, 784, 128, 10, 4, Loss::Ce, OptimKind::Adam, kActRelu, "tc_step");
+    check_steps_in_one_launch(37, 300, 72, 7, 3, Loss::Mse, OptimKind::Sgd, kActRelu, "tc_step");
+    check_steps_in_one_launch(5, 13, 9, 3, 4, Loss::HalfSse, OptimKind::RmsProp, kActRelu, "tc_step");
 }
 
 // The CNN's kernels (conv.ptx, pool.ptx): the issue's network's layers at batch 64, and odd
@@ -392,6 +418,52 @@ TEST_CASE("kernels: a tc_conv_bwd_weights with a wrong fragment layout is caught
     CHECK(r.mismatches[0].find("dW[") == 0);
     RunResult run = run_command(ptxlab_cmd("verify --kernel tc_conv_bwd_weights --shape 64,32,14,14,64,3,1 --ptx-dir " +
                                            t.path.string()));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
+namespace {
+// tc_step with a planted bug: a copy of ptx/tcstep.ptx whose mma.sync of one product take
+// their A fragment as {a0, a2, a1, a3} (rows g and g+8 of each 16-row tile swap columns
+// 0..3 and 4..7 of the k tile): those of the forward product (A, Y and everything after are
+// wrong), or with `gradient` those of W1's gradient (A and Y right, W1 wrong). Every output is
+// still written.
+CaseResult planted_tc_step(const TempDir& t, bool gradient, size_t count) {
+    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/tcstep.ptx").text;
+    const std::string right = "{fa0, fa1, fa2, fa3}, {fb", wrong = "{fa0, fa2, fa1, fa3}, {fb";
+    size_t planted = 0;
+    for (size_t at = src.find(right); at != std::string::npos; at = src.find(right, at + 1)) {
+        const size_t brace = src.find('{', src.rfind("mma.sync", at));  // the accumulators: {c0, or {cw0,
+        if ((src.compare(brace, 3, "{cw") == 0) != gradient) continue;
+        src.replace(at, right.size(), wrong);
+        ++planted;
+    }
+    REQUIRE(planted == count);
+    write_text(t.file("tcstep.ptx"), src);
+    return verify_one("tc_step", {64, 784, 128, 10, 1, 2}, KernelDirs::from_ptx_dir(t.path.string()));
+}
+}  // namespace
+
+TEST_CASE("kernels: a tc_step with a wrong fragment layout is caught by verify") {
+    {
+        TempDir t;
+        CaseResult r = planted_tc_step(t, false, 8);  // the eight mma of the forward product's k loop
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("A[") == 0);  // verify lists A, Y, then the parameters
+    }
+    TempDir t;
+    CaseResult r = planted_tc_step(t, true, 7);  // the seven mma of W1's gradient
+    INFO(format_result(r));
+    check_planted_caught(r);
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find("W1[") == 0);  // A and Y, listed before the parameters, are right
+    RunResult run = run_command(
+        ptxlab_cmd("verify --kernel tc_step --shape 64,784,128,10,1,2 --ptx-dir " + t.path.string()));
     CAPTURE(run.output);
     CHECK(run.code == 1);
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
