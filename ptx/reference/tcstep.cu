@@ -2,12 +2,12 @@
 //
 // Whole training steps of the 2-layer ReLU MLP in ONE cluster of 16 blocks, `steps` of them in
 // one launch: the two large products (X W1^T and D1^T X) on the tensor cores (mma.sync m16n8k8,
-// TF32 inputs), everything else in FP32, the ranks' slices swapped through distributed shared
-// memory between four cluster barriers a step. See the header of tcstep.ptx for the maths, the
-// launch shape, the limits, what each rank owns and the summation order. This file follows it
-// phase by phase: the same launch shape, the same shared-memory map (the PTX's byte offsets in
-// the launch's dynamic shared memory, so that a peer's slice is at the same address), the same
-// cluster barriers and the same operations in the same order:
+// TF32 inputs), everything else in FP32. See the header of tcstep.ptx for the maths, the launch
+// shape, the limits, what each rank owns and the summation order. This file computes the same
+// values in the same order with plainer data movement: each rank writes its slices into its own
+// shared memory and the others read them (__cluster_map_shared_rank) after a cluster barrier,
+// four a step (the PTX pushes them with bulk copies onto mbarriers, with no cluster barrier);
+// the same launch shape and the same operations in the same order:
 //   - every mma.sync gets the same fragments (cvt.rna.tf32.f32 of the same values, through
 //     inline asm) in the same slots and the same accumulator, and each accumulator's chain runs
 //     over the k tiles in the same order from +0. The tensor core's order and rounding inside
@@ -19,16 +19,20 @@
 //     optimizer_update, optim.ptx's sequence as the PTX's optimizer_update (whose shortcut
 //     for zero state selects the same bits, and which the PTX inlines for SGD's family);
 // so the two agree bit for bit. Laid out more plainly than in the PTX: the fragments are plain
-// shared loads (the PTX reads X, W1 and D1 with ldmatrix.x4: the same values in the same
-// slots), both products go through one helper (warp_mma) that takes the A and B elements and
-// the epilogue as lambdas, X's slice of a step is copied synchronously at the start of that
-// step (the PTX's cp.async copies it one step ahead into the other buffer), and the peers'
-// slices are read one float at a time through __cluster_map_shared_rank.
+// shared loads (the PTX reads X and W1 with ldmatrix.x4 and rounds X to TF32 once a step: the
+// same values in the same slots), the warps tile the forward product differently (which warp
+// computes a tile does not change its chain), both products go through one helper (warp_mma)
+// that takes the A and B elements and the epilogue as lambdas, X's slice of a step is copied
+// synchronously at the start of that step (the PTX loads it a step ahead), the softmax walks a
+// sample's row in one thread (the PTX computes the row's e side by side: the same values, the
+// same sum order), and the peers' slices are read one float at a time.
 
 #include "recipe.cuh"  // optimizer_update: the sequence of optim.ptx, step.ptx and tcstep.ptx
 
-// ---- The shared-memory map of tcstep.ptx: byte offsets in the dynamic shared memory, row
-// strides in floats. ZP and D1T share their bytes (d1t is used in phase 5 only).
+// ---- This twin's shared-memory map (the first version of tcstep.ptx's: the PTX now lays its
+// exchange buffers out by unit block): byte offsets in the dynamic shared memory (of which the
+// host passes tcstep.hpp's kTcStepSmem, more than this), row strides in floats. ZP and D1T
+// share their bytes (d1t is used in phase 5 only).
 constexpr unsigned kW1S = 0, kM1S = 30720, kV1S = 61440;   // [128][60] W1's slice, its m, its v
 constexpr unsigned kXS = 92160;                            // 2 x [64][60] X's slice (buffer j % 2)
 constexpr unsigned kZP = 122880, kD1T = 122880;            // [64][136] zp; [128][68] d1t
@@ -41,7 +45,7 @@ constexpr unsigned kB2S = 171872, kMB2 = 171936, kVB2 = 172000;  // [16] this ra
 constexpr unsigned kYROW = 172064, kEnd = 172320;          // [4][16] Y of this rank's samples
 constexpr unsigned kLdW = 60, kLdZ = 136, kLdD = 68, kLdO = 16, kLdU = 8;  // W1s and xs; zp; d1t; [.][O]; [.][8]
 static_assert(kEnd == kYROW + 4 * kLdO * 4 && kD1T + 128 * kLdD * 4 == kYP && kZP + 64 * kLdZ * 4 == kYP,
-              "tcstep.ptx's shared-memory map");
+              "the twin's shared-memory map");
 
 // cvt.rna.tf32.f32: nearest, ties away from zero, the 13 low bits cleared; a tf32 in a .b32.
 __device__ __forceinline__ unsigned tf32(float x)
