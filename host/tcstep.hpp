@@ -17,7 +17,7 @@ namespace ptxlab {
 
 inline constexpr unsigned kTcStepCluster = 16;      // blocks: the whole grid is one cluster
 inline constexpr unsigned kTcStepBlock = 256;       // threads a block (8 warps)
-inline constexpr unsigned kTcStepSmem = 207168;     // dynamic shared memory a block (the PTX's map)
+inline constexpr unsigned kTcStepSmem = 224576;     // dynamic shared memory a block (the PTX's map)
 inline constexpr unsigned kTcStepMaxB = 64, kTcStepMaxI = 896, kTcStepMaxH = 128, kTcStepMaxO = 16;
 
 // Why tc_step cannot take these sizes (empty when it can): 1 <= B <= 64, I <= 896,

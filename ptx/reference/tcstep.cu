@@ -116,12 +116,20 @@ __device__ __forceinline__ float rank_sum(float* p, unsigned n)
     return z;
 }
 
-// The add.rn chain over s = 0 .. n-1 of p[s * ld] from +0.
+// A sum over s = 0 .. n-1 in four chains side by side, as tcstep.ptx takes W2's and the
+// biases' gradients: chain r = step(...step(+0, r), r + 4 ...) over s = r, r + 4, ... < n, then
+// (c0 + c1) + (c2 + c3), each add.rn.
+template <class Step> __device__ __forceinline__ float sum4(unsigned n, Step step)
+{
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (unsigned s = 0; s < n; ++s) c[s % 4] = step(c[s % 4], s);
+    return __fadd_rn(__fadd_rn(c[0], c[1]), __fadd_rn(c[2], c[3]));
+}
+
+// sum4 of the add.rn steps over p[s * ld].
 __device__ __forceinline__ float column_sum(const float* p, unsigned ld, unsigned n)
 {
-    float sum = 0.0f;
-    for (unsigned s = 0; s < n; ++s) sum = __fadd_rn(sum, p[s * ld]);
-    return sum;
+    return sum4(n, [p, ld](float c, unsigned s) { return __fadd_rn(c, p[s * ld]); });
 }
 
 // D2 of one output of one sample for loss 1, fused_step's softmax: m = the max.f32 chain over
@@ -283,8 +291,9 @@ tc_step(const float* X, const float* T, float* P, float* M, float* V, float* A, 
         if (tid < 8 * O) {  // W2[o][u0 + j]
             const unsigned o = tid / 8, j = tid % 8;
             if (u0 + j < H) {
-                float sum = 0.0f;
-                for (unsigned s = 0; s < B; ++s) sum = __fmaf_rn(d2f[s * kLdO + o], as[s * kLdU + j], sum);
+                const float sum = sum4(B, [&](float c, unsigned s) {
+                    return __fmaf_rn(d2f[s * kLdO + o], as[s * kLdU + j], c);
+                });
                 update(w2s + tid, m2s + tid, v2s + tid, sum);
             }
         } else if (tid >= 128 && tid < 128 + O) {  // this rank's copy of b2[o]
