@@ -47,6 +47,8 @@ double gamma_or_inf(double n) { return n * kU >= 1.0 ? INFINITY : n * kU / (1.0 
 
 size_t tc_forward_tiles(unsigned B, unsigned H) { return tiles_of(B, H); }
 
+size_t tc_forward_blocks(unsigned B, unsigned H) { return ((size_t(B) + 31) / 32) * ((size_t(H) + 31) / 32); }
+
 std::string tc_unfit(unsigned B, unsigned I, unsigned H) {
     return unfit("tc_forward", "H", B, I, H, B && H ? tc_forward_tiles(B, H) : 0);
 }
@@ -54,9 +56,10 @@ std::string tc_unfit(unsigned B, unsigned I, unsigned H) {
 void launch_tc_forward(const Kernel& k, unsigned B, unsigned I, unsigned H, CUdeviceptr X, CUdeviceptr W,
                        CUdeviceptr b, CUdeviceptr A, unsigned act, CUstream s) {
     if (std::string why = tc_unfit(B, I, H); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
-    // One warp a 16 x 8 tile of A, 4 warps a block (ptx/tc.ptx). tc_unfit keeps the tiles below
-    // 2^32: the PTX's tile count and warp index (4 * block + 3 of the last block) fit 32 bits.
-    k.launch(tc_blocks(tc_forward_tiles(B, H)), kTcBlock, s, X, W, b, A, B, I, H, act);
+    // One block a 32 x 32 tile of A, 4 warps a block (ptx/tc.ptx); the twin's warps walk the
+    // 16 x 8 tiles with a grid stride. tc_unfit keeps the tiles below 2^32, so the blocks (an
+    // eighth of them) and the twin's tile and warp indices fit 32 bits.
+    k.launch(static_cast<unsigned>(tc_forward_blocks(B, H)), kTcBlock, s, X, W, b, A, B, I, H, act);
 }
 
 double tc_sum_bound(unsigned I) {
@@ -99,6 +102,8 @@ size_t tc_grad_input_tiles(unsigned B, unsigned I) { return tiles_of(B, I); }
 
 size_t tc_grad_weights_tiles(unsigned I, unsigned O) { return tiles_of(O, I); }
 
+size_t tc_grad_weights_blocks(unsigned I, unsigned O) { return ((size_t(O) + 31) / 32) * ((size_t(I) + 31) / 32); }
+
 std::string tc_grad_unfit(const std::string& entry, unsigned B, unsigned I, unsigned O) {
     const size_t tiles = entry == "tc_grad_weights" ? tc_grad_weights_tiles(I, O) : tc_grad_input_tiles(B, I);
     return unfit(entry, "O", B, I, O, tiles);
@@ -116,8 +121,10 @@ void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O,
                             CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, unsigned act, float scale, CUstream s) {
     if (std::string why = tc_grad_unfit("tc_grad_weights", B, I, O); !why.empty())
         PTXLAB_THROW(InputError, "{}", why);
-    // One warp a 16 x 8 tile of dW, 4 warps a block (ptx/tc.ptx); db by the warps of tile column 0.
-    k.launch(tc_blocks(tc_grad_weights_tiles(I, O)), kTcBlock, s, dW, db, dY, Y, X, B, I, O, act, scale);
+    // One block a 32 x 32 tile of dW, 4 warps a block (ptx/tc.ptx); the twin's warps walk the
+    // 16 x 8 tiles with a grid stride; db by the warps of tile column 0.
+    k.launch(static_cast<unsigned>(tc_grad_weights_blocks(I, O)), kTcBlock, s, dW, db, dY, Y, X, B, I, O, act,
+             scale);
 }
 
 double tc_bias_bound(unsigned B) { return gamma_or_inf(double(B)); }

@@ -62,8 +62,10 @@ inline constexpr unsigned kTcCols = 8;      // columns of a warp's tile (mma N) 
 inline constexpr unsigned kTcMaxSize = 1u << 31;  // B, I, H: the kernels' 32-bit index arithmetic
 inline constexpr unsigned kTcActNone = 0, kTcActRelu = 1;  // the tc kernels' act codes
 
-// ceil(B/16) * ceil(H/8): the warp tiles of tc_forward.
+// ceil(B/16) * ceil(H/8): the 16 x 8 mma tiles of tc_forward (the twin's warp tiles).
 size_t tc_forward_tiles(unsigned B, unsigned H);
+// ceil(B/32) * ceil(H/32): tc_forward's blocks, each a 32-sample x 32-unit tile of A.
+size_t tc_forward_blocks(unsigned B, unsigned H);
 
 // Why tc_forward cannot take these sizes (empty when it can): 1 <= B, I, H <= 2^31, and fewer
 // than 2^32 warp tiles (the PTX's 32-bit warp index).
@@ -85,6 +87,8 @@ Bounded ref_tc_forward(const std::vector<float>& X, const std::vector<float>& W,
 size_t tc_grad_input_tiles(unsigned B, unsigned I);
 // ceil(O/16) * ceil(I/8): the warp tiles of tc_grad_weights (16 outputs x 8 inputs of dW).
 size_t tc_grad_weights_tiles(unsigned I, unsigned O);
+// ceil(O/32) * ceil(I/32): tc_grad_weights' blocks, each a 32-output x 32-input tile of dW.
+size_t tc_grad_weights_blocks(unsigned I, unsigned O);
 
 // Why tc_grad_input or tc_grad_weights (entry) cannot take these sizes (empty when it can):
 // 1 <= B, I, O <= 2^31, and fewer than 2^32 warp tiles (the PTX's 32-bit warp index).

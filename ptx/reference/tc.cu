@@ -3,9 +3,9 @@
 //
 // tc_forward: a dense layer's forward pass, W[H][I] in nn.Linear's [out][in] layout:
 //   A[s][h] = act(b[h] + sum_{k < I} X[s][k] W[h][k]),  act 0 none, 1 ReLU (max(z, 0))
-// The same launch shape as the PTX (128 threads a block; warp w = 4 * block + tid/32 takes the
-// 16-sample x 8-unit tile (w / ceil(H/8), w % ceil(H/8)) of A; a warp past the last tile leaves
-// whole) and the same instructions in the same order: for k0 = 0, 8, ... < I the same fragments
+// The PTX's launch (128 threads a block, a block a 32 x 32 tile of A); here warp w = 4 * block +
+// tid/32, w + 4 * blocks, ... takes the 16-sample x 8-unit tiles (w / ceil(H/8), w % ceil(H/8))
+// of A, with the same instructions in the same order: for k0 = 0, 8, ... < I the same fragments
 // (g = lane/4, q = lane%4: a0 = X[s0+g][k0+q], a1 = X[s0+g+8][k0+q], a2 = X[s0+g][k0+q+4],
 // a3 = X[s0+g+8][k0+q+4], b0 = W[h0+g][k0+q], b1 = W[h0+g][k0+q+4], +0 outside X and W),
 // rounded by cvt.rna.tf32.f32 and fed to one mma.sync.m16n8k8 onto the accumulators c0..c3
@@ -28,33 +28,36 @@ __device__ __forceinline__ unsigned tf32(float x)
 extern "C" __global__ void tc_forward(const float* X, const float* W, const float* b, float* A,
                                       unsigned B, unsigned I, unsigned H, unsigned act)
 {
-    const unsigned nt = (H + 7) / 8, tiles = (B + 15) / 16 * nt;
-    const unsigned w = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= tiles) return;  // the whole warp: mma.sync needs all 32 lanes
-    const unsigned s0 = w / nt * 16, h0 = w % nt * 8, g = lane / 4, q = lane % 4;
-    const unsigned r0 = s0 + g, r1 = s0 + g + 8, hw = h0 + g;  // the lane's rows of X and W
-    // An element of X or W, +0 outside the matrix (the padding of a part-empty tile).
-    auto x_at = [&](unsigned s, unsigned k) { return s < B && k < I ? X[(size_t)s * I + k] : 0.0f; };
-    auto w_at = [&](unsigned h, unsigned k) { return h < H && k < I ? W[(size_t)h * I + k] : 0.0f; };
-    float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-    for (unsigned k0 = 0; k0 < I; k0 += 8) {
-        const unsigned k = k0 + q;
-        const unsigned a0 = tf32(x_at(r0, k)), a1 = tf32(x_at(r1, k));
-        const unsigned a2 = tf32(x_at(r0, k + 4)), a3 = tf32(x_at(r1, k + 4));
-        const unsigned b0 = tf32(w_at(hw, k)), b1 = tf32(w_at(hw, k + 4));
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-    // c0, c1: sample s0+g, units h0+2q, h0+2q+1; c2, c3: sample s0+g+8, the same units.
-    const float c[4] = {c0, c1, c2, c3};
-    for (unsigned e = 0; e < 4; ++e) {
-        const unsigned s = e < 2 ? r0 : r1, h = h0 + 2 * q + e % 2;
-        if (s >= B || h >= H) continue;
-        float z = __fadd_rn(c[e], b[h]);
-        if (act == 1) z = fmaxf(z, 0.0f);
-        A[(size_t)s * H + h] = z;
+    const unsigned nt = (H + 7) / 8, tiles = (B + 15) / 16 * nt, lane = threadIdx.x % 32;
+    // The warps walk the 16 x 8 tiles with a grid stride (the PTX's blocks take 32 x 32 tiles
+    // of A instead: which warp computes a tile changes none of its bits), a whole warp at a
+    // time, as mma.sync needs all 32 lanes.
+    for (unsigned w = blockIdx.x * 4 + threadIdx.x / 32; w < tiles; w += gridDim.x * 4) {
+        const unsigned s0 = w / nt * 16, h0 = w % nt * 8, g = lane / 4, q = lane % 4;
+        const unsigned r0 = s0 + g, r1 = s0 + g + 8, hw = h0 + g;  // the lane's rows of X and W
+        // An element of X or W, +0 outside the matrix (the padding of a part-empty tile).
+        auto x_at = [&](unsigned s, unsigned k) { return s < B && k < I ? X[(size_t)s * I + k] : 0.0f; };
+        auto w_at = [&](unsigned h, unsigned k) { return h < H && k < I ? W[(size_t)h * I + k] : 0.0f; };
+        float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+        for (unsigned k0 = 0; k0 < I; k0 += 8) {
+            const unsigned k = k0 + q;
+            const unsigned a0 = tf32(x_at(r0, k)), a1 = tf32(x_at(r1, k));
+            const unsigned a2 = tf32(x_at(r0, k + 4)), a3 = tf32(x_at(r1, k + 4));
+            const unsigned b0 = tf32(w_at(hw, k)), b1 = tf32(w_at(hw, k + 4));
+            asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                         : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        }
+        // c0, c1: sample s0+g, units h0+2q, h0+2q+1; c2, c3: sample s0+g+8, the same units.
+        const float c[4] = {c0, c1, c2, c3};
+        for (unsigned e = 0; e < 4; ++e) {
+            const unsigned s = e < 2 ? r0 : r1, h = h0 + 2 * q + e % 2;
+            if (s >= B || h >= H) continue;
+            float z = __fadd_rn(c[e], b[h]);
+            if (act == 1) z = fmaxf(z, 0.0f);
+            A[(size_t)s * H + h] = z;
+        }
     }
 }
 
@@ -113,9 +116,9 @@ extern "C" __global__ void tc_grad_input(float* dX, const float* dY, const float
 
 // tc_grad_weights: a dense layer's weight and bias gradients,
 //   dW[o][i] = scale * sum_{s < B} G[s][o] X[s][i],  db[o] = scale * sum_{s < B} G[s][o]
-// X [B][I], dY and Y [B][O], dW [O][I], db [O]. The PTX's launch shape (warp w takes the
-// 16-output x 8-input tile (w / ceil(I/8), w % ceil(I/8)) of dW) and instructions in the same
-// order: for s0 = 0, 8, ... < B the fragments (a0 = G[s0+q][o0+g], a1 = G[s0+q][o0+g+8],
+// X [B][I], dY and Y [B][O], dW [O][I], db [O]. The PTX's launch (a block a 32 x 32 tile of dW);
+// here warp w = 4 * block + tid/32, w + 4 * blocks, ... takes the 16-output x 8-input tiles
+// (w / ceil(I/8), w % ceil(I/8)) of dW, with the PTX's instructions in the same order: for s0 = 0, 8, ... < B the fragments (a0 = G[s0+q][o0+g], a1 = G[s0+q][o0+g+8],
 // a2 = G[s0+q+4][o0+g], a3 = G[s0+q+4][o0+g+8], b0 = X[s0+q][i0+g], b1 = X[s0+q+4][i0+g], +0
 // outside), each rounded by cvt.rna.tf32.f32, and one mma.sync onto c0..c3 (from +0);
 // dW = __fmul_rn(c, scale) (mul.rn). db: lanes 0..15 of the warps of tile column 0, lane l
@@ -124,30 +127,32 @@ extern "C" __global__ void tc_grad_input(float* dX, const float* dY, const float
 extern "C" __global__ void tc_grad_weights(float* dW, float* db, const float* dY, const float* Y, const float* X,
                                            unsigned B, unsigned I, unsigned O, unsigned act, float scale)
 {
-    const unsigned nt = (I + 7) / 8, tiles = (O + 15) / 16 * nt;
-    const unsigned w = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= tiles) return;  // the whole warp: mma.sync needs all 32 lanes
-    const unsigned n = w % nt, o0 = w / nt * 16, i0 = n * 8, g = lane / 4, q = lane % 4;
-    const unsigned u0 = o0 + g, u1 = o0 + g + 8, iw = i0 + g;  // the lane's outputs, column of X
-    auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[(size_t)s * I + i] : 0.0f; };
-    float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-    for (unsigned s0 = 0; s0 < B; s0 += 8) {
-        const unsigned s = s0 + q;
-        const unsigned a0 = tf32(g_at(dY, Y, s, u0, B, O, act)), a1 = tf32(g_at(dY, Y, s, u1, B, O, act));
-        const unsigned a2 = tf32(g_at(dY, Y, s + 4, u0, B, O, act)), a3 = tf32(g_at(dY, Y, s + 4, u1, B, O, act));
-        const unsigned b0 = tf32(x_at(s, iw)), b1 = tf32(x_at(s + 4, iw));
-        mma_tf32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
+    const unsigned nt = (I + 7) / 8, tiles = (O + 15) / 16 * nt, lane = threadIdx.x % 32;
+    // The warps walk the 16 x 8 tiles with a grid stride (the PTX's blocks take 32 x 32 tiles
+    // of dW), a whole warp at a time, as mma.sync needs all 32 lanes.
+    for (unsigned w = blockIdx.x * 4 + threadIdx.x / 32; w < tiles; w += gridDim.x * 4) {
+        const unsigned n = w % nt, o0 = w / nt * 16, i0 = n * 8, g = lane / 4, q = lane % 4;
+        const unsigned u0 = o0 + g, u1 = o0 + g + 8, iw = i0 + g;  // the lane's outputs, column of X
+        auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[(size_t)s * I + i] : 0.0f; };
+        float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+        for (unsigned s0 = 0; s0 < B; s0 += 8) {
+            const unsigned s = s0 + q;
+            const unsigned a0 = tf32(g_at(dY, Y, s, u0, B, O, act)), a1 = tf32(g_at(dY, Y, s, u1, B, O, act));
+            const unsigned a2 = tf32(g_at(dY, Y, s + 4, u0, B, O, act)), a3 = tf32(g_at(dY, Y, s + 4, u1, B, O, act));
+            const unsigned b0 = tf32(x_at(s, iw)), b1 = tf32(x_at(s + 4, iw));
+            mma_tf32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
+        }
+        // c0, c1: output o0+g, inputs i0+2q, i0+2q+1; c2, c3: output o0+g+8, the same inputs.
+        const float c[4] = {c0, c1, c2, c3};
+        for (unsigned e = 0; e < 4; ++e) {
+            const unsigned o = e < 2 ? u0 : u1, i = i0 + 2 * q + e % 2;
+            if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c[e], scale);
+        }
+        // db: the warps of tile column 0, lanes 0..15, each one output.
+        const unsigned o = o0 + lane;
+        if (n != 0 || lane >= 16 || o >= O) continue;
+        float acc = 0.0f;
+        for (unsigned s = 0; s < B; ++s) acc = __fadd_rn(acc, g_at(dY, Y, s, o, B, O, act));
+        db[o] = __fmul_rn(acc, scale);
     }
-    // c0, c1: output o0+g, inputs i0+2q, i0+2q+1; c2, c3: output o0+g+8, the same inputs.
-    const float c[4] = {c0, c1, c2, c3};
-    for (unsigned e = 0; e < 4; ++e) {
-        const unsigned o = e < 2 ? u0 : u1, i = i0 + 2 * q + e % 2;
-        if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c[e], scale);
-    }
-    // db: the warps of tile column 0, lanes 0..15, each one output.
-    const unsigned o = o0 + lane;
-    if (n != 0 || lane >= 16 || o >= O) return;
-    float acc = 0.0f;
-    for (unsigned s = 0; s < B; ++s) acc = __fadd_rn(acc, g_at(dY, Y, s, o, B, O, act));
-    db[o] = __fmul_rn(acc, scale);
 }
