@@ -139,7 +139,8 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "Y and idx the pool's), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
                     "conv_bwd_weights, tc_conv_bwd_weights: act 0 none, 1 ReLU), B,I,O,act (fc_bwd_data: act 0 none, 1 ReLU), N,C,H,W "
                     "(pool_fwd), N,C,H,W,mask (pool_bwd: mask 1 with the ReLU mask from pool_fwd's Y, 0 without), B,I,H,act (tc_forward: act 0 none, 1 ReLU), B,I,O,act (tc_grad_input, "
-                    "tc_grad_weights: act 0 none, 1 ReLU); loss is the output-delta "
+                    "tc_grad_weights: act 0 none, 1 ReLU), B,I,H,O,loss,optim (tc_step: ReLU; B <= 64, I <= 896, "
+                    "H <= 128, O <= 16); loss is the output-delta "
                     "code: 0 = y - t, 1 = softmax(y) - t; act the hidden activation: 0 relu, 1 leaky-relu, 2 tanh, "
                     "3 sigmoid, 4 gelu (the default set runs every activation, loss code and optimizer; --quick relu, "
                     "tanh and gelu)");

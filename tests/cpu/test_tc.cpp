@@ -5,6 +5,7 @@
 #include "reference.hpp"
 #include "rng.hpp"
 #include "tc.hpp"
+#include "tcstep.hpp"
 #include "train.hpp"
 #include "verify.hpp"
 
@@ -472,4 +473,36 @@ TEST_CASE("tc: --kernels tc and tc-reference, the kernels a run loads, the recip
     cfg.activation = Activation::Relu;
     cfg.layers = {784, 64, 32, 10};
     CHECK_THROWS_WITH_AS(cfg.validate_flags(), doctest::Contains("runs 2-layer networks"), InputError);
+}
+
+TEST_CASE("tc_step: its limits, its verify shapes, the runs that use it") {
+    CHECK(tc_step_unfit(64, 784, 128, 10).empty());
+    CHECK(tc_step_unfit(1, 1, 1, 1).empty());
+    CHECK(tc_step_unfit(64, 896, 128, 16).empty());
+    CHECK(tc_step_unfit(65, 784, 128, 10).find("B <= 64") != std::string::npos);
+    CHECK(tc_step_unfit(64, 897, 128, 10).find("I <= 896") != std::string::npos);
+    CHECK(tc_step_unfit(64, 784, 129, 10).find("H <= 128") != std::string::npos);
+    CHECK(tc_step_unfit(64, 784, 128, 17).find("O <= 16") != std::string::npos);
+    CHECK(tc_step_unfit(0, 784, 128, 10).find(">= 1") != std::string::npos);
+    // The verify shape: B,I,H,O,loss,optim; out-of-range sizes and codes are refused.
+    CHECK(shape_text({"tc_step", {64, 784, 128, 10, 1, 2}}) == "B=64 I=784 H=128 O=10 loss=1 optim=2 (nesterov)");
+    CHECK_NOTHROW(validate_case({"tc_step", {64, 784, 128, 10, 1, 2}}));
+    CHECK_THROWS_WITH_AS(validate_case({"tc_step", {65, 784, 128, 10, 1, 2}}), doctest::Contains("B <= 64"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(validate_case({"tc_step", {64, 784, 128, 10, 2, 2}}), doctest::Contains("loss code"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(validate_case({"tc_step", {64, 784, 128, 10, 1}}), doctest::Contains("(6 numbers), got 5"),
+                         InputError);
+    size_t n = 0;
+    for (const auto& c : default_cases()) n += c.entry == "tc_step";
+    CHECK(n == 8);
+    // train and bench run it for the tc set at batches up to 64 (the separate launches past it).
+    TrainConfig cfg;
+    cfg.kernels = parse_kernel_choice("tc-reference");
+    const auto one = training_entries(cfg);
+    CHECK(one.back() == "gather");
+    CHECK(std::find(one.begin(), one.end(), "tc_step") != one.end());
+    cfg.batch = 100;
+    const auto split = training_entries(cfg);
+    CHECK(std::find(split.begin(), split.end(), "tc_step") == split.end());
 }
