@@ -56,10 +56,11 @@ std::string tc_unfit(unsigned B, unsigned I, unsigned H) {
 void launch_tc_forward(const Kernel& k, unsigned B, unsigned I, unsigned H, CUdeviceptr X, CUdeviceptr W,
                        CUdeviceptr b, CUdeviceptr A, unsigned act, CUstream s) {
     if (std::string why = tc_unfit(B, I, H); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
-    // One block a 32 x 32 tile of A, 4 warps a block (ptx/tc.ptx); the twin's warps walk the
-    // 16 x 8 tiles with a grid stride. tc_unfit keeps the tiles below 2^32, so the blocks (an
-    // eighth of them) and the twin's tile and warp indices fit 32 bits.
-    k.launch(static_cast<unsigned>(tc_forward_blocks(B, H)), kTcBlock, s, X, W, b, A, B, I, H, act);
+    // One block a 32 x 32 tile of A, four k groups of 4 warps (ptx/tc.ptx); the twin's warps
+    // walk the 16 x 8 tiles with a grid stride. tc_unfit keeps the tiles below 2^32, so the
+    // blocks (an eighth of them) and the twin's tile and warp indices fit 32 bits.
+    k.launch_smem(static_cast<unsigned>(tc_forward_blocks(B, H)), kTcGroupBlock, kTcGroupSmem, s, X, W, b, A, B, I, H,
+                  act);
 }
 
 double tc_sum_bound(unsigned I) {
@@ -121,10 +122,10 @@ void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O,
                             CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, unsigned act, float scale, CUstream s) {
     if (std::string why = tc_grad_unfit("tc_grad_weights", B, I, O); !why.empty())
         PTXLAB_THROW(InputError, "{}", why);
-    // One block a 32 x 32 tile of dW, 4 warps a block (ptx/tc.ptx); the twin's warps walk the
-    // 16 x 8 tiles with a grid stride; db by the warps of tile column 0.
-    k.launch(static_cast<unsigned>(tc_grad_weights_blocks(I, O)), kTcBlock, s, dW, db, dY, Y, X, B, I, O, act,
-             scale);
+    // One block a 32 x 32 tile of dW, four k groups of 4 warps (ptx/tc.ptx); the twin's warps
+    // walk the 16 x 8 tiles with a grid stride; db by the warps of tile column 0.
+    k.launch_smem(static_cast<unsigned>(tc_grad_weights_blocks(I, O)), kTcGroupBlock, kTcGroupSmem, s, dW, db, dY, Y,
+                  X, B, I, O, act, scale);
 }
 
 double tc_bias_bound(unsigned B) { return gamma_or_inf(double(B)); }

@@ -2,8 +2,9 @@
 // they compute with a bound for TF32 inputs. Shared by verify (verify_tc.cpp) and the tests.
 //
 // tc_forward: A[s][h] = act(b[h] + sum_{k < I} X[s][k] W[h][k]), X [B][I], W [H][I] (nn.Linear's
-// [out][in]), b [H], A [B][H]; act 0 none, 1 ReLU. One warp a 16-sample x 8-unit tile of A, four
-// warps a block, one mma.sync.m16n8k8 (TF32) a tile of 8 columns of X and W (the PTX header).
+// [out][in]), b [H], A [B][H]; act 0 none, 1 ReLU. A block a 32 x 32 tile of A, four k groups of
+// four warps, each group summing every fourth 32-column chunk, one mma.sync.m16n8k8 (TF32) a
+// tile of 8 columns of X and W; the four chains joined by add.rn (the PTX header).
 //
 // The bound of A[s][h] (ref_tc_forward), with S = sum_k |x_k w_k| over the float inputs,
 // z = b[h] + sum_k x_k w_k in float64, u = 2^-24:
@@ -22,7 +23,10 @@
 //      ceil(I/8) mma of an output's chain (M <= S~, grown by the errors before) the sum is within
 //      gamma_{32 ceil(I/8)} S~ of the exact sum of the products, gamma_n = n u / (1 - n u).
 //      (Were every addition an FP32 add to nearest, gamma_I, a fourth of it, would do; TF32's
-//      2^-10 outweighs either: at I = 784 they are 2^-12.4 and 2^-14.4.)
+//      2^-10 outweighs either: at I = 784 they are 2^-12.4 and 2^-14.4.) The four k groups'
+//      chains: with I <= 32 there is one, and the others add +0 exactly; else each chain has
+//      at most ceil(I/8) - 1 mma, and the two add.rn that join them cost 2u each a term, so
+//      every product sees fewer than 32 ceil(I/8) roundings of u either way: the same gamma.
 //   3. The bias: z = add.rn(c, b[h]), one rounding: u (|z| + the error of c).
 //   So with e_c = tc_sum_bound(I) S:  |A - z| <= e_c + u (|z| + e_c).  ReLU is 1-Lipschitz:
 //   max(z, 0) is held to the same bound (no kink to skip), and where z + bound < 0 the kernel's
@@ -38,13 +42,16 @@
 // S = sum_o |G[s][o] W[o][i]|, |dX - sum| <= tc_sum_bound(O) S (no epilogue rounding).
 //
 // tc_grad_weights: dW[o][i] = scale sum_{s < B} G[s][o] X[s][i], db[o] = scale sum_s G[s][o],
-// X [B][I], dW [O][I], db [O]. One warp a 16-output x 8-input tile of dW, an mma a k tile of
-// 8 samples; db summed in FP32 by lanes 0..15 of the warps of tile column 0. Its bounds
+// X [B][I], dW [O][I], db [O]. A block a 32 x 32 tile of dW, four k groups of four warps, each
+// group every fourth 32-sample chunk, an mma a k tile of 8 samples, the chains joined by add.rn
+// as in tc_forward (the same argument: the bound below holds); db summed in FP32 by lanes
+// 0..15 of the warps of tile column 0, in the same four chains. Its bounds
 // (ref_tc_grad_weights), with S = sum_s |G[s][o] X[s][i]|, z = sum_s G[s][o] X[s][i] exact:
 //   dW: items 1 and 2 with K = B give c within e_c = tc_sum_bound(B) S of z; then
 //       mul.rn(c, scale), one rounding: |dW - scale z| <= |scale| (e_c + u (|z| + e_c)).
-//   db: a chain of B add.rn from +0 in sample order (the first is exact) is within
-//       gamma_{B-1} sum_s |G[s][o]| of the sum; with mul.rn by scale, gamma_{B-1} + u (1 +
+//   db: four chains of add.rn from +0 in sample order, joined by two add.rn: each term sees
+//       at most B - 1 roundings (fewer once there are two chains), so the sum is within
+//       gamma_{B-1} sum_s |G[s][o]|; with mul.rn by scale, gamma_{B-1} + u (1 +
 //       gamma_{B-1}) <= gamma_B: |db - scale sum| <= |scale| gamma_B sum_s |G[s][o]|
 //       (tc_bias_bound(B) = gamma_B).
 #pragma once
@@ -56,7 +63,13 @@
 
 namespace ptxlab {
 
-inline constexpr unsigned kTcBlock = 128;   // every tc kernel: threads a block (4 warps)
+inline constexpr unsigned kTcBlock = 128;   // tc_grad_input: threads a block (4 warps)
+// tc_forward and tc_grad_weights: four k groups of 4 warps a block, each group walking every
+// fourth 32-wide chunk of the sum with its own cp.async stages (184,320 bytes of dynamic
+// shared memory: 4 x 46,080), the four chains added at the end as (c0 + c1) + (c2 + c3).
+inline constexpr unsigned kTcKGroups = 4;
+inline constexpr unsigned kTcGroupBlock = 128 * kTcKGroups;
+inline constexpr unsigned kTcGroupSmem = 46080 * kTcKGroups;
 inline constexpr unsigned kTcRows = 16;     // rows of a warp's tile (mma M): samples of A and dX, outputs of dW
 inline constexpr unsigned kTcCols = 8;      // columns of a warp's tile (mma N) and of an mma's k tile (K)
 inline constexpr unsigned kTcMaxSize = 1u << 31;  // B, I, H: the kernels' 32-bit index arithmetic

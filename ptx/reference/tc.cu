@@ -3,13 +3,16 @@
 //
 // tc_forward: a dense layer's forward pass, W[H][I] in nn.Linear's [out][in] layout:
 //   A[s][h] = act(b[h] + sum_{k < I} X[s][k] W[h][k]),  act 0 none, 1 ReLU (max(z, 0))
-// The PTX's launch (128 threads a block, a block a 32 x 32 tile of A); here warp w = 4 * block +
-// tid/32, w + 4 * blocks, ... takes the 16-sample x 8-unit tiles (w / ceil(H/8), w % ceil(H/8))
-// of A, with the same instructions in the same order: for k0 = 0, 8, ... < I the same fragments
-// (g = lane/4, q = lane%4: a0 = X[s0+g][k0+q], a1 = X[s0+g+8][k0+q], a2 = X[s0+g][k0+q+4],
-// a3 = X[s0+g+8][k0+q+4], b0 = W[h0+g][k0+q], b1 = W[h0+g][k0+q+4], +0 outside X and W),
-// rounded by cvt.rna.tf32.f32 and fed to one mma.sync.m16n8k8 onto the accumulators c0..c3
-// (from +0), both through inline asm; then __fadd_rn(c, b[h]) and fmaxf(z, 0) for act 1.
+// The PTX's launch (512 threads a block, a block a 32 x 32 tile of A); here warp w = block *
+// warps + tid/32, then w + blocks * warps, ... takes the 16-sample x 8-unit tiles
+// (w / ceil(H/8), w % ceil(H/8)) of A, with the same instructions in the same order. Four
+// chains, as the PTX's four k groups: chain j over the 32-column chunks j, j + 4, j + 8, ...,
+// for each k0 = 0, 8, 16, 24 into its chunk (< I) the same fragments (g = lane/4, q = lane%4:
+// a0 = X[s0+g][k0+q], a1 = X[s0+g+8][k0+q], a2 = X[s0+g][k0+q+4], a3 = X[s0+g+8][k0+q+4],
+// b0 = W[h0+g][k0+q], b1 = W[h0+g][k0+q+4], +0 outside X and W), rounded by cvt.rna.tf32.f32
+// and fed to one mma.sync.m16n8k8 onto the chain's accumulators (from +0), both through inline
+// asm; then c = (c_0 + c_1) + (c_2 + c_3) by __fadd_rn, __fadd_rn(c, b[h]) and fmaxf(z, 0)
+// for act 1.
 //
 // Why the two agree bit for bit: the tensor core's order and rounding of the 8 products and c
 // inside one mma are not specified, but they are the hardware's, the same for both sets; the
@@ -25,32 +28,44 @@ __device__ __forceinline__ unsigned tf32(float x)
     return r;
 }
 
+// The four k groups' chains added as the PTX's REDUCE does: (c_0 + c_1) + (c_2 + c_3).
+__device__ __forceinline__ float sum4(float c0, float c1, float c2, float c3)
+{
+    return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
+}
+
 extern "C" __global__ void tc_forward(const float* X, const float* W, const float* b, float* A,
                                       unsigned B, unsigned I, unsigned H, unsigned act)
 {
-    const unsigned nt = (H + 7) / 8, tiles = (B + 15) / 16 * nt, lane = threadIdx.x % 32;
+    const unsigned nt = (H + 7) / 8, tiles = (B + 15) / 16 * nt, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
     // The warps walk the 16 x 8 tiles with a grid stride (the PTX's blocks take 32 x 32 tiles
     // of A instead: which warp computes a tile changes none of its bits), a whole warp at a
     // time, as mma.sync needs all 32 lanes.
-    for (unsigned w = blockIdx.x * 4 + threadIdx.x / 32; w < tiles; w += gridDim.x * 4) {
+    for (unsigned w = blockIdx.x * wpb + threadIdx.x / 32; w < tiles; w += gridDim.x * wpb) {
         const unsigned s0 = w / nt * 16, h0 = w % nt * 8, g = lane / 4, q = lane % 4;
         const unsigned r0 = s0 + g, r1 = s0 + g + 8, hw = h0 + g;  // the lane's rows of X and W
         // An element of X or W, +0 outside the matrix (the padding of a part-empty tile).
         auto x_at = [&](unsigned s, unsigned k) { return s < B && k < I ? X[(size_t)s * I + k] : 0.0f; };
         auto w_at = [&](unsigned h, unsigned k) { return h < H && k < I ? W[(size_t)h * I + k] : 0.0f; };
-        float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-        for (unsigned k0 = 0; k0 < I; k0 += 8) {
-            const unsigned k = k0 + q;
-            const unsigned a0 = tf32(x_at(r0, k)), a1 = tf32(x_at(r1, k));
-            const unsigned a2 = tf32(x_at(r0, k + 4)), a3 = tf32(x_at(r1, k + 4));
-            const unsigned b0 = tf32(w_at(hw, k)), b1 = tf32(w_at(hw, k + 4));
-            asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                         : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        float cj[4][4];  // chain j's c0..c3
+        for (unsigned j = 0; j < 4; ++j) {
+            float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+            for (unsigned ch = j; ch * 32 < I; ch += 4)
+                for (unsigned k0 = ch * 32; k0 < ch * 32 + 32 && k0 < I; k0 += 8) {
+                    const unsigned k = k0 + q;
+                    const unsigned a0 = tf32(x_at(r0, k)), a1 = tf32(x_at(r1, k));
+                    const unsigned a2 = tf32(x_at(r0, k + 4)), a3 = tf32(x_at(r1, k + 4));
+                    const unsigned b0 = tf32(w_at(hw, k)), b1 = tf32(w_at(hw, k + 4));
+                    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+                }
+            cj[j][0] = c0, cj[j][1] = c1, cj[j][2] = c2, cj[j][3] = c3;
         }
         // c0, c1: sample s0+g, units h0+2q, h0+2q+1; c2, c3: sample s0+g+8, the same units.
-        const float c[4] = {c0, c1, c2, c3};
+        float c[4];
+        for (unsigned e = 0; e < 4; ++e) c[e] = sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]);
         for (unsigned e = 0; e < 4; ++e) {
             const unsigned s = e < 2 ? r0 : r1, h = h0 + 2 * q + e % 2;
             if (s >= B || h >= H) continue;
@@ -116,43 +131,59 @@ extern "C" __global__ void tc_grad_input(float* dX, const float* dY, const float
 
 // tc_grad_weights: a dense layer's weight and bias gradients,
 //   dW[o][i] = scale * sum_{s < B} G[s][o] X[s][i],  db[o] = scale * sum_{s < B} G[s][o]
-// X [B][I], dY and Y [B][O], dW [O][I], db [O]. The PTX's launch (a block a 32 x 32 tile of dW);
-// here warp w = 4 * block + tid/32, w + 4 * blocks, ... takes the 16-output x 8-input tiles
-// (w / ceil(I/8), w % ceil(I/8)) of dW, with the PTX's instructions in the same order: for s0 = 0, 8, ... < B the fragments (a0 = G[s0+q][o0+g], a1 = G[s0+q][o0+g+8],
-// a2 = G[s0+q+4][o0+g], a3 = G[s0+q+4][o0+g+8], b0 = X[s0+q][i0+g], b1 = X[s0+q+4][i0+g], +0
-// outside), each rounded by cvt.rna.tf32.f32, and one mma.sync onto c0..c3 (from +0);
-// dW = __fmul_rn(c, scale) (mul.rn). db: lanes 0..15 of the warps of tile column 0, lane l
-// output o0 + l: acc = +0, __fadd_rn(acc, G[s][o]) for s = 0 .. B-1, db = __fmul_rn(acc, scale)
-// (add.rn, mul.rn: NVRTC may not contract or reorder them).
+// X [B][I], dY and Y [B][O], dW [O][I], db [O]. The PTX's launch (512 threads a block, a block a
+// 32 x 32 tile of dW); here warp w = block * warps + tid/32, then w + blocks * warps, ... takes
+// the 16-output x 8-input tiles (w / ceil(I/8), w % ceil(I/8)) of dW, with the PTX's
+// instructions in the same order. Four chains, as the PTX's four k groups: chain j over the
+// 32-sample chunks j, j + 4, j + 8, ..., for each s0 = 0, 8, 16, 24 into its chunk (< B) the
+// fragments (a0 = G[s0+q][o0+g], a1 = G[s0+q][o0+g+8], a2 = G[s0+q+4][o0+g],
+// a3 = G[s0+q+4][o0+g+8], b0 = X[s0+q][i0+g], b1 = X[s0+q+4][i0+g], +0 outside), each rounded
+// by cvt.rna.tf32.f32, and one mma.sync onto the chain's c0..c3 (from +0); then
+// c = (c_0 + c_1) + (c_2 + c_3) and dW = __fmul_rn(c, scale) (add.rn, mul.rn). db: lanes 0..15
+// of the warps of tile column 0, lane l output o0 + l: four chains over the same chunks,
+// acc_j = +0, __fadd_rn(acc_j, G[s][o]) for their samples in order, then
+// db = __fmul_rn((acc_0 + acc_1) + (acc_2 + acc_3), scale) (NVRTC may not contract or reorder
+// __fadd_rn and __fmul_rn).
 extern "C" __global__ void tc_grad_weights(float* dW, float* db, const float* dY, const float* Y, const float* X,
                                            unsigned B, unsigned I, unsigned O, unsigned act, float scale)
 {
-    const unsigned nt = (I + 7) / 8, tiles = (O + 15) / 16 * nt, lane = threadIdx.x % 32;
+    const unsigned nt = (I + 7) / 8, tiles = (O + 15) / 16 * nt, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
     // The warps walk the 16 x 8 tiles with a grid stride (the PTX's blocks take 32 x 32 tiles
     // of dW), a whole warp at a time, as mma.sync needs all 32 lanes.
-    for (unsigned w = blockIdx.x * 4 + threadIdx.x / 32; w < tiles; w += gridDim.x * 4) {
+    for (unsigned w = blockIdx.x * wpb + threadIdx.x / 32; w < tiles; w += gridDim.x * wpb) {
         const unsigned n = w % nt, o0 = w / nt * 16, i0 = n * 8, g = lane / 4, q = lane % 4;
         const unsigned u0 = o0 + g, u1 = o0 + g + 8, iw = i0 + g;  // the lane's outputs, column of X
         auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[(size_t)s * I + i] : 0.0f; };
-        float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-        for (unsigned s0 = 0; s0 < B; s0 += 8) {
-            const unsigned s = s0 + q;
-            const unsigned a0 = tf32(g_at(dY, Y, s, u0, B, O, act)), a1 = tf32(g_at(dY, Y, s, u1, B, O, act));
-            const unsigned a2 = tf32(g_at(dY, Y, s + 4, u0, B, O, act)), a3 = tf32(g_at(dY, Y, s + 4, u1, B, O, act));
-            const unsigned b0 = tf32(x_at(s, iw)), b1 = tf32(x_at(s + 4, iw));
-            mma_tf32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
+        float cj[4][4];  // chain j's c0..c3
+        for (unsigned j = 0; j < 4; ++j) {
+            float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+            for (unsigned ch = j; ch * 32 < B; ch += 4)
+                for (unsigned s0 = ch * 32; s0 < ch * 32 + 32 && s0 < B; s0 += 8) {
+                    const unsigned s = s0 + q;
+                    const unsigned a0 = tf32(g_at(dY, Y, s, u0, B, O, act)), a1 = tf32(g_at(dY, Y, s, u1, B, O, act));
+                    const unsigned a2 = tf32(g_at(dY, Y, s + 4, u0, B, O, act));
+                    const unsigned a3 = tf32(g_at(dY, Y, s + 4, u1, B, O, act));
+                    const unsigned b0 = tf32(x_at(s, iw)), b1 = tf32(x_at(s + 4, iw));
+                    mma_tf32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
+                }
+            cj[j][0] = c0, cj[j][1] = c1, cj[j][2] = c2, cj[j][3] = c3;
         }
         // c0, c1: output o0+g, inputs i0+2q, i0+2q+1; c2, c3: output o0+g+8, the same inputs.
-        const float c[4] = {c0, c1, c2, c3};
         for (unsigned e = 0; e < 4; ++e) {
             const unsigned o = e < 2 ? u0 : u1, i = i0 + 2 * q + e % 2;
-            if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c[e], scale);
+            const float c = sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]);
+            if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c, scale);
         }
         // db: the warps of tile column 0, lanes 0..15, each one output.
         const unsigned o = o0 + lane;
         if (n != 0 || lane >= 16 || o >= O) continue;
-        float acc = 0.0f;
-        for (unsigned s = 0; s < B; ++s) acc = __fadd_rn(acc, g_at(dY, Y, s, o, B, O, act));
-        db[o] = __fmul_rn(acc, scale);
+        float acc[4];
+        for (unsigned j = 0; j < 4; ++j) {
+            acc[j] = 0.0f;
+            for (unsigned ch = j; ch * 32 < B; ch += 4)
+                for (unsigned s = ch * 32; s < ch * 32 + 32 && s < B; ++s)
+                    acc[j] = __fadd_rn(acc[j], g_at(dY, Y, s, o, B, O, act));
+        }
+        db[o] = __fmul_rn(sum4(acc[0], acc[1], acc[2], acc[3]), scale);
     }
 }

@@ -35,7 +35,8 @@ float add_rz(float a, float b) {
 }
 
 // tc_forward as the PTX computes it, with a model of the tensor core that adds the 8 products
-// of an mma onto c one by one, each addition truncated. swap_a1_a2: the fragment registers a1
+// of an mma onto c one by one, each addition truncated: four chains (k group j takes the
+// 32-column chunks j, j + 4, ...), then (c0 + c1) + (c2 + c3) rounded to nearest. swap_a1_a2: the fragment registers a1
 // and a2 exchanged (tests/fixtures/tc/tc.ptx): in each 16 x 8 tile of X, rows 0..7 see rows
 // 8..15's columns 0..3 in their columns 4..7, and rows 8..15 rows 0..7's columns 4..7 in 0..3.
 std::vector<float> model_tc_forward(const std::vector<float>& X, const std::vector<float>& W,
@@ -46,16 +47,17 @@ std::vector<float> model_tc_forward(const std::vector<float>& X, const std::vect
     for (unsigned s = 0; s < B; ++s)
         for (unsigned h = 0; h < H; ++h) {
             const unsigned r = s % 16;
-            float c = 0.0f;
+            float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (unsigned k0 = 0; k0 < I; k0 += 8)
                 for (unsigned j = 0; j < 8; ++j) {
                     float x = x_at(s, k0 + j);
                     if (swap_a1_a2 && r < 8 && j >= 4) x = x_at(s + 8, k0 + j - 4);
                     if (swap_a1_a2 && r >= 8 && j < 4) x = x_at(s - 8, k0 + j + 4);
                     const float w = k0 + j < I ? W[size_t(h) * I + k0 + j] : 0.0f;
+                    float& c = cg[k0 / 32 % 4];
                     c = add_rz(c, tf32(x) * tf32(w));  // the product of two tf32 values is exact
                 }
-            float z = c + b[h];
+            float z = (cg[0] + cg[1]) + (cg[2] + cg[3]) + b[h];
             if (act == 1) z = std::max(z, 0.0f);
             A[size_t(s) * H + h] = z;
         }
@@ -130,8 +132,9 @@ std::vector<float> model_tc_grad_input(const std::vector<float>& dY, const std::
     return dX;
 }
 
-// tc_grad_weights the same way: dW lane by lane through warp_mma, then c * scale (a float
-// multiply, rounded to nearest); db as the designated lanes sum it. untransposed_a: the A
+// tc_grad_weights the same way: dW lane by lane through warp_mma in four chains (k group j the
+// 32-sample chunks j, j + 4, ...), (c0 + c1) + (c2 + c3), then c * scale (float operations,
+// rounded to nearest); db as the designated lanes sum it, in the same four chains. untransposed_a: the A
 // fragment loaded as tc_grad_input's (a0 = G[s0+g][o0+q], ...), G not transposed.
 struct WeightGrads {
     std::vector<float> dW, db;
@@ -145,8 +148,9 @@ WeightGrads model_tc_grad_weights(const std::vector<float>& dY, const std::vecto
     const unsigned nt = (I + 7) / 8;
     for (size_t t = 0; t < tc_grad_weights_tiles(I, O); ++t) {
         const unsigned o0 = unsigned(t / nt) * 16, i0 = unsigned(t % nt) * 8;
-        std::array<Lane, 32> L{};
+        std::array<std::array<Lane, 32>, 4> LG{};
         for (unsigned s0 = 0; s0 < B; s0 += 8) {
+            std::array<Lane, 32>& L = LG[s0 / 32 % 4];
             for (unsigned lane = 0; lane < 32; ++lane) {
                 const unsigned g = lane / 4, q = lane % 4;
                 Lane& l = L[lane];
@@ -164,13 +168,14 @@ WeightGrads model_tc_grad_weights(const std::vector<float>& dY, const std::vecto
         for (unsigned lane = 0; lane < 32; ++lane)
             for (unsigned e = 0; e < 4; ++e) {
                 const unsigned o = o0 + lane / 4 + (e < 2 ? 0 : 8), i = i0 + 2 * (lane % 4) + e % 2;
-                if (o < O && i < I) r.dW[size_t(o) * I + i] = L[lane].c[e] * scale;
+                const float c = (LG[0][lane].c[e] + LG[1][lane].c[e]) + (LG[2][lane].c[e] + LG[3][lane].c[e]);
+                if (o < O && i < I) r.dW[size_t(o) * I + i] = c * scale;
             }
         if (i0 != 0) continue;  // db: the warps of tile column 0, lanes 0..15
         for (unsigned lane = 0; lane < 16 && o0 + lane < O; ++lane) {
-            float acc = 0.0f;
-            for (unsigned s = 0; s < B; ++s) acc += G(s, o0 + lane);
-            r.db[o0 + lane] = acc * scale;
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (unsigned s = 0; s < B; ++s) acc[s / 32 % 4] += G(s, o0 + lane);
+            r.db[o0 + lane] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
         }
     }
     return r;
