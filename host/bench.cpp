@@ -79,10 +79,12 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
     if (entry == "grad2") return {entry, {B, kI, kH, kO, kLossSoftmax, kActRelu}};
     if (entry == "forward2") return {entry, {B, kI, kH, kO, kActRelu}};
     if (entry == "outer") return {entry, {B, kH, kI}};               // gW1 of one step
-    // The hidden layer's three products (B,I,H,act or B,I,O,act): A1, dX from D1 (the input's
-    // gradient, which a deeper network would need), and GW1.
-    if (entry == "tc_forward" || entry == "tc_grad_input" || entry == "tc_grad_weights")
-        return {entry, {B, kI, kH, kTcActRelu}};
+    // The hidden layer's three products (B,I,H,act or B,I,O,act) as training runs them: A1 with
+    // ReLU's epilogue; dX from D1 (the input's gradient, which a deeper network would need) and
+    // GW1 from D1, which fused_output has masked already (act 0, as fused_grad reads it).
+    const std::string_view base = tc_base_entry(entry);  // and their _bf16 versions
+    if (base == "tc_forward") return {entry, {B, kI, kH, kTcActRelu}};
+    if (base == "tc_grad_input" || base == "tc_grad_weights") return {entry, {B, kI, kH, kTcActNone}};
     // The default recipe's step: cross-entropy, Nesterov.
     if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov), kActRelu}};
     if (entry == "tc_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov)}};
@@ -90,7 +92,8 @@ VerifyCase bench_case(const std::string& entry, unsigned B) {
 }
 
 // The least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) an entry must do.
-std::pair<double, double> kernel_work(const std::string& e, double B) {
+std::pair<double, double> kernel_work(const std::string& entry, double B) {
+    const std::string e(tc_base_entry(entry));  // the _bf16 versions do the same work
     const double I = kI, H = kH, O = kO, params = H * I + H + O * H + O;
     if (e == "forward2") return {4 * (B * I + params + B * H + B * O), 2 * B * (I * H + H * O)};
     if (e == "grad2")  // forward, deltas, and the per-sample gradients written out
@@ -111,14 +114,15 @@ std::pair<double, double> kernel_work(const std::string& e, double B) {
         return {4 * (B * I + 2 * B * H + B * O + params), 2 * B * ((I + 1) * H + (H + 1) * O) + params};
     // The hidden layer's products at B,I,H: each reads its two matrices once and writes one.
     if (e == "tc_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
-    if (e == "tc_grad_input") return {4 * (2 * B * H + H * I + B * I), 2 * B * I * H};  // reads dY, Y, W
-    if (e == "tc_grad_weights") return {4 * (2 * B * H + B * I + H * I + H), 2 * B * I * H + B * H};
+    if (e == "tc_grad_input") return {4 * (B * H + H * I + B * I), 2 * B * I * H};  // reads D1 (act 0: no Y), W
+    if (e == "tc_grad_weights") return {4 * (B * H + B * I + H * I + H), 2 * B * I * H + B * H};
     return {0, 0};
 }
 
 std::vector<std::string> set_entries(const KernelChoice& k) {
     if (k.design == Design::Fused) return {"fused_step", "fused_forward", "fused_output", "fused_grad"};
     if (k.design == Design::Fast) return {"outer"};  // its other kernels are timed with the fused and seed sets
+    if (k.design == Design::Tc && k.bf16) return {"tc_forward_bf16", "tc_grad_input_bf16", "tc_grad_weights_bf16"};
     if (k.design == Design::Tc) return {"tc_step", "tc_forward", "tc_grad_input", "tc_grad_weights"};
     return {"forward2", "grad2", "batch_mean", "gather", "optim_sgd", "optim_adam"};
 }

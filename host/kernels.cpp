@@ -82,6 +82,10 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"tc_grad_input", "tc", {P, P, P, P, U, U, U, U}},
         // dW db dY Y X | B I O act | scale   (dW = scale G^T X, db = scale sum_s G)
         {"tc_grad_weights", "tc", {P, P, P, P, P, U, U, U, U, F}},
+        // The same three on BF16 inputs (m16n8k16), the same signatures (ptx/tcbf16.ptx).
+        {"tc_forward_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},
+        {"tc_grad_input_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},
+        {"tc_grad_weights_bf16", "tcbf16", {P, P, P, P, P, U, U, U, U, F}},
         // dW db X dY Y | N C H W K KS act | scale   (conv_bwd_weights' sums and signature, TF32 mma.sync)
         {"tc_conv_bwd_weights", "tcwgrad", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
         // X T P M V A Y hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
@@ -154,9 +158,11 @@ KernelChoice parse_kernel_choice(const std::string& name) {
     if (name == "fast-reference") return {Design::Fast, KernelSource::Reference};
     if (name == "tc") return {Design::Tc, KernelSource::Ptx};
     if (name == "tc-reference") return {Design::Tc, KernelSource::Reference};
+    if (name == "tc-bf16") return {Design::Tc, KernelSource::Ptx, true};
+    if (name == "tc-bf16-reference") return {Design::Tc, KernelSource::Reference, true};
     PTXLAB_THROW(InputError,
-                 "unknown kernel set '{}' (choose fused, fast, tc, ptx, fused-reference, fast-reference, tc-reference or "
-                 "reference)",
+                 "unknown kernel set '{}' (choose fused, fast, tc, tc-bf16, ptx, fused-reference, fast-reference, "
+                 "tc-reference, tc-bf16-reference or reference)",
                  name);
 }
 
@@ -165,7 +171,7 @@ std::string to_string(KernelChoice k) {
     switch (k.design) {
     case Design::Fused: return ptx ? "fused" : "fused-reference";
     case Design::Fast: return ptx ? "fast" : "fast-reference";
-    case Design::Tc: return ptx ? "tc" : "tc-reference";
+    case Design::Tc: return k.bf16 ? (ptx ? "tc-bf16" : "tc-bf16-reference") : (ptx ? "tc" : "tc-reference");
     case Design::Seed: break;
     }
     return to_string(k.source);
@@ -313,6 +319,36 @@ const Kernel& KernelSet::get(std::string_view entry) const {
     auto it = kernels_.find(entry);
     if (it == kernels_.end()) PTXLAB_THROW(Error, "internal error: kernel '{}' was not loaded", entry);
     return it->second;
+}
+
+void KernelSet::alias(std::string_view name, std::string_view entry) {
+    const Kernel k = get(entry);
+    kernels_.insert_or_assign(std::string(name), k);
+}
+
+namespace {
+constexpr const char* kTcBf16Names[] = {"tc_forward", "tc_grad_input", "tc_grad_weights"};
+}
+
+std::vector<std::string> with_precision(std::vector<std::string> entries, const KernelChoice& k) {
+    if (!k.bf16) return entries;
+    for (std::string& e : entries)
+        for (const char* n : kTcBf16Names)
+            if (e == n) e += "_bf16";
+    return entries;
+}
+
+void use_precision(KernelSet& ks, const KernelChoice& k) {
+    if (!k.bf16) return;
+    for (const char* n : kTcBf16Names) {
+        const std::string twin = std::string(n) + "_bf16";
+        try {
+            ks.get(twin);
+        } catch (const Error&) {
+            continue;  // not among the set's entries
+        }
+        ks.alias(n, twin);
+    }
 }
 
 }  // namespace ptxlab

@@ -69,6 +69,9 @@ inline bool uses_fused_forward(Design d) { return d != Design::Seed; }
 struct KernelChoice {
     Design design = Design::Fused;
     KernelSource source = KernelSource::Ptx;
+    // The tensor-core set on BF16 inputs (tc-bf16): the _bf16 entries of ptx/tcbf16.ptx stand in
+    // for tc_forward, tc_grad_input and tc_grad_weights (with_precision, use_precision below).
+    bool bf16 = false;
     bool operator==(const KernelChoice&) const = default;
 };
 KernelChoice parse_kernel_choice(const std::string& name);
@@ -149,6 +152,8 @@ public:
     KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs,
               const std::vector<std::string>& entries = {});
     const Kernel& get(std::string_view entry) const;
+    // From now on get(name) returns the loaded `entry` (tc-bf16: tc_forward -> tc_forward_bf16).
+    void alias(std::string_view name, std::string_view entry);
     KernelSource source() const { return source_; }
     double load_ms() const { return load_ms_; }  // NVRTC + JIT time
     // The NVRTC program logs and JIT info logs, by file.
@@ -161,6 +166,13 @@ private:
     std::map<std::string, std::string> logs_;
     double load_ms_ = 0;
 };
+
+// The entries a set needs under its precision: with k.bf16, tc_forward, tc_grad_input and
+// tc_grad_weights become their _bf16 twins (ptx/tcbf16.ptx); other names stay.
+std::vector<std::string> with_precision(std::vector<std::string> entries, const KernelChoice& k);
+// After loading with_precision's entries: get("tc_forward") and the others return the _bf16
+// kernels, so that the launch code is the same for both precisions. No-op without k.bf16.
+void use_precision(KernelSet& ks, const KernelChoice& k);
 
 // Blocks of 256 threads covering n threads.
 inline unsigned grid_for(size_t n, unsigned block = 256) {

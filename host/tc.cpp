@@ -11,7 +11,9 @@ namespace ptxlab {
 namespace {
 constexpr double kU = 0x1p-24;                     // FP32's unit roundoff
 constexpr double kTf32Product = 0x1p-10 + 0x1p-22;  // a product of two cvt.rna.tf32 inputs, relative
-constexpr unsigned kTcUnitsPerMma = 32;             // 16 truncations of 2u each (tc.hpp, item 2)
+constexpr double kBf16Product = 0x1p-7 + 0x1p-16;   // a product of two cvt.rn.bf16 inputs, relative
+constexpr unsigned kTcUnitsPerMma = 32;             // m16n8k8: 16 truncations of 2u each (tc.hpp, item 2)
+constexpr unsigned kTcUnitsPerMmaK16 = 64;          // m16n8k16: 32 truncations of 2u each
 // G[s][o] of the backward kernels as a double: dY masked by ReLU (act 1) where Y > 0 fails.
 double g_at(const std::vector<float>& dY, const std::vector<float>& Y, size_t e, unsigned act) {
     return act == 1 && !(Y[e] > 0.0f) ? 0.0 : double(dY[e]);
@@ -45,6 +47,14 @@ std::string unfit(const std::string& entry, const char* n, unsigned B, unsigned 
 double gamma_or_inf(double n) { return n * kU >= 1.0 ? INFINITY : n * kU / (1.0 - n * kU); }
 }  // namespace
 
+TcPrecision tc_precision_of(std::string_view entry) {
+    return entry.ends_with("_bf16") ? TcPrecision::Bf16 : TcPrecision::Tf32;
+}
+
+std::string_view tc_base_entry(std::string_view entry) {
+    return entry.ends_with("_bf16") ? entry.substr(0, entry.size() - 5) : entry;
+}
+
 size_t tc_forward_tiles(unsigned B, unsigned H) { return tiles_of(B, H); }
 
 size_t tc_forward_blocks(unsigned B, unsigned H) { return ((size_t(B) + 31) / 32) * ((size_t(H) + 31) / 32); }
@@ -59,19 +69,23 @@ void launch_tc_forward(const Kernel& k, unsigned B, unsigned I, unsigned H, CUde
     // One block a 32 x 32 tile of A, four k groups of 4 warps (ptx/tc.ptx); the twin's warps
     // walk the 16 x 8 tiles with a grid stride. tc_unfit keeps the tiles below 2^32, so the
     // blocks (an eighth of them) and the twin's tile and warp indices fit 32 bits.
-    k.launch_smem(static_cast<unsigned>(tc_forward_blocks(B, H)), kTcGroupBlock, kTcGroupSmem, s, X, W, b, A, B, I, H,
-                  act);
+    const bool bf16 = tc_precision_of(k.spec->entry) == TcPrecision::Bf16;
+    k.launch_smem(static_cast<unsigned>(tc_forward_blocks(B, H)), kTcGroupBlock, bf16 ? kTcForwardBf16Smem : kTcGroupSmem,
+                  s, X, W, b, A, B, I, H, act);
 }
 
-double tc_sum_bound(unsigned I) {
+double tc_sum_bound(unsigned I, TcPrecision p) {
     // gamma_n over the roundings of u in the mma chain (I past 2^22: no bound)
-    const double g = gamma_or_inf(kTcUnitsPerMma * std::ceil(double(I) / kTcCols));
-    return std::isinf(g) ? g : kTf32Product + g * (1.0 + kTf32Product);
+    const bool bf16 = p == TcPrecision::Bf16;
+    const double product = bf16 ? kBf16Product : kTf32Product;
+    const double g = bf16 ? gamma_or_inf(kTcUnitsPerMmaK16 * std::ceil(double(I) / 16))
+                          : gamma_or_inf(kTcUnitsPerMma * std::ceil(double(I) / kTcCols));
+    return std::isinf(g) ? g : product + g * (1.0 + product);
 }
 
 Bounded ref_tc_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
-                       unsigned B, unsigned I, unsigned H, unsigned act) {
-    const double rel = tc_sum_bound(I);
+                       unsigned B, unsigned I, unsigned H, unsigned act, TcPrecision p) {
+    const double rel = tc_sum_bound(I, p);
     Bounded r;
     r.resize(size_t(B) * H);
     for (unsigned s = 0; s < B; ++s) {
@@ -106,7 +120,8 @@ size_t tc_grad_weights_tiles(unsigned I, unsigned O) { return tiles_of(O, I); }
 size_t tc_grad_weights_blocks(unsigned I, unsigned O) { return ((size_t(O) + 31) / 32) * ((size_t(I) + 31) / 32); }
 
 std::string tc_grad_unfit(const std::string& entry, unsigned B, unsigned I, unsigned O) {
-    const size_t tiles = entry == "tc_grad_weights" ? tc_grad_weights_tiles(I, O) : tc_grad_input_tiles(B, I);
+    const size_t tiles =
+        tc_base_entry(entry) == "tc_grad_weights" ? tc_grad_weights_tiles(I, O) : tc_grad_input_tiles(B, I);
     return unfit(entry, "O", B, I, O, tiles);
 }
 
@@ -124,15 +139,16 @@ void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O,
         PTXLAB_THROW(InputError, "{}", why);
     // One block a 32 x 32 tile of dW, four k groups of 4 warps (ptx/tc.ptx); the twin's warps
     // walk the 16 x 8 tiles with a grid stride; db by the warps of tile column 0.
-    k.launch_smem(static_cast<unsigned>(tc_grad_weights_blocks(I, O)), kTcGroupBlock, kTcGroupSmem, s, dW, db, dY, Y,
-                  X, B, I, O, act, scale);
+    const bool bf16 = tc_precision_of(k.spec->entry) == TcPrecision::Bf16;
+    k.launch_smem(static_cast<unsigned>(tc_grad_weights_blocks(I, O)), kTcGroupBlock,
+                  bf16 ? kTcGradWeightsBf16Smem : kTcGroupSmem, s, dW, db, dY, Y, X, B, I, O, act, scale);
 }
 
 double tc_bias_bound(unsigned B) { return gamma_or_inf(double(B)); }
 
 Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& W,
-                          unsigned B, unsigned I, unsigned O, unsigned act) {
-    const double rel = tc_sum_bound(O);  // K = O products a sum
+                          unsigned B, unsigned I, unsigned O, unsigned act, TcPrecision p) {
+    const double rel = tc_sum_bound(O, p);  // K = O products a sum
     Bounded r;
     r.resize(size_t(B) * I);
     for (unsigned s = 0; s < B; ++s)
@@ -151,8 +167,9 @@ Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>
 }
 
 void ref_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& X,
-                         unsigned B, unsigned I, unsigned O, unsigned act, float scale, Bounded& dW, Bounded& db) {
-    const double rel = tc_sum_bound(B), rb = tc_bias_bound(B), sc = double(scale), asc = std::fabs(sc);
+                         unsigned B, unsigned I, unsigned O, unsigned act, float scale, Bounded& dW, Bounded& db,
+                         TcPrecision p) {
+    const double rel = tc_sum_bound(B, p), rb = tc_bias_bound(B), sc = double(scale), asc = std::fabs(sc);
     dW.resize(size_t(O) * I);
     db.resize(O);
     std::vector<double> g(B);

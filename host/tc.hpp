@@ -59,6 +59,7 @@
 #include "kernels.hpp"
 #include "reference.hpp"
 
+#include <string_view>
 #include <vector>
 
 namespace ptxlab {
@@ -70,6 +71,18 @@ inline constexpr unsigned kTcBlock = 128;   // tc_grad_input: threads a block (4
 inline constexpr unsigned kTcKGroups = 4;
 inline constexpr unsigned kTcGroupBlock = 128 * kTcKGroups;
 inline constexpr unsigned kTcGroupSmem = 46080 * kTcKGroups;
+// The BF16 twins of ptx/tcbf16.ptx: tc_forward_bf16's stage rows are 40 floats (4 groups x 2
+// matrices x 5 stages x 32 x 40 floats), tc_grad_weights_bf16's 36 (4 x 3 x 3 x 32 x 36).
+inline constexpr unsigned kTcForwardBf16Smem = 51200 * kTcKGroups;
+inline constexpr unsigned kTcGradWeightsBf16Smem = 41472 * kTcKGroups;
+
+// The inputs' rounding of a tc kernel: TF32 (ptx/tc.ptx, cvt.rna.tf32.f32, m16n8k8) or BF16
+// (ptx/tcbf16.ptx, cvt.rn.bf16x2.f32, m16n8k16). The _bf16 entries take the same arguments.
+enum class TcPrecision { Tf32, Bf16 };
+// Which precision an entry computes in: Bf16 for the names ending in "_bf16".
+TcPrecision tc_precision_of(std::string_view entry);
+// The entry without its "_bf16" (tc_forward_bf16 -> tc_forward): its shapes and reference.
+std::string_view tc_base_entry(std::string_view entry);
 inline constexpr unsigned kTcRows = 16;     // rows of a warp's tile (mma M): samples of A and dX, outputs of dW
 inline constexpr unsigned kTcCols = 8;      // columns of a warp's tile (mma N) and of an mma's k tile (K)
 inline constexpr unsigned kTcMaxSize = 1u << 31;  // B, I, H: the kernels' 32-bit index arithmetic
@@ -89,12 +102,16 @@ void launch_tc_forward(const Kernel& k, unsigned B, unsigned I, unsigned H, CUde
                        CUdeviceptr b, CUdeviceptr A, unsigned act, CUstream s);
 
 // The bound of the accumulated sum c of one output as a fraction of S = sum |x w| (items 1 and
-// 2 above): (2^-10 + 2^-22) + gamma_{32 ceil(I/8)} (1 + 2^-10 + 2^-22).
-double tc_sum_bound(unsigned I);
+// 2 above): (2^-10 + 2^-22) + gamma_{32 ceil(I/8)} (1 + 2^-10 + 2^-22). For BF16 inputs:
+// cvt.rn.bf16x2.f32 rounds to 8 significant bits, within 2^-8 of its input, so a product is
+// within (1 + 2^-8)^2 - 1 = 2^-7 + 2^-16 of x w; an m16n8k16 adds 16 products and c (16
+// alignments and 16 group sums at most: 64 u M an mma) over ceil(I/16) mma:
+// (2^-7 + 2^-16) + gamma_{64 ceil(I/16)} (1 + 2^-7 + 2^-16).
+double tc_sum_bound(unsigned I, TcPrecision p = TcPrecision::Tf32);
 
 // The float64 reference of tc_forward with the bound above, on the kernel's float inputs.
 Bounded ref_tc_forward(const std::vector<float>& X, const std::vector<float>& W, const std::vector<float>& b,
-                       unsigned B, unsigned I, unsigned H, unsigned act);
+                       unsigned B, unsigned I, unsigned H, unsigned act, TcPrecision p = TcPrecision::Tf32);
 
 // ceil(B/16) * ceil(I/8): the warp tiles of tc_grad_input (16 samples x 8 columns of dX).
 size_t tc_grad_input_tiles(unsigned B, unsigned I);
@@ -122,8 +139,9 @@ double tc_bias_bound(unsigned B);
 // The float64 references of tc_grad_input and tc_grad_weights with the bounds above, on the
 // kernels' float inputs.
 Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& W,
-                          unsigned B, unsigned I, unsigned O, unsigned act);
+                          unsigned B, unsigned I, unsigned O, unsigned act, TcPrecision p = TcPrecision::Tf32);
 void ref_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& X,
-                         unsigned B, unsigned I, unsigned O, unsigned act, float scale, Bounded& dW, Bounded& db);
+                         unsigned B, unsigned I, unsigned O, unsigned act, float scale, Bounded& dW, Bounded& db,
+                         TcPrecision p = TcPrecision::Tf32);
 
 }  // namespace ptxlab

@@ -139,7 +139,8 @@ std::string one_launch_entry(const TrainConfig& cfg) {
     if (!cfg.one_launch || cfg.layers.size() != 3) return {};
     const unsigned B = cfg.batch, I = cfg.layers[0], H = cfg.layers[1], O = cfg.layers[2];
     if (cfg.kernels.design == Design::Fused && fused_step_preferred(B, I, O)) return "fused_step";
-    if (cfg.kernels.design == Design::Tc && tc_step_unfit(B, I, H, O).empty()) return "tc_step";
+    // tc_step is TF32 only: tc-bf16 runs its kernels one launch each.
+    if (cfg.kernels.design == Design::Tc && !cfg.kernels.bf16 && tc_step_unfit(B, I, H, O).empty()) return "tc_step";
     return {};
 }
 bool uses_one_launch(const TrainConfig& cfg) { return !one_launch_entry(cfg).empty(); }
@@ -566,6 +567,7 @@ Trainer::Trainer(const Context& ctx, const Dataset& data, const TrainConfig& cfg
       s_(stream_.get()), shuffle_rng_(cfg.seed ^ 0x5eed5eed5eed5eedull), schedule_(cfg.schedule_for(K_)),
       order_(N_), labels_shuffled_(N_), Yhost_(size_t(chunk_) * B_ * O_), lr_epoch_(K_), bar_(cfg.progress) {
     static_assert(sizeof(StepHyper) == 16, "ptx/optim.ptx reads four floats a step");
+    use_precision(ks_, cfg.kernels);  // tc-bf16: tc_forward and tc_grad_weights are the _bf16 twins
     res_.jit_ms = ks_.load_ms();
     for (const auto& [file, log] : ks_.logs())
         if (log.find("warning") != std::string::npos) fmt::print(stderr, "{}: {}\n", file, log);
@@ -927,6 +929,7 @@ std::string Trainer::diagnose_non_finite(unsigned a, unsigned b) {
     DeviceBuffer after(saved_.bytes(), "state after the failing step");
     save_state(after);
     KernelSet twins(KernelSource::Reference, ctx_.info(), cfg_.dirs, training_entries(cfg_));
+    use_precision(twins, cfg_.kernels);
     const BadWrite twin = replay_until_non_finite(twins, a, ptx.step + 1);
     restore_state(after);
     wait_for_stream(s_);
@@ -1104,7 +1107,7 @@ std::vector<std::string> training_entries(const TrainConfig& cfg) {
     }
     if (!uses_one_launch(cfg)) v.push_back(optimizer_entry(cfg.optim.kind));
     v.push_back("gather");
-    return v;
+    return with_precision(v, cfg.kernels);
 }
 
 std::vector<std::string> forward_entries(Design d, const std::vector<unsigned>& sizes) {

@@ -1,6 +1,7 @@
-// verify harness of the tensor-core kernels (ptx/tc.ptx): fresh random inputs, the float64
-// reference with its TF32 bound and the launch (tc.hpp). Shapes: tc_forward takes B,I,H,act,
-// tc_grad_input and tc_grad_weights B,I,O,act (act 0 none, 1 ReLU).
+// verify harness of the tensor-core kernels (ptx/tc.ptx, and their BF16 versions in
+// ptx/tcbf16.ptx): fresh random inputs, the float64 reference with its TF32 (BF16) bound and the
+// launch (tc.hpp). Shapes: tc_forward[_bf16] takes B,I,H,act, tc_grad_input[_bf16] and
+// tc_grad_weights[_bf16] B,I,O,act (act 0 none, 1 ReLU).
 #include "tc.hpp"
 #include "verify_harness.hpp"
 
@@ -19,7 +20,7 @@ Harness make_tc_forward(const VerifyCase& c, Rng& rng) {
     std::vector<float> X = random_vector(rng, size_t(B) * I, -1.0f, 1.0f);
     std::vector<float> W = random_vector(rng, size_t(H) * I, -w, w);
     std::vector<float> b = random_vector(rng, H, -w, w);
-    h.expected["A"] = ref_tc_forward(X, W, b, B, I, H, act);
+    h.expected["A"] = ref_tc_forward(X, W, b, B, I, H, act, tc_precision_of(c.entry));
     h.tensors = {{"X", {B, I}, Role::In, X}, {"W", {H, I}, Role::In, W}, {"b", {H}, Role::In, b},
                  {"A", {B, H}, Role::Out, {}}};
     h.launch = [B, I, H, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -36,7 +37,7 @@ Harness make_tc_grad_input(const VerifyCase& c, Rng& rng) {
     std::vector<float> dY = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
     std::vector<float> Y = relu_outputs(rng, size_t(B) * O);
     std::vector<float> W = random_vector(rng, size_t(O) * I, -w, w);
-    h.expected["dX"] = ref_tc_grad_input(dY, Y, W, B, I, O, act);
+    h.expected["dX"] = ref_tc_grad_input(dY, Y, W, B, I, O, act, tc_precision_of(c.entry));
     h.tensors = {{"dX", {B, I}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY}, {"Y", {B, O}, Role::In, Y},
                  {"W", {O, I}, Role::In, W}};
     h.launch = [B, I, O, act](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -54,7 +55,7 @@ Harness make_tc_grad_weights(const VerifyCase& c, Rng& rng) {
     std::vector<float> X = relu_outputs(rng, size_t(B) * I);
     std::vector<float> dY = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
     std::vector<float> Y = relu_outputs(rng, size_t(B) * O);
-    ref_tc_grad_weights(dY, Y, X, B, I, O, act, scale, h.expected["dW"], h.expected["db"]);
+    ref_tc_grad_weights(dY, Y, X, B, I, O, act, scale, h.expected["dW"], h.expected["db"], tc_precision_of(c.entry));
     h.tensors = {{"dW", {O, I}, Role::Out, {}}, {"db", {O}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY},
                  {"Y", {B, O}, Role::In, Y},     {"X", {B, I}, Role::In, X}};
     h.launch = [B, I, O, act, scale](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -65,9 +66,12 @@ Harness make_tc_grad_weights(const VerifyCase& c, Rng& rng) {
 
 }  // namespace
 
-bool is_tc_entry(const std::string& e) { return e == "tc_forward" || e == "tc_grad_input" || e == "tc_grad_weights"; }
+bool is_tc_entry(const std::string& e) {
+    const std::string_view b = tc_base_entry(e);
+    return b == "tc_forward" || b == "tc_grad_input" || b == "tc_grad_weights";
+}
 
-std::string tc_shape_names(const std::string& e) { return e == "tc_forward" ? "B,I,H,act" : "B,I,O,act"; }
+std::string tc_shape_names(const std::string& e) { return tc_base_entry(e) == "tc_forward" ? "B,I,H,act" : "B,I,O,act"; }
 
 void validate_tc_case(const VerifyCase& c) {
     const std::string names = tc_shape_names(c.entry);
@@ -77,8 +81,9 @@ void validate_tc_case(const VerifyCase& c) {
         if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
     if (c.shape[3] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[3]);
-    const std::string why = c.entry == "tc_forward" ? tc_unfit(c.shape[0], c.shape[1], c.shape[2])
-                                                    : tc_grad_unfit(c.entry, c.shape[0], c.shape[1], c.shape[2]);
+    const std::string why = tc_base_entry(c.entry) == "tc_forward"
+                                ? tc_unfit(c.shape[0], c.shape[1], c.shape[2])
+                                : tc_grad_unfit(c.entry, c.shape[0], c.shape[1], c.shape[2]);
     if (!why.empty()) PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
 
@@ -105,16 +110,22 @@ std::vector<VerifyCase> tc_default_cases() {
              {64, 784, 128, 1}, {64, 784, 128, 0}, {64, 128, 10, 1}, {1000, 784, 128, 1}, {1, 1, 1, 0},
              {17, 9, 5, 1}, {1003, 33, 17, 0}, {65, 257, 130, 1}})
         v.push_back({"tc_grad_weights", s});
+    // The BF16 versions on the same shapes: k tiles of 16 (17, 9, 5 and 3, 33 leave one
+    // part-empty; 1003 samples end in a tile of 11).
+    const size_t n = v.size();
+    for (size_t i = 0; i < n; ++i) v.push_back({v[i].entry + "_bf16", v[i].shape});
     return v;
 }
 
 std::vector<VerifyCase> tc_quick_cases() {
-    return {{"tc_forward", {17, 9, 5, 1}}, {"tc_grad_input", {17, 9, 5, 1}}, {"tc_grad_weights", {17, 9, 5, 1}}};
+    return {{"tc_forward", {17, 9, 5, 1}},      {"tc_grad_input", {17, 9, 5, 1}},      {"tc_grad_weights", {17, 9, 5, 1}},
+            {"tc_forward_bf16", {17, 9, 5, 1}}, {"tc_grad_input_bf16", {17, 9, 5, 1}}, {"tc_grad_weights_bf16", {17, 9, 5, 1}}};
 }
 
 Harness make_tc_harness(const VerifyCase& c, Rng& rng) {
-    if (c.entry == "tc_grad_input") return make_tc_grad_input(c, rng);
-    if (c.entry == "tc_grad_weights") return make_tc_grad_weights(c, rng);
+    const std::string_view b = tc_base_entry(c.entry);
+    if (b == "tc_grad_input") return make_tc_grad_input(c, rng);
+    if (b == "tc_grad_weights") return make_tc_grad_weights(c, rng);
     return make_tc_forward(c, rng);
 }
 

@@ -90,7 +90,8 @@ int run_eval(const EvalOptions& o) {
         PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks; {} has 3 layers (use --kernels ptx)",
                      to_string(k), o.load);
     Context ctx(o.device);
-    KernelSet ks(k.source, ctx.info(), dirs, forward_entries(k.design, net.sizes));
+    KernelSet ks(k.source, ctx.info(), dirs, with_precision(forward_entries(k.design, net.sizes), k));
+    use_precision(ks, k);
     EvalResult r = evaluate(ks, net, data.test, Loss::Ce, act);
     fmt::print("eval: {} ({} MLP, {}) on {} test images from {}, {} kernels, {}\n", o.load, layers_text(net.sizes),
                to_string(act), r.count, dir, to_string(k), ctx.info().name);
@@ -107,9 +108,10 @@ void setup_eval(CLI::App& app, Command& chosen) {
                 "computed with the forward kernel on the GPU.");
     sub->add_option("--load", o->load, "checkpoint (.safetensors)")->required();
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
-    sub->add_option("--kernels", o->kernels, "kernel set: fused, fast, tc, ptx, fused-reference, fast-reference, tc-reference or reference; auto = "
-                    "fused for 2 layers, ptx for 3 (fast evaluates with the fused forward kernels; tc with tc_forward, "
-                    "TF32 tensor cores, for ReLU models)")->capture_default_str();
+    sub->add_option("--kernels", o->kernels, "kernel set: fused, fast, tc, tc-bf16, ptx, fused-reference, fast-reference, "
+                    "tc-reference, tc-bf16-reference or reference; auto = fused for 2 layers, ptx for 3 (fast evaluates "
+                    "with the fused forward kernels; tc with tc_forward, TF32 tensor cores, and tc-bf16 with "
+                    "tc_forward_bf16, BF16 inputs, for ReLU models)")->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir,
                     "read the PTX from this directory; the twins stay in the reference directory, as in check and verify");
     sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();

@@ -511,3 +511,104 @@ TEST_CASE("tc_step: its limits, its verify shapes, the runs that use it") {
     const auto split = training_entries(cfg);
     CHECK(std::find(split.begin(), split.end(), "tc_step") == split.end());
 }
+
+namespace {
+// cvt.rn.bf16x2.f32 on one finite value: round to 8 significant bits, nearest, ties to even.
+float bf16(float x) {
+    const uint32_t u = std::bit_cast<uint32_t>(x);
+    return std::bit_cast<float>((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+// tc_forward_bf16 as the PTX computes it, with a tensor core that adds the 16 products of an
+// m16n8k16 onto c one by one, each addition truncated; four chains over the 32-column chunks
+// (j, j + 4, ...), joined by (c0 + c1) + (c2 + c3). swap_pairs: each pair (2q, 2q + 1) of X
+// packed the wrong way round (the planted bug of the GPU test), columns k and k ^ 1 exchanged.
+std::vector<float> model_tc_forward_bf16(const std::vector<float>& X, const std::vector<float>& W,
+                                         const std::vector<float>& b, unsigned B, unsigned I, unsigned H,
+                                         bool swap_pairs = false) {
+    auto x_at = [&](unsigned s, unsigned k) { return k < I ? X[size_t(s) * I + k] : 0.0f; };
+    std::vector<float> A(size_t(B) * H);
+    for (unsigned s = 0; s < B; ++s)
+        for (unsigned h = 0; h < H; ++h) {
+            float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (unsigned k = 0; k < (I + 15) / 16 * 16; ++k) {
+                const float x = x_at(s, swap_pairs ? k ^ 1u : k);
+                const float w = k < I ? W[size_t(h) * I + k] : 0.0f;
+                float& c = cg[k / 32 % 4];
+                c = add_rz(c, bf16(x) * bf16(w));  // two 8-bit significands: the product is exact
+            }
+            A[size_t(s) * H + h] = (cg[0] + cg[1]) + (cg[2] + cg[3]) + b[h];
+        }
+    return A;
+}
+}  // namespace
+
+TEST_CASE("tc bf16: the entries, their shapes and the BF16 bound") {
+    CHECK(tc_precision_of("tc_forward_bf16") == TcPrecision::Bf16);
+    CHECK(tc_precision_of("tc_grad_weights") == TcPrecision::Tf32);
+    CHECK(tc_base_entry("tc_grad_input_bf16") == "tc_grad_input");
+    CHECK(tc_base_entry("tc_forward") == "tc_forward");
+    CHECK(shape_names("tc_forward_bf16") == "B,I,H,act");
+    CHECK(shape_names("tc_grad_weights_bf16") == "B,I,O,act");
+    CHECK_NOTHROW(validate_case({"tc_grad_weights_bf16", {1003, 33, 17, 0}}));
+    CHECK_THROWS_WITH_AS(validate_case({"tc_forward_bf16", {17, 9, 5, 2}}), doctest::Contains("act must be 0"),
+                         InputError);
+    CHECK(tc_grad_unfit("tc_grad_weights_bf16", 1, 1u << 11, 1u << 31).find("2^32") != std::string::npos);
+    // BF16's products err by 2^-7 + 2^-16 where TF32's err by 2^-10 + 2^-22; one m16n8k16
+    // takes 16 k, so the chain's gamma counts 64 u a 16 columns (TF32: 32 u an 8).
+    CHECK(tc_sum_bound(1, TcPrecision::Bf16) == tc_sum_bound(16, TcPrecision::Bf16));
+    CHECK(tc_sum_bound(17, TcPrecision::Bf16) > tc_sum_bound(16, TcPrecision::Bf16));
+    CHECK(tc_sum_bound(1, TcPrecision::Bf16) > 0x1p-7);
+    CHECK(tc_sum_bound(784, TcPrecision::Bf16) < 0x1p-6);
+    CHECK(tc_sum_bound(784, TcPrecision::Bf16) > 4 * tc_sum_bound(784));
+    CHECK(std::isinf(tc_sum_bound(1u << 23, TcPrecision::Bf16)));
+    // verify runs the BF16 versions on the TF32 kernels' shapes; the quick set one each.
+    size_t n = 0, tf = 0, quick = 0;
+    for (const auto& c : default_cases()) {
+        const std::string_view b = tc_base_entry(c.entry);
+        n += c.entry.ends_with("_bf16");
+        tf += b == "tc_forward" || b == "tc_grad_input" || b == "tc_grad_weights";
+    }
+    for (const auto& c : quick_cases()) quick += c.entry.ends_with("_bf16");
+    CHECK(n == 22);
+    CHECK(tf == 44);
+    CHECK(quick == 3);
+}
+
+TEST_CASE("tc bf16: a truncating BF16 model is within the BF16 bound, pairs packed the wrong way round are not") {
+    Rng rng(23);
+    for (const std::vector<unsigned>& s : {std::vector<unsigned>{17, 784, 5}, {65, 257, 13}, {3, 41, 33}}) {
+        const unsigned B = s[0], I = s[1], H = s[2];
+        INFO("B, I, H = ", B, ", ", I, ", ", H);
+        const Inputs in = random_inputs(rng, B, I, H);
+        const Bounded ref = ref_tc_forward(in.X, in.W, in.b, B, I, H, 0, TcPrecision::Bf16);
+        const auto m = model_tc_forward_bf16(in.X, in.W, in.b, B, I, H);
+        CHECK(outside(m, ref) == 0);
+        // The model rounds to BF16, not TF32: most outputs differ from the TF32 model's.
+        const auto t = model_tc_forward(in.X, in.W, in.b, B, I, H, 0);
+        size_t differ = 0;
+        for (size_t i = 0; i < m.size(); ++i) differ += m[i] != t[i];
+        CHECK(differ > m.size() / 2);
+        const auto bad = model_tc_forward_bf16(in.X, in.W, in.b, B, I, H, true);
+        CHECK(outside(bad, ref) > bad.size() / 4);
+    }
+}
+
+TEST_CASE("tc bf16: the tc-bf16 set trains with the _bf16 kernels, one launch each") {
+    CHECK(parse_kernel_choice("tc-bf16") == KernelChoice{Design::Tc, KernelSource::Ptx, true});
+    CHECK(parse_kernel_choice("tc-bf16-reference") == KernelChoice{Design::Tc, KernelSource::Reference, true});
+    CHECK(to_string(KernelChoice{Design::Tc, KernelSource::Ptx, true}) == "tc-bf16");
+    CHECK(to_string(KernelChoice{Design::Tc, KernelSource::Reference, true}) == "tc-bf16-reference");
+    CHECK_THROWS_WITH_AS(parse_kernel_choice("bf16"), doctest::Contains("tc-bf16"), InputError);
+    TrainConfig cfg;
+    cfg.kernels = parse_kernel_choice("tc-bf16");
+    // No tc_step in BF16: the separate launches at every batch (64 included).
+    CHECK(training_entries(cfg) ==
+          std::vector<std::string>{"tc_forward_bf16", "fused_output", "tc_grad_weights_bf16", "optim_sgd", "gather"});
+    CHECK(with_precision({"tc_forward", "fused_output", "tc_grad_input"}, cfg.kernels) ==
+          std::vector<std::string>{"tc_forward_bf16", "fused_output", "tc_grad_input_bf16"});
+    CHECK(with_precision({"tc_forward"}, parse_kernel_choice("tc")) == std::vector<std::string>{"tc_forward"});
+    cfg.validate_flags();
+    cfg.activation = Activation::Tanh;
+    CHECK_THROWS_WITH_AS(cfg.validate_flags(), doctest::Contains("runs ReLU hidden layers"), InputError);
+}

@@ -469,6 +469,58 @@ TEST_CASE("kernels: a tc_step with a wrong fragment layout is caught by verify")
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
 }
 
+// The BF16 versions (ptx/tcbf16.ptx): m16n8k16, k tiles of 16; the same shapes and bit-for-bit
+// twins, each set within its BF16 bound of the float64 reference.
+TEST_CASE("kernels: tc_forward_bf16, tc_grad_input_bf16, tc_grad_weights_bf16, both sets") {
+    check_both_sets("tc_forward_bf16", {64, 784, 128, 1});        // the MNIST net's first layer: 49 k tiles
+    check_both_sets("tc_forward_bf16", {17, 9, 5, 1});            // part-empty tiles and one part-empty k tile
+    check_both_sets("tc_forward_bf16", {1000, 300, 40, 0});       // four k groups, a last chunk of 12 columns
+    check_both_sets("tc_grad_input_bf16", {64, 784, 128, 1});     // back to the image: 8 k tiles of outputs
+    check_both_sets("tc_grad_input_bf16", {64, 128, 10, 0});      // one k tile, outputs 10..15 padded
+    check_both_sets("tc_grad_input_bf16", {17, 9, 5, 1});
+    check_both_sets("tc_grad_weights_bf16", {64, 784, 128, 1});   // dW1 and db1 of a step
+    check_both_sets("tc_grad_weights_bf16", {1003, 33, 17, 0});   // four k groups, a last tile of 11 samples
+    check_both_sets("tc_grad_weights_bf16", {17, 9, 5, 1});
+}
+
+namespace {
+// ptx/tcbf16.ptx with the pairs of tc_forward_bf16's A fragment packed the wrong way round
+// (cvt.rn.bf16x2.f32 fa0, x0, x1: the lower k in the upper half), the slip the pair layout
+// invites: columns 2q and 2q + 1 of X change places in every product.
+CaseResult planted_tc_forward_bf16(const TempDir& t) {
+    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/tcbf16.ptx").text;
+    size_t planted = 0;
+    for (const char* fa : {"fa0, x1, x0", "fa1, x3, x2", "fa2, x5, x4", "fa3, x7, x6"}) {
+        const std::string right = std::string("cvt.rn.bf16x2.f32 ") + fa;
+        std::string wrong = right;
+        std::swap(wrong[wrong.size() - 1], wrong[wrong.size() - 5]);  // x1, x0 -> x0, x1
+        const size_t at = src.find(right);  // the first: tc_forward_bf16's KTILE
+        REQUIRE(at != std::string::npos);
+        REQUIRE(at < src.find(".entry tc_grad_input_bf16"));
+        src.replace(at, right.size(), wrong);
+        ++planted;
+    }
+    REQUIRE(planted == 4);
+    write_text(t.file("tcbf16.ptx"), src);
+    return verify_one("tc_forward_bf16", {64, 784, 128, 0}, KernelDirs::from_ptx_dir(t.path.string()));
+}
+}  // namespace
+
+TEST_CASE("kernels: a tc_forward_bf16 with its pairs packed the wrong way round is caught by verify") {
+    TempDir t;
+    CaseResult r = planted_tc_forward_bf16(t);
+    INFO(format_result(r));
+    check_planted_caught(r);
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find("A[") == 0);
+    RunResult run = run_command(
+        ptxlab_cmd("verify --kernel tc_forward_bf16 --shape 17,9,5,0 --ptx-dir " + t.path.string()));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));
     // tests/fixtures/wrong/mean.ptx is batch_mean that skips the last row of the batch.
