@@ -20,6 +20,8 @@
 // in the same order, and the epilogue's add.rn and max are IEEE operations that NVRTC may not
 // contract or reorder (__fadd_rn; fmaxf is max.f32).
 
+#include "tc.cuh"  // g_at, four_chains, db_of, store_forward: the PTX's G, k groups, db and epilogue
+
 // cvt.rna.tf32.f32: nearest, ties away from zero, the 13 low bits cleared; a tf32 in a .b32.
 __device__ __forceinline__ unsigned tf32(float x)
 {
@@ -28,10 +30,14 @@ __device__ __forceinline__ unsigned tf32(float x)
     return r;
 }
 
-// The four k groups' chains added as the PTX's REDUCE does: (c_0 + c_1) + (c_2 + c_3).
-__device__ __forceinline__ float sum4(float c0, float c1, float c2, float c3)
+// The mma of all three kernels: c = A B + c for one m16n8k8 tile, tf32 fragments a0..a3, b0, b1.
+__device__ __forceinline__ void mma_tf32(float& c0, float& c1, float& c2, float& c3, unsigned a0, unsigned a1,
+                                         unsigned a2, unsigned a3, unsigned b0, unsigned b1)
 {
-    return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 extern "C" __global__ void tc_forward(const float* X, const float* W, const float* b, float* A,
@@ -47,53 +53,14 @@ extern "C" __global__ void tc_forward(const float* X, const float* W, const floa
         // An element of X or W, +0 outside the matrix (the padding of a part-empty tile).
         auto x_at = [&](unsigned s, unsigned k) { return s < B && k < I ? X[(size_t)s * I + k] : 0.0f; };
         auto w_at = [&](unsigned h, unsigned k) { return h < H && k < I ? W[(size_t)h * I + k] : 0.0f; };
-        float cj[4][4];  // chain j's c0..c3
-        for (unsigned j = 0; j < 4; ++j) {
-            float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-            for (unsigned ch = j; ch * 32 < I; ch += 4)
-                for (unsigned k0 = ch * 32; k0 < ch * 32 + 32 && k0 < I; k0 += 8) {
-                    const unsigned k = k0 + q;
-                    const unsigned a0 = tf32(x_at(r0, k)), a1 = tf32(x_at(r1, k));
-                    const unsigned a2 = tf32(x_at(r0, k + 4)), a3 = tf32(x_at(r1, k + 4));
-                    const unsigned b0 = tf32(w_at(hw, k)), b1 = tf32(w_at(hw, k + 4));
-                    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-                }
-            cj[j][0] = c0, cj[j][1] = c1, cj[j][2] = c2, cj[j][3] = c3;
-        }
-        // c0, c1: sample s0+g, units h0+2q, h0+2q+1; c2, c3: sample s0+g+8, the same units.
         float c[4];
-        for (unsigned e = 0; e < 4; ++e) c[e] = sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]);
-        for (unsigned e = 0; e < 4; ++e) {
-            const unsigned s = e < 2 ? r0 : r1, h = h0 + 2 * q + e % 2;
-            if (s >= B || h >= H) continue;
-            float z = __fadd_rn(c[e], b[h]);
-            if (act == 1) z = fmaxf(z, 0.0f);
-            A[(size_t)s * H + h] = z;
-        }
+        four_chains(I, 8, c, [&](float* acc, unsigned k0) {
+            const unsigned k = k0 + q;
+            mma_tf32(acc[0], acc[1], acc[2], acc[3], tf32(x_at(r0, k)), tf32(x_at(r1, k)), tf32(x_at(r0, k + 4)),
+                     tf32(x_at(r1, k + 4)), tf32(w_at(hw, k)), tf32(w_at(hw, k + 4)));
+        });
+        store_forward(A, b, c, r0, h0, q, B, H, act);  // c0, c1: sample s0+g; c2, c3: s0+g+8
     }
-}
-
-// The mma of all three kernels: c = A B + c for one m16n8k8 tile, tf32 fragments a0..a3, b0, b1.
-__device__ __forceinline__ void mma_tf32(float& c0, float& c1, float& c2, float& c3, unsigned a0, unsigned a1,
-                                         unsigned a2, unsigned a3, unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// G[s][o] of the backward kernels: dY masked by ReLU with act 1 (+0 where Y > 0 fails, a NaN Y
-// too), dY with act 0; +0 outside [B][O]. The PTX's selp(dY, +0, Y > 0) gives the same bits.
-__device__ __forceinline__ float g_at(const float* dY, const float* Y, unsigned s, unsigned o, unsigned B,
-                                      unsigned O, unsigned act)
-{
-    if (s >= B || o >= O) return 0.0f;
-    const size_t e = (size_t)s * O + o;
-    return act == 1 && !(Y[e] > 0.0f) ? 0.0f : dY[e];
 }
 
 // tc_grad_input: a dense layer's backward pass to its input (fc_bwd_data's sums on TF32 inputs):
@@ -154,36 +121,21 @@ extern "C" __global__ void tc_grad_weights(float* dW, float* db, const float* dY
         const unsigned n = w % nt, o0 = w / nt * 16, i0 = n * 8, g = lane / 4, q = lane % 4;
         const unsigned u0 = o0 + g, u1 = o0 + g + 8, iw = i0 + g;  // the lane's outputs, column of X
         auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[(size_t)s * I + i] : 0.0f; };
-        float cj[4][4];  // chain j's c0..c3
-        for (unsigned j = 0; j < 4; ++j) {
-            float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-            for (unsigned ch = j; ch * 32 < B; ch += 4)
-                for (unsigned s0 = ch * 32; s0 < ch * 32 + 32 && s0 < B; s0 += 8) {
-                    const unsigned s = s0 + q;
-                    const unsigned a0 = tf32(g_at(dY, Y, s, u0, B, O, act)), a1 = tf32(g_at(dY, Y, s, u1, B, O, act));
-                    const unsigned a2 = tf32(g_at(dY, Y, s + 4, u0, B, O, act));
-                    const unsigned a3 = tf32(g_at(dY, Y, s + 4, u1, B, O, act));
-                    const unsigned b0 = tf32(x_at(s, iw)), b1 = tf32(x_at(s + 4, iw));
-                    mma_tf32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1);
-                }
-            cj[j][0] = c0, cj[j][1] = c1, cj[j][2] = c2, cj[j][3] = c3;
-        }
+        auto G = [&](unsigned s, unsigned o) { return g_at(dY, Y, s, o, B, O, act); };
+        float c[4];
+        four_chains(B, 8, c, [&](float* acc, unsigned s0) {
+            const unsigned s = s0 + q;
+            mma_tf32(acc[0], acc[1], acc[2], acc[3], tf32(G(s, u0)), tf32(G(s, u1)), tf32(G(s + 4, u0)),
+                     tf32(G(s + 4, u1)), tf32(x_at(s, iw)), tf32(x_at(s + 4, iw)));
+        });
         // c0, c1: output o0+g, inputs i0+2q, i0+2q+1; c2, c3: output o0+g+8, the same inputs.
         for (unsigned e = 0; e < 4; ++e) {
             const unsigned o = e < 2 ? u0 : u1, i = i0 + 2 * q + e % 2;
-            const float c = sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]);
-            if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c, scale);
+            if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c[e], scale);
         }
         // db: the warps of tile column 0, lanes 0..15, each one output.
         const unsigned o = o0 + lane;
         if (n != 0 || lane >= 16 || o >= O) continue;
-        float acc[4];
-        for (unsigned j = 0; j < 4; ++j) {
-            acc[j] = 0.0f;
-            for (unsigned ch = j; ch * 32 < B; ch += 4)
-                for (unsigned s = ch * 32; s < ch * 32 + 32 && s < B; ++s)
-                    acc[j] = __fadd_rn(acc[j], g_at(dY, Y, s, o, B, O, act));
-        }
-        db[o] = __fmul_rn(sum4(acc[0], acc[1], acc[2], acc[3]), scale);
+        db[o] = db_of(dY, Y, o, B, O, act, scale);
     }
 }

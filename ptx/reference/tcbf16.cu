@@ -15,6 +15,8 @@
 // Why the two agree bit for bit: the same cvt and mma instructions on the same bits in the same
 // order, and IEEE epilogues (__fadd_rn, __fmul_rn, fmaxf) that NVRTC may not contract.
 
+#include "tc.cuh"  // g_at, four_chains, db_of, store_forward: the PTX's G, k groups, db and epilogue
+
 // cvt.rn.bf16x2.f32: lo to the lower half, hi to the upper, each rounded to nearest even.
 __device__ __forceinline__ unsigned bf16x2(float lo, float hi)
 {
@@ -33,22 +35,6 @@ __device__ __forceinline__ void mma_bf16(float* c, unsigned a0, unsigned a1, uns
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The four k groups' chains added as the PTX's REDUCE does: (c_0 + c_1) + (c_2 + c_3).
-__device__ __forceinline__ float sum4(float c0, float c1, float c2, float c3)
-{
-    return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
-}
-
-// G[s][o] of the backward kernels: dY masked by ReLU with act 1 (+0 where Y > 0 fails, a NaN Y
-// too), dY with act 0; +0 outside [B][O].
-__device__ __forceinline__ float g_at(const float* dY, const float* Y, unsigned s, unsigned o, unsigned B,
-                                      unsigned O, unsigned act)
-{
-    if (s >= B || o >= O) return 0.0f;
-    const size_t e = (size_t)s * O + o;
-    return act == 1 && !(Y[e] > 0.0f) ? 0.0f : dY[e];
-}
-
 // A[s][h] = act(b[h] + sum_k X[s][k] W[h][k]): A[r][k] = X[s0+r][k0+k], B[k][n] = W[h0+n][k0+k].
 extern "C" __global__ void tc_forward_bf16(const float* X, const float* W, const float* b, float* A, unsigned B,
                                            unsigned I, unsigned H, unsigned act)
@@ -59,23 +45,14 @@ extern "C" __global__ void tc_forward_bf16(const float* X, const float* W, const
         const unsigned r0 = s0 + g, r1 = s0 + g + 8, hw = h0 + g;
         auto x_at = [&](unsigned s, unsigned k) { return s < B && k < I ? X[(size_t)s * I + k] : 0.0f; };
         auto w_at = [&](unsigned h, unsigned k) { return h < H && k < I ? W[(size_t)h * I + k] : 0.0f; };
-        float cj[4][4] = {};
-        for (unsigned j = 0; j < 4; ++j)
-            for (unsigned ch = j; ch * 32 < I; ch += 4)
-                for (unsigned k0 = ch * 32; k0 < ch * 32 + 32 && k0 < I; k0 += 16) {
-                    const unsigned k = k0 + 2 * q;
-                    mma_bf16(cj[j], bf16x2(x_at(r0, k), x_at(r0, k + 1)), bf16x2(x_at(r1, k), x_at(r1, k + 1)),
-                             bf16x2(x_at(r0, k + 8), x_at(r0, k + 9)), bf16x2(x_at(r1, k + 8), x_at(r1, k + 9)),
-                             bf16x2(w_at(hw, k), w_at(hw, k + 1)), bf16x2(w_at(hw, k + 8), w_at(hw, k + 9)));
-                }
-        // c0, c1: sample s0+g, units h0+2q, h0+2q+1; c2, c3: sample s0+g+8, the same units.
-        for (unsigned e = 0; e < 4; ++e) {
-            const unsigned s = e < 2 ? r0 : r1, h = h0 + 2 * q + e % 2;
-            if (s >= B || h >= H) continue;
-            float z = __fadd_rn(sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]), b[h]);
-            if (act == 1) z = fmaxf(z, 0.0f);
-            A[(size_t)s * H + h] = z;
-        }
+        float c[4];
+        four_chains(I, 16, c, [&](float* acc, unsigned k0) {
+            const unsigned k = k0 + 2 * q;
+            mma_bf16(acc, bf16x2(x_at(r0, k), x_at(r0, k + 1)), bf16x2(x_at(r1, k), x_at(r1, k + 1)),
+                     bf16x2(x_at(r0, k + 8), x_at(r0, k + 9)), bf16x2(x_at(r1, k + 8), x_at(r1, k + 9)),
+                     bf16x2(w_at(hw, k), w_at(hw, k + 1)), bf16x2(w_at(hw, k + 8), w_at(hw, k + 9)));
+        });
+        store_forward(A, b, c, r0, h0, q, B, H, act);  // c0, c1: sample s0+g; c2, c3: s0+g+8
     }
 }
 
@@ -116,29 +93,20 @@ extern "C" __global__ void tc_grad_weights_bf16(float* dW, float* db, const floa
         const unsigned u0 = o0 + g, u1 = o0 + g + 8, iw = i0 + g;
         auto G = [&](unsigned s, unsigned o) { return g_at(dY, Y, s, o, B, O, act); };
         auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[(size_t)s * I + i] : 0.0f; };
-        float cj[4][4] = {};
-        for (unsigned j = 0; j < 4; ++j)
-            for (unsigned ch = j; ch * 32 < B; ch += 4)
-                for (unsigned s0 = ch * 32; s0 < ch * 32 + 32 && s0 < B; s0 += 16) {
-                    const unsigned s = s0 + 2 * q;
-                    mma_bf16(cj[j], bf16x2(G(s, u0), G(s + 1, u0)), bf16x2(G(s, u1), G(s + 1, u1)),
-                             bf16x2(G(s + 8, u0), G(s + 9, u0)), bf16x2(G(s + 8, u1), G(s + 9, u1)),
-                             bf16x2(x_at(s, iw), x_at(s + 1, iw)), bf16x2(x_at(s + 8, iw), x_at(s + 9, iw)));
-                }
+        float c[4];
+        four_chains(B, 16, c, [&](float* acc, unsigned s0) {
+            const unsigned s = s0 + 2 * q;
+            mma_bf16(acc, bf16x2(G(s, u0), G(s + 1, u0)), bf16x2(G(s, u1), G(s + 1, u1)),
+                     bf16x2(G(s + 8, u0), G(s + 9, u0)), bf16x2(G(s + 8, u1), G(s + 9, u1)),
+                     bf16x2(x_at(s, iw), x_at(s + 1, iw)), bf16x2(x_at(s + 8, iw), x_at(s + 9, iw)));
+        });
         // c0, c1: output o0+g, inputs i0+2q, i0+2q+1; c2, c3: output o0+g+8, the same inputs.
         for (unsigned e = 0; e < 4; ++e) {
             const unsigned o = e < 2 ? u0 : u1, i = i0 + 2 * q + e % 2;
-            const float c = sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]);
-            if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c, scale);
+            if (o < O && i < I) dW[(size_t)o * I + i] = __fmul_rn(c[e], scale);
         }
         const unsigned o = o0 + lane;
         if (n != 0 || lane >= 16 || o >= O) continue;
-        float acc[4];
-        for (unsigned j = 0; j < 4; ++j) {
-            acc[j] = 0.0f;
-            for (unsigned ch = j; ch * 32 < B; ch += 4)
-                for (unsigned s = ch * 32; s < ch * 32 + 32 && s < B; ++s) acc[j] = __fadd_rn(acc[j], G(s, o));
-        }
-        db[o] = __fmul_rn(sum4(acc[0], acc[1], acc[2], acc[3]), scale);
+        db[o] = db_of(dY, Y, o, B, O, act, scale);  // tc.cuh: tc_grad_weights' four FP32 chains
     }
 }

@@ -1,0 +1,64 @@
+// Shared by the CUDA C twins of tc.ptx and tcbf16.ptx (tc.cu, tcbf16.cu), which include it
+// (NVRTC gets each twin's directory as an include path): G of the backward products, the four
+// k groups' chains and their join, db's four FP32 chains, and tc_forward's epilogue. PTX has no #include, so each .ptx file spells
+// these out; this file is their one twin.
+#pragma once
+
+// G[s][o] of the backward kernels: dY masked by ReLU with act 1 (+0 where Y > 0 fails, a NaN Y
+// too), dY with act 0; +0 outside [B][O]. The PTX's selp(dY, +0, Y > 0) gives the same bits.
+__device__ __forceinline__ float g_at(const float* dY, const float* Y, unsigned s, unsigned o, unsigned B,
+                                      unsigned O, unsigned act)
+{
+    if (s >= B || o >= O) return 0.0f;
+    const size_t e = (size_t)s * O + o;
+    return act == 1 && !(Y[e] > 0.0f) ? 0.0f : dY[e];
+}
+
+// The four k groups' chains added as the PTX's REDUCE does: (c_0 + c_1) + (c_2 + c_3).
+__device__ __forceinline__ float sum4(float c0, float c1, float c2, float c3)
+{
+    return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
+}
+
+// db[o] = scale sum_s G[s][o] as tc_grad_weights sums it: chain j = +0, then __fadd_rn of
+// G[s][o] for the samples of the 32-sample chunks j, j + 4, ... in order; the four chains
+// joined by sum4, then __fmul_rn by scale.
+__device__ __forceinline__ float db_of(const float* dY, const float* Y, unsigned o, unsigned B, unsigned O,
+                                       unsigned act, float scale)
+{
+    float acc[4];
+    for (unsigned j = 0; j < 4; ++j) {
+        acc[j] = 0.0f;
+        for (unsigned ch = j; ch * 32 < B; ch += 4)
+            for (unsigned s = ch * 32; s < ch * 32 + 32 && s < B; ++s)
+                acc[j] = __fadd_rn(acc[j], g_at(dY, Y, s, o, B, O, act));
+    }
+    return __fmul_rn(sum4(acc[0], acc[1], acc[2], acc[3]), scale);
+}
+
+// One tile's sums in the four k groups' chains: chain j = +0, then step(c_j, k0) for the k
+// tiles k0 = 32 ch, 32 ch + kstep, ... (< K) of the 32-wide chunks ch = j, j + 4, ... in
+// order (step issues one mma onto c_j[0..3]); c[e] = sum4 of the chains' e-th accumulators.
+template <class Step>
+__device__ __forceinline__ void four_chains(unsigned K, unsigned kstep, float c[4], Step step)
+{
+    float cj[4][4] = {};
+    for (unsigned j = 0; j < 4; ++j)
+        for (unsigned ch = j; ch * 32 < K; ch += 4)
+            for (unsigned k0 = ch * 32; k0 < ch * 32 + 32 && k0 < K; k0 += kstep) step(cj[j], k0);
+    for (unsigned e = 0; e < 4; ++e) c[e] = sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]);
+}
+
+// tc_forward's epilogue for a lane's c0..c3 (c0, c1: sample r0, units h0 + 2q, + 1; c2, c3:
+// sample r0 + 8): A = act(__fadd_rn(c, b[h])), fmaxf(z, 0) for act 1 (max.f32), inside [B][H].
+__device__ __forceinline__ void store_forward(float* A, const float* b, const float c[4], unsigned r0,
+                                              unsigned h0, unsigned q, unsigned B, unsigned H, unsigned act)
+{
+    for (unsigned e = 0; e < 4; ++e) {
+        const unsigned s = e < 2 ? r0 : r0 + 8, h = h0 + 2 * q + e % 2;
+        if (s >= B || h >= H) continue;
+        float z = __fadd_rn(c[e], b[h]);
+        if (act == 1) z = fmaxf(z, 0.0f);
+        A[(size_t)s * H + h] = z;
+    }
+}
