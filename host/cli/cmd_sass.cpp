@@ -7,6 +7,7 @@
 #include "nvdisasm.hpp"
 #include "sass.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -130,6 +131,22 @@ void print_diffs(const SassInput& a, const SassInput& b, const std::string& entr
         for (const auto& e : b.info.entries)
             if (!a.info.find(e.name)) fmt::print("\n.entry {}: only in B ({})\n", e.name, b.src.path);
     if (shown == 0) fmt::print("\nno entry in common\n");  // refused before nvdisasm ran (require_common_entry)
+    // The device functions the kernels call (a .func that ptxas kept apart, its own listing):
+    // an edit there changes no entry's SASS, so they are compared too, also with FILE:ENTRY.
+    for (const auto& fa : a.functions) {
+        if (a.info.find(fa.name)) continue;
+        const auto fb = std::find_if(b.functions.begin(), b.functions.end(),
+                                     [&](const SassFunction& f) { return f.name == fa.name && !b.info.find(f.name); });
+        if (fb == b.functions.end()) {
+            fmt::print("\n.func {}: only in A ({})\n", fa.name, a.src.path);
+            continue;
+        }
+        fmt::print("\n{}", format_diff({&fa, &a.source, resources_of(a, fa.name)}, {&*fb, &b.source, resources_of(b, fa.name)}));
+    }
+    for (const auto& fb : b.functions)
+        if (!b.info.find(fb.name) &&
+            std::none_of(a.functions.begin(), a.functions.end(), [&](const SassFunction& f) { return f.name == fb.name; }))
+            fmt::print("\n.func {}: only in B ({})\n", fb.name, b.src.path);
 }
 
 void require_common_entry(const SassInput& a, const SassInput& b) {
@@ -177,7 +194,8 @@ void setup_sass(CLI::App& app, Command& chosen) {
         "memory, and instruction counts by class (FFMA, FADD, FMUL, HMMA, IMAD, LDG, STG, LDS, STS, LDL/STL, BAR, "
         "SHFL, MUFU, BRA, CALL, other; the class is the opcode before its first '.'). --diff OTHER.ptx compares two "
         "versions instead: the counts side by side with the difference, then a unified listing of the opcodes "
-        "(no registers or addresses), each with its PTX line. nvdisasm is looked for in $PTXLAB_NVDISASM, else "
+        "(no registers or addresses), each with its PTX line, for every entry and every device function (.func) "
+        "ptxas kept apart (an edit inside a called .func shows there, not in its callers). nvdisasm is looked for in $PTXLAB_NVDISASM, else "
         "$CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, then $PATH; without it sass says where it looked "
         "and exits 1. A PTX error gets the same file:line diagnostics as check (exit 2).");
     sub->add_option("target", o->target, "FILE.ptx, or FILE.ptx:ENTRY for one entry point")->required();

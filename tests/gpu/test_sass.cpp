@@ -6,6 +6,7 @@
 // the PTX lines it came from (the line info survived nvJitLink -lineinfo and nvdisasm -g).
 #include "../helpers.hpp"
 #include "common.hpp"
+#include "ptx_text.hpp"
 
 #include <doctest/doctest.h>
 
@@ -39,4 +40,29 @@ TEST_CASE("sass: the real nvdisasm on lesson 10 (mma.sync TF32): an HMMA counted
     CAPTURE(d.output);
     CHECK(d.code == 0);
     CHECK(d.output.find("the opcodes are the same") != std::string::npos);
+}
+
+TEST_CASE("sass: --diff of a one-line change inside a called .func shows it under that .func") {
+    // ptx/forward.ptx's activation helpers are .func that forward2 and forward3 call (CALL in
+    // their SASS): change one fma.rn.f32 there into a mul.rn.f32. The entries' own SASS stays
+    // the same; the function's counts lose an FFMA and gain an FMUL.
+    const std::string src = ptxlab::read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/forward.ptx").text;
+    const std::string right = "fma.rn.f32      t, az, 0f3E6D3389, 0f3F800000;";
+    const size_t at = src.find(right);
+    REQUIRE(at != std::string::npos);
+    std::string changed = src;
+    changed.replace(at, right.size(), "mul.rn.f32      t, az, 0f3E6D3389;");
+    TempDir t;
+    write_text(t.file("forward.ptx"), changed);
+    RunResult d = run_command("env -u PTXLAB_NVDISASM " +
+                              ptxlab_cmd("sass " + std::string(PTXLAB_SOURCE_DIR) + "/ptx/forward.ptx --diff " +
+                                         t.file("forward.ptx")));
+    CAPTURE(d.output);
+    REQUIRE(d.code == 0);
+    CHECK(d.output.find(".entry forward2: A =") != std::string::npos);
+    std::smatch m;
+    REQUIRE(std::regex_search(d.output, m, std::regex(R"(\n\.func ([A-Za-z_0-9$.]+): A = )")));
+    CHECK(std::regex_search(d.output, std::regex(R"(FFMA +\d+ +\d+ +-1\n)")));
+    CHECK(std::regex_search(d.output, std::regex(R"(FMUL +\d+ +\d+ +\+1\n)")));  // "+1": B-A is signed
+    CHECK(d.output.find("mul.rn.f32      t, az, 0f3E6D3389;") != std::string::npos);  // the '+' line's PTX
 }
