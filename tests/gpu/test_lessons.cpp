@@ -34,7 +34,7 @@ TEST_CASE("lessons: verify catches the planted mistakes") {
         const char* buffer;  // the output named in a FAIL line
     };
     for (Planted p : {Planted{"lessons/05_wrong_clamp.ptx", "sums"}, Planted{"lessons/06_lost_update.ptx", "hist"},
-                      Planted{"lessons/07_no_max.ptx", "y"}}) {
+                      Planted{"lessons/07_no_max.ptx", "y"}, Planted{"lessons/11_swapped_pairs.ptx", "D"}}) {
         CAPTURE(p.file);
         RunResult r = run_command(ptxlab_cmd(std::string("verify ") + fixture(p.file) + " --seed 7"));
         CAPTURE(r.output);
