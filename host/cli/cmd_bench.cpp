@@ -82,7 +82,8 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
     sub->add_option("--sets", o->sets, "kernel sets to time (default: ptx reference fast fast-reference fused fused-reference "
-                    "fused:adam fused/single fused/split fused/split:adam fused/serial fused:classic; "
+                    "fused:adam fused/single fused/split fused/split:adam fused/serial fused:classic; any kernel set "
+                    "train takes may be named, tc, tc/split and tc-bf16 (the BF16 kernels) among them; "
                     "NAME/single: one launch of fused_step (tc_step for tc) a step, as train --steps-per-launch 1; "
                     "NAME/split: the fused or tc set's separate launches, as train --three-launches; NAME/serial: those separate launches "
                     "without programmatic dependent launches, as train --three-launches --no-overlap; :adam: Adam at "
