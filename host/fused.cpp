@@ -45,11 +45,7 @@ void launch_tc_grads(const KernelSet& ks, const FusedArgs& a, CUstream s) {
 
 unsigned fused_step_grid(const Kernel& k, unsigned H) {
     if (k.max_clusters == 0) {
-        CUlaunchConfig cfg{};
-        cfg.gridDimX = kFusedStepCluster;
-        cfg.gridDimY = cfg.gridDimZ = 1;
-        cfg.blockDimX = kFusedBlock;
-        cfg.blockDimY = cfg.blockDimZ = 1;
+        CUlaunchConfig cfg = launch_config_1d(kFusedStepCluster, kFusedBlock);
         int n = 0;
         CU(cuOccupancyMaxActiveClusters, &n, k.fn, &cfg);
         if (n < 1)

@@ -240,13 +240,7 @@ void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream s
             attrs[n].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
             attrs[n++].value.priority = priority;
         }
-        CUlaunchConfig cfg{};
-        cfg.gridDimX = grid;
-        cfg.gridDimY = cfg.gridDimZ = 1;
-        cfg.blockDimX = block;
-        cfg.blockDimY = cfg.blockDimZ = 1;
-        cfg.sharedMemBytes = smem;
-        cfg.hStream = stream;
+        CUlaunchConfig cfg = launch_config_1d(grid, block, smem, stream);
         cfg.attrs = attrs;
         cfg.numAttrs = n;
         r = driver().cuLaunchKernelEx(&cfg, fn, params, nullptr);

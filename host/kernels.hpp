@@ -174,6 +174,19 @@ std::vector<std::string> with_precision(std::vector<std::string> entries, const 
 // kernels, so that the launch code is the same for both precisions. No-op without k.bf16.
 void use_precision(KernelSet& ks, const KernelChoice& k);
 
+// A 1-D launch of `grid` blocks of `block` threads with `smem` bytes of dynamic shared memory
+// on `stream`, no attributes: for cuLaunchKernelEx and cuOccupancyMaxActiveClusters.
+inline CUlaunchConfig launch_config_1d(unsigned grid, unsigned block, unsigned smem = 0, CUstream stream = nullptr) {
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = grid;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = block;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = smem;
+    cfg.hStream = stream;
+    return cfg;
+}
+
 // Blocks of 256 threads covering n threads.
 inline unsigned grid_for(size_t n, unsigned block = 256) {
     return static_cast<unsigned>((n + block - 1) / block);

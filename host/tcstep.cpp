@@ -24,12 +24,7 @@ void prepare(const Kernel& k) {
     CU(cuFuncSetAttribute, k.fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
     CU(cuFuncSetAttribute, k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(kTcStepSmem));
     k.smem_optin = kTcStepSmem;
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = kTcStepCluster;
-    cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = kTcStepBlock;
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = kTcStepSmem;
+    CUlaunchConfig cfg = launch_config_1d(kTcStepCluster, kTcStepBlock, kTcStepSmem);
     int n = 0;
     CU(cuOccupancyMaxActiveClusters, &n, k.fn, &cfg);
     if (n < 1)
