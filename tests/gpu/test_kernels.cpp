@@ -39,14 +39,20 @@ void check_planted_caught(const CaseResult& r) {
     CHECK(r.f64_fail_ref == 0);
 }
 
-// A planted fixture on the command line: verify says FAIL and exits 1.
-void check_cli_fails(const std::string& entry, const std::string& shape, const std::string& fixture_dir) {
-    RunResult run = run_command(
-        ptxlab_cmd("verify --kernel " + entry + " --shape " + shape + " --ptx-dir " + fixture(fixture_dir)));
+// A planted kernel in directory `dir` on the command line: verify exits 1, its one case failed.
+RunResult check_cli_fails_in(const std::string& entry, const std::string& shape, const std::string& dir) {
+    RunResult run = run_command(ptxlab_cmd("verify --kernel " + entry + " --shape " + shape + " --ptx-dir " + dir));
     CAPTURE(run.output);
     CHECK(run.code == 1);
-    CHECK(run.output.find("FAIL") != std::string::npos);
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+    return run;
+}
+
+// A planted fixture on the command line: verify says FAIL and exits 1.
+void check_cli_fails(const std::string& entry, const std::string& shape, const std::string& fixture_dir) {
+    RunResult run = check_cli_fails_in(entry, shape, fixture(fixture_dir));
+    CAPTURE(run.output);
+    CHECK(run.output.find("FAIL") != std::string::npos);
 }
 
 void check_both_sets(const std::string& entry, const std::vector<unsigned>& shape) {
@@ -416,11 +422,7 @@ TEST_CASE("kernels: a tc_conv_bwd_weights with a wrong fragment layout is caught
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("dW[") == 0);
-    RunResult run = run_command(ptxlab_cmd("verify --kernel tc_conv_bwd_weights --shape 64,32,14,14,64,3,1 --ptx-dir " +
-                                           t.path.string()));
-    CAPTURE(run.output);
-    CHECK(run.code == 1);
-    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+    check_cli_fails_in("tc_conv_bwd_weights", "64,32,14,14,64,3,1", t.path.string());
 }
 
 namespace {
@@ -462,11 +464,7 @@ TEST_CASE("kernels: a tc_step with a wrong fragment layout is caught by verify")
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("W1[") == 0);  // A and Y, listed before the parameters, are right
-    RunResult run = run_command(
-        ptxlab_cmd("verify --kernel tc_step --shape 64,784,128,10,1,2 --ptx-dir " + t.path.string()));
-    CAPTURE(run.output);
-    CHECK(run.code == 1);
-    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+    check_cli_fails_in("tc_step", "64,784,128,10,1,2", t.path.string());
 }
 
 // The BF16 versions (ptx/tcbf16.ptx): m16n8k16, k tiles of 16; the same shapes and bit-for-bit
@@ -514,11 +512,7 @@ TEST_CASE("kernels: a tc_forward_bf16 with its pairs packed the wrong way round 
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("A[") == 0);
-    RunResult run = run_command(
-        ptxlab_cmd("verify --kernel tc_forward_bf16 --shape 17,9,5,0 --ptx-dir " + t.path.string()));
-    CAPTURE(run.output);
-    CHECK(run.code == 1);
-    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+    check_cli_fails_in("tc_forward_bf16", "17,9,5,0", t.path.string());
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
