@@ -2,9 +2,14 @@
 
 #include "error.hpp"
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <mutex>
+#include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,7 +43,57 @@ std::string not_regular_reason(unsigned mode) {
                      source_location(file, line));
 }
 
+// The paths RemoveOnSignal watches, read by a signal handler: fixed slots, each published by
+// an atomic flag after its path is written.
+struct WatchedPath {
+    std::atomic<bool> used{false};
+    char path[PATH_MAX] = {};
+};
+WatchedPath g_watched[16];
+std::mutex g_watched_mutex;  // taking and giving back slots (not the handler, which only reads)
+
+extern "C" void remove_watched_and_reraise(int sig) {
+    for (auto& w : g_watched)
+        if (w.used.load()) ::unlink(w.path);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+
+void install_removal_handlers() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+            struct sigaction old {};
+            if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+                continue;
+            struct sigaction sa {};
+            sa.sa_handler = remove_watched_and_reraise;
+            sigemptyset(&sa.sa_mask);
+            ::sigaction(sig, &sa, nullptr);
+        }
+    });
+}
+
 }  // namespace
+
+RemoveOnSignal::RemoveOnSignal(const std::string& path) {
+    if (path.size() >= PATH_MAX) return;
+    install_removal_handlers();
+    std::lock_guard lock(g_watched_mutex);
+    for (int i = 0; i < int(std::size(g_watched)); ++i)
+        if (!g_watched[i].used.load()) {
+            std::memcpy(g_watched[i].path, path.c_str(), path.size() + 1);
+            g_watched[i].used.store(true);
+            slot_ = i;
+            return;
+        }
+}
+
+RemoveOnSignal::~RemoveOnSignal() {
+    if (slot_ < 0) return;
+    std::lock_guard lock(g_watched_mutex);
+    g_watched[slot_].used.store(false);
+}
 
 std::string file_kind(unsigned mode) {
     if (S_ISREG(mode)) return "a regular file";
@@ -116,10 +171,14 @@ void require_directory(const std::string& path, const std::string& what) {
         refuse(path, what, "is " + file_kind(st.st_mode) + ", not a directory", __FILE__, __LINE__);
 }
 
-void require_output_file(const std::string& path, const std::string& what) {
+void require_output_file(const std::string& path, const std::string& what, bool stream) {
     if (path.empty()) refuse(path, what, "is an empty path", __FILE__, __LINE__);
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) {
+        if (stream && S_ISCHR(st.st_mode)) {
+            if (::access(path.c_str(), W_OK) != 0) refuse(path, what, errno_reason(errno), __FILE__, __LINE__);
+            return;
+        }
         if (!S_ISREG(st.st_mode)) refuse(path, what, "is " + file_kind(st.st_mode) + ", not a file to write", __FILE__, __LINE__);
         if (::access(path.c_str(), W_OK) != 0) refuse(path, what, errno_reason(errno), __FILE__, __LINE__);
         return;
@@ -132,6 +191,41 @@ void require_output_file(const std::string& path, const std::string& what) {
         refuse(path, what, "cannot be created: " + dir + " is " + file_kind(st.st_mode), __FILE__, __LINE__);
     if (::access(dir.c_str(), W_OK | X_OK) != 0)
         refuse(path, what, "cannot be created in " + dir + ": " + errno_reason(errno), __FILE__, __LINE__);
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& what) {
+    struct stat st {};
+    const bool device = ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+    std::string tmp = device ? path : path + ".tmp-XXXXXX";
+    const int fd = device ? ::open(path.c_str(), O_WRONLY | O_CLOEXEC) : ::mkstemp(tmp.data());
+    if (fd < 0) refuse(path, what, "cannot be written: " + std::string(std::strerror(errno)), __FILE__, __LINE__);
+    std::optional<RemoveOnSignal> watch;
+    if (!device) watch.emplace(tmp);
+    auto fail = [&](int err) {
+        ::close(fd);
+        if (!device) ::unlink(tmp.c_str());
+        refuse(path, what, "cannot be written: " + std::string(std::strerror(err)), __FILE__, __LINE__);
+    };
+    for (size_t done = 0; done < bytes.size();) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail(errno);
+        done += static_cast<size_t>(n);
+    }
+    const mode_t mask = ::umask(0);  // mkstemp makes 0600; give the file the mode a plain create would
+    ::umask(mask);
+    if (!device && ::fchmod(fd, 0666 & ~mask) != 0) fail(errno);
+    if (!device && ::fsync(fd) != 0) fail(errno);
+    if (::close(fd) != 0) {
+        const int err = errno;
+        if (!device) ::unlink(tmp.c_str());
+        refuse(path, what, "cannot be written: " + std::string(std::strerror(err)), __FILE__, __LINE__);
+    }
+    if (!device && ::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        refuse(path, what, "cannot be written: " + std::string(std::strerror(err)), __FILE__, __LINE__);
+    }
 }
 
 }  // namespace ptxlab

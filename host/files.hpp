@@ -27,7 +27,29 @@ void require_directory(const std::string& path, const std::string& what);
 
 // Refuses, before any work is done, an output path that cannot be written: an empty path, a
 // directory, a FIFO or device, a missing or unwritable parent directory. `what` names the flag.
-void require_output_file(const std::string& path, const std::string& what);
+// A `stream` (a log written as it goes, never renamed into place) may also be a character
+// device such as /dev/null or /dev/stderr.
+void require_output_file(const std::string& path, const std::string& what, bool stream = false);
+
+// Writes `bytes` to a temporary file beside `path` and renames it into place: `path` is either
+// its old self or the whole new content, never half-written, and nothing is created when the
+// write fails. A character device (/dev/null, /dev/stdout) is written directly.
+void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& what);
+
+// While it lives, `path` is removed if the process is ended by SIGINT, SIGTERM or SIGHUP (then
+// the signal's default action follows): a temporary file never outlives a Ctrl-C. Up to 16 at
+// once (more are not watched). The handlers are installed only for signals whose action is the
+// default, so a caller's own handler (train's Ctrl-C) and an ignored signal (nohup) stay.
+class RemoveOnSignal {
+public:
+    explicit RemoveOnSignal(const std::string& path);
+    ~RemoveOnSignal();
+    RemoveOnSignal(const RemoveOnSignal&) = delete;
+    RemoveOnSignal& operator=(const RemoveOnSignal&) = delete;
+
+private:
+    int slot_ = -1;
+};
 
 // "a regular file", "a directory", "a FIFO", "a character device", ... for an st_mode.
 std::string file_kind(unsigned mode);

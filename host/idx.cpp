@@ -5,7 +5,9 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <filesystem>
 #include <unistd.h>
 
@@ -21,6 +23,30 @@ namespace {
 
 constexpr uint64_t kMaxIdxBytes = 4ull << 30;  // refuse (decompressed) files over 4 GiB
 
+uint32_t be32(const uint8_t* p) {
+    return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+
+// How many bytes the IDX file whose first bytes are `head` can hold: its header and the data its
+// dimensions describe, and one byte more (so that parse_idx sees, and names, data past the end).
+// 0 once the header is known to be bad (parse_idx says why), and nothing while it is incomplete.
+std::optional<uint64_t> idx_read_bound(const std::vector<uint8_t>& head) {
+    if (head.size() < 4) return std::nullopt;
+    const unsigned ndims = head[3];
+    if (head[0] != 0 || head[1] != 0 || head[2] != 0x08 || ndims == 0 || ndims > 4) return 0;
+    const size_t header = 4 + 4 * size_t(ndims);
+    if (head.size() < header) return std::nullopt;
+    uint64_t count = 1;
+    for (unsigned i = 0; i < ndims; ++i) {
+        count *= std::max<uint32_t>(be32(&head[4 + 4 * i]), 1);
+        if (count > kMaxIdxBytes) return 0;
+    }
+    return header + count + 1;
+}
+
+// Reads a file, gzip or plain. A gzip file inflates no further than its IDX header promises:
+// a small file that inflates to gigabytes (a "gzip bomb") is refused after reading what the
+// header describes, in the time and memory the real data would take.
 std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
     // Refuses directories, FIFOs, devices and unreadable files, saying which.
     int fd = open_input_file(path);
@@ -30,9 +56,25 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
         PTXLAB_THROW(InputError, "{}: cannot open file", path);
     }
     std::vector<uint8_t> out;
+    std::optional<uint64_t> bound;
+    bool plain = false;  // not gzip: read whole (its size is what it is), so parse_idx can count extra bytes
     uint8_t buf[1 << 16];
     for (;;) {
-        int n = gzread(f, buf, sizeof buf);
+        size_t want = sizeof buf;
+        if (plain) {
+            if (out.size() > kMaxIdxBytes) {
+                gzclose(f);
+                PTXLAB_THROW(InputError, "{}: more than {} GiB of data; refusing to read it", path, kMaxIdxBytes >> 30);
+            }
+        } else if (!bound) want = out.size() < 4 ? 4 - out.size() : 4 + 4 * size_t(out[3]) - out.size();
+        else want = size_t(std::min<uint64_t>(want, *bound - out.size()));
+        if (want == 0 && bound && *bound > 0) {
+            gzclose(f);
+            PTXLAB_THROW(InputError, "{}: more data than its header describes ({} bytes of header and data); "
+                                     "refusing to read on", path, *bound - 1);
+        }
+        if (want == 0) break;  // a bad header: parse_idx says why
+        int n = gzread(f, buf, static_cast<unsigned>(want));
         if (n < 0) {
             int code = 0;
             std::string msg = gzerror(f, &code);
@@ -41,19 +83,19 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
         }
         if (n == 0) break;
         out.insert(out.end(), buf, buf + n);
-        if (out.size() > kMaxIdxBytes) {
-            gzclose(f);
-            PTXLAB_THROW(InputError, "{}: more than {} GiB of data; refusing to read it", path, kMaxIdxBytes >> 30);
+        plain = plain || gzdirect(f);
+        if (!plain && !bound) {
+            bound = idx_read_bound(out);
+            if (bound && *bound < out.size()) break;  // a bad header: parse_idx says why
         }
     }
-    // A gzip stream cut short reads as a clean end of file; gzclose reports it.
+    // What stopped early is not at the end of its stream: only a stream read to its end is
+    // checked by gzclose (a stream cut short reads as a clean end of file; gzclose reports it).
+    const bool whole = gzeof(f);
     int close = gzclose(f);
-    if (close != Z_OK) PTXLAB_THROW(InputError, "{}: corrupt or truncated gzip data (zlib error {})", path, close);
+    if (whole && close != Z_OK)
+        PTXLAB_THROW(InputError, "{}: corrupt or truncated gzip data (zlib error {})", path, close);
     return out;
-}
-
-uint32_t be32(const uint8_t* p) {
-    return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
 }
 
 }  // namespace

@@ -116,9 +116,15 @@ KernelDirs KernelDirs::for_ptx_dir_flag(const std::string& dir) {
 }
 
 KernelDirs KernelDirs::from_environment() {
+    // A variable that is set must name a directory: refused here, before any command goes on
+    // to look for a GPU, with the variable's name (an empty one counts as unset).
     const char* p = std::getenv("PTXLAB_PTX_DIR");
+    if (p && *p) require_directory(p, "PTXLAB_PTX_DIR");
     KernelDirs d = from_ptx_dir((p && *p) ? p : PTXLAB_SOURCE_DIR "/ptx");
-    if (const char* r = std::getenv("PTXLAB_REFERENCE_DIR"); r && *r) d.reference_dir = r;
+    if (const char* r = std::getenv("PTXLAB_REFERENCE_DIR"); r && *r) {
+        require_directory(r, "PTXLAB_REFERENCE_DIR");
+        d.reference_dir = r;
+    }
     return d;
 }
 

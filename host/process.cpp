@@ -44,7 +44,7 @@ void make_pipe(Fd& r, Fd& w, const std::string& exe) {
 }
 
 // Reads both pipes to their end (a child that fills one while we wait on the other would hang).
-void drain(Fd& out, Fd& err, ProcessResult& res, const std::string& exe) {
+void drain(Fd& out, Fd& err, ProcessResult& res, const std::string& exe, size_t max_output) {
     char buf[65536];
     while (out.fd >= 0 || err.fd >= 0) {
         pollfd fds[2] = {{out.fd, POLLIN, 0}, {err.fd, POLLIN, 0}};
@@ -60,13 +60,16 @@ void drain(Fd& out, Fd& err, ProcessResult& res, const std::string& exe) {
             if (n < 0) PTXLAB_THROW(Error, "reading the output of {} failed: {}", exe, std::strerror(errno));
             if (n == 0) fd.reset();
             else (i == 0 ? res.out : res.err).append(buf, static_cast<size_t>(n));
+            if (res.out.size() + res.err.size() > max_output)
+                PTXLAB_THROW(Error, "{} printed more than {} MiB; it was stopped (is it the real tool?)", exe,
+                             max_output >> 20);
         }
     }
 }
 
 }  // namespace
 
-ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args) {
+ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args, size_t max_output) {
     Fd out_r, out_w, err_r, err_w;
     make_pipe(out_r, out_w, exe);
     make_pipe(err_r, err_w, exe);
@@ -92,7 +95,7 @@ ProcessResult run_process(const std::string& exe, const std::vector<std::string>
 
     ProcessResult res;
     try {
-        drain(out_r, err_r, res, exe);
+        drain(out_r, err_r, res, exe, max_output);
     } catch (...) {
         ::kill(pid, SIGKILL);
         ::waitpid(pid, nullptr, 0);
@@ -112,6 +115,7 @@ TempFile::TempFile(const std::string& bytes, const std::string& suffix) {
     int fd = ::mkstemps(tmpl.data(), static_cast<int>(suffix.size()));
     if (fd < 0) PTXLAB_THROW(Error, "cannot create a temporary file {}: {}", tmpl, std::strerror(errno));
     path_ = tmpl;
+    watch_ = std::make_unique<RemoveOnSignal>(path_);
     Fd guard{fd};
     size_t done = 0;
     while (done < bytes.size()) {

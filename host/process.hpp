@@ -2,6 +2,9 @@
 // Every failure says which program, which file and why.
 #pragma once
 
+#include "files.hpp"
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,10 +22,15 @@ struct ProcessResult {
 // Runs `exe` (a path) with `args` as argv[1..], standard input /dev/null, the environment
 // inherited, and captures standard output and standard error apart. A program that runs and
 // fails is a result; one that cannot be started (missing, not executable, not a program)
-// throws Error naming `exe` and the reason.
-ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args);
+// throws Error naming `exe` and the reason. A program that prints more than `max_output` bytes
+// (both streams together) is killed, and that is an Error saying so: a runaway tool costs
+// seconds and a bounded amount of memory, not minutes and gigabytes.
+inline constexpr size_t kMaxProcessOutput = size_t(64) << 20;
+ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args,
+                          size_t max_output = kMaxProcessOutput);
 
-// A file in $TMPDIR (or /tmp) holding `bytes`, removed when this object goes.
+// A file in $TMPDIR (or /tmp) holding `bytes`, removed when this object goes, and by Ctrl-C
+// (files.hpp: RemoveOnSignal).
 class TempFile {
 public:
     TempFile(const std::string& bytes, const std::string& suffix);
@@ -33,6 +41,7 @@ public:
 
 private:
     std::string path_;
+    std::unique_ptr<RemoveOnSignal> watch_;
 };
 
 // Whether `path` is a regular file this process may execute.

@@ -34,6 +34,24 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
     return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
+// A tiny dataset in MNIST's format (28x28 images, labels 0..9, `count` of each split) in `dir`:
+// enough for a command to get past its data checks on a machine without MNIST.
+inline void write_tiny_mnist(const std::string& dir, uint32_t count = 64) {
+    auto header = [](uint8_t dims, std::vector<uint32_t> sizes) {
+        std::vector<uint8_t> h = {0, 0, 0x08, dims};
+        for (uint32_t d : sizes)
+            for (int s = 24; s >= 0; s -= 8) h.push_back(uint8_t(d >> s));
+        return h;
+    };
+    for (const char* split : {"train", "t10k"}) {
+        std::vector<uint8_t> images = header(3, {count, 28, 28}), labels = header(1, {count});
+        for (uint32_t i = 0; i < count * 28 * 28; ++i) images.push_back(uint8_t(i * 2654435761u >> 24));
+        for (uint32_t i = 0; i < count; ++i) labels.push_back(uint8_t(i % 10));
+        write_bytes(dir + "/" + split + "-images-idx3-ubyte", images);
+        write_bytes(dir + "/" + split + "-labels-idx1-ubyte", labels);
+    }
+}
+
 struct RunResult {
     int code = -1;
     std::string output;  // stdout and stderr together

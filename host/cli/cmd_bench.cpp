@@ -1,6 +1,8 @@
 // ptxlab bench: kernel and training-step timings on the GPU, with the device's ceilings.
 #include "bench.hpp"
 #include "commands.hpp"
+#include "files.hpp"
+#include "flags.hpp"
 #include "train.hpp"
 #include "verify_file.hpp"
 
@@ -22,10 +24,20 @@ struct BenchCliOptions {
     double timeout = 120;
     int device = 0;
     std::string file, shape;  // bench FILE.ptx [--shape N=...]: a kernel with a contract header
+    bool json_given = false;
+    CLI::App* sub = nullptr;
 };
 
 int run_bench_cmd(const BenchCliOptions& o) {
+    require_outputs({{"--json", o.json, o.json_given}});
     if (!o.file.empty()) {
+        // What times the built-in kernels has no meaning for a FILE.ptx: say so instead of ignoring it.
+        for (const char* flag : {"--batches", "--step-batches", "--sets", "--target-sets", "--target", "--epochs",
+                                 "--data", "--ptx-dir", "--json", "--no-kernels", "--no-steps", "--no-target"})
+            if (o.sub->count(flag))
+                PTXLAB_THROW(InputError, "{} does not go with a FILE.ptx: bench {} times that kernel and its twin at "
+                                         "its contract's shapes (--shape, --seed, --timeout and --device apply)",
+                             flag, o.file);
         contract_shapes(read_contract_file(o.file), o.shape);  // header and --shape before the GPU
         set_kernel_timeout(o.timeout);
         Context ctx(o.device);
@@ -52,13 +64,11 @@ int run_bench_cmd(const BenchCliOptions& o) {
     opt.kernels = !o.no_kernels;
     opt.steps = !o.no_steps;
     opt.to_target = !o.no_target;
-    if (!opt.json.empty() && !std::ofstream(opt.json, std::ios::app))
-        PTXLAB_THROW(InputError, "--json: cannot write '{}'", opt.json);
 
     Context ctx(o.device);
     BenchResult r = run_bench(ctx, opt, std::cout);
     if (!opt.json.empty()) {
-        std::ofstream(opt.json, std::ios::trunc) << bench_json(r, opt);
+        write_file_atomically(opt.json, bench_json(r, opt), "--json");
         fmt::print("wrote {}\n", opt.json);
     }
     return kExitOk;
@@ -77,7 +87,7 @@ void setup_bench(CLI::App& app, Command& chosen) {
         "instead. Needs a GPU.");
     sub->add_option("file", o->file,
                     "time this .ptx (with a contract header) and its twin instead, at the contract's shapes; GB/s and "
-                    "GFLOP/s when the header gives bytes and flops");
+                    "GFLOP/s when the header gives bytes and flops")->check(kNonEmptyPath);
     sub->add_option("--shape", o->shape, "with FILE.ptx: one shape instead of the contract's, e.g. N=1000000");
     sub->add_option("--batches", o->batches, "batches for the kernel timings")->capture_default_str();
     sub->add_option("--step-batches", o->step_batches, "batches for the step timings")->capture_default_str();
@@ -92,17 +102,21 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();
     sub->add_option("--epochs", o->epochs, "epochs of the time-to-target run (the schedule's length)")->capture_default_str();
-    sub->add_option("--seed", o->seed, "seed for inputs, initialisation and shuffling")->capture_default_str();
-    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
+    add_seed_option(sub, o->seed, "seed for inputs, initialisation and shuffling");
+    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)")->check(kNonEmptyPath);
     sub->add_option("--ptx-dir", o->ptx_dir,
-                    "read the PTX from this directory; the twins stay in the reference directory, as in check and verify");
-    sub->add_option("--json", o->json, "also write the results to this file as JSON");
+                    "read the PTX from this directory; the twins stay in the reference directory, as in check and verify")->check(kNonEmptyPath);
+    sub->add_option("--json", o->json, "also write the results to this file as JSON")->check(kNonEmptyPath);
     sub->add_flag("--no-kernels", o->no_kernels, "skip the per-kernel timings");
     sub->add_flag("--no-steps", o->no_steps, "skip the training-step timings");
     sub->add_flag("--no-target", o->no_target, "skip the time-to-target runs");
     sub->add_option("--timeout", o->timeout, "watchdog seconds (0: no limit)")->capture_default_str();
-    sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
-    sub->callback([o, &chosen] { chosen = [o] { return run_bench_cmd(*o); }; });
+    add_device_option(sub, o->device);
+    o->sub = sub;
+    sub->callback([o, &chosen] {
+        o->json_given = o->sub->count("--json") > 0;
+        chosen = [o] { return run_bench_cmd(*o); };
+    });
 }
 
 }  // namespace ptxlab::cli

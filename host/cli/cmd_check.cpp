@@ -2,6 +2,7 @@
 // Every file is checked, even after one fails; diagnostics go to stderr as
 // `file:line: error: ...`, the per-entry report and the summary to stdout.
 #include "commands.hpp"
+#include "flags.hpp"
 #include "compile.hpp"
 #include "contract.hpp"
 #include "files.hpp"
@@ -227,7 +228,7 @@ void setup_check(CLI::App& app, Command& chosen) {
     sub->add_option("--ptx-dir", o->ptx_dir,
                     "check every .ptx in this directory (default: $PTXLAB_PTX_DIR or the tree's ptx/); the twins "
                     "still come from the reference directory ($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, "
-                    "else the tree's ptx/reference), as in verify. Not with FILEs");
+                    "else the tree's ptx/reference), as in verify. Not with FILEs")->check(kNonEmptyPath);
     sub->add_flag("--no-twins,--no-twin", o->no_twin,
                   "skip the comparison with the CUDA C twins (without it a missing twin is an error)");
     sub->callback([o, &chosen] { chosen = [o] { return run_check(*o); }; });

@@ -1,5 +1,6 @@
 // ptxlab data [DIR]: validate a dataset and describe it.
 #include "commands.hpp"
+#include "flags.hpp"
 #include "error.hpp"
 #include "idx.hpp"
 
@@ -42,7 +43,7 @@ void setup_data(CLI::App& app, Command& chosen) {
     auto* sub = app.add_subcommand(
         "data", "Validate an MNIST-format dataset (four IDX files, raw or .gz; no GPU needed) and print the counts, "
                 "image shape and label histogram.");
-    sub->add_option("dir", o->dir, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
+    sub->add_option("dir", o->dir, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)")->check(kNonEmptyPath);
     sub->callback([o, &chosen] { chosen = [o] { return run_data(*o); }; });
 }
 

@@ -1,5 +1,6 @@
 // ptxlab eval --load FILE: test accuracy and confusion matrix of a checkpoint.
 #include "commands.hpp"
+#include "flags.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
 #include "train_cnn.hpp"
@@ -59,7 +60,6 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
 
 int run_eval(const EvalOptions& o) {
     // Everything that needs no GPU first: the flags, the checkpoint, the data, the kernel directory.
-    if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
     const KernelChoice k0 = o.kernels == "auto" ? KernelChoice{} : parse_kernel_choice(o.kernels);
     const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
     // A --model checkpoint with conv layers (its tensors checked against its spec) runs on the
@@ -106,15 +106,15 @@ void setup_eval(CLI::App& app, Command& chosen) {
     auto* sub = app.add_subcommand(
         "eval", "Report the test accuracy and confusion matrix of a checkpoint saved by `ptxlab train --save`, "
                 "computed with the forward kernel on the GPU.");
-    sub->add_option("--load", o->load, "checkpoint (.safetensors)")->required();
-    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
+    sub->add_option("--load", o->load, "checkpoint (.safetensors)")->required()->check(kNonEmptyPath);
+    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)")->check(kNonEmptyPath);
     sub->add_option("--kernels", o->kernels, "kernel set: fused, fast, tc, tc-bf16, ptx, fused-reference, fast-reference, "
                     "tc-reference, tc-bf16-reference or reference; auto = fused for 2 layers, ptx for 3 (fast evaluates "
                     "with the fused forward kernels; tc with tc_forward, TF32 tensor cores, and tc-bf16 with "
                     "tc_forward_bf16, BF16 inputs, for ReLU models)")->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir,
-                    "read the PTX from this directory; the twins stay in the reference directory, as in check and verify");
-    sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+                    "read the PTX from this directory; the twins stay in the reference directory, as in check and verify")->check(kNonEmptyPath);
+    add_device_option(sub, o->device);
     sub->callback([o, &chosen] { chosen = [o] { return run_eval(*o); }; });
 }
 

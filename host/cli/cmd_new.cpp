@@ -1,12 +1,13 @@
 // ptxlab new NAME: a starting pair, NAME.ptx (a contract header and a commented elementwise
 // kernel) and reference/NAME.cu (its CUDA C twin), that passes `check` and `verify` as it stands.
 #include "commands.hpp"
+#include "flags.hpp"
+#include "compile.hpp"
 #include "error.hpp"
 #include "files.hpp"
 
 #include <filesystem>
-#include <fstream>
-#include <regex>
+#include <algorithm>
 
 namespace fs = std::filesystem;
 
@@ -108,34 +109,80 @@ extern "C" __global__ void @NAME@(float* y, const float* x, unsigned n, float a,
 )";
 
 std::string fill(const char* tmpl, const std::string& name) {
-    return std::regex_replace(std::string(tmpl), std::regex("@NAME@"), name);
+    std::string out(tmpl);
+    for (size_t at = out.find("@NAME@"); at != std::string::npos; at = out.find("@NAME@", at + name.size()))
+        out.replace(at, 6, name);
+    return out;
 }
 
-void write_new(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-    out.close();
-    if (!out) PTXLAB_THROW(Error, "cannot write {}", path);
+// The name's own rules first (each with its reason), then the proof: the pair must assemble
+// (nvJitLink) and compile (NVRTC) as written, so that a name ptxas or C++ reserves (`_`, `int`,
+// `return`) is refused before anything is written, with the tool's own words.
+void require_kernel_name(const std::string& name, const std::string& ptx, const std::string& cu) {
+    constexpr size_t kMaxName = 64;
+    if (name.empty()) PTXLAB_THROW(InputError, "the kernel name is empty");
+    if (name.size() > kMaxName)
+        PTXLAB_THROW(InputError, "the kernel name '{}...' is {} characters long; ptxlab new takes at most {}",
+                     name.substr(0, 16), name.size(), kMaxName);
+    const auto bad = std::find_if_not(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    });
+    if (bad != name.end())
+        PTXLAB_THROW(InputError, "'{}' is not a kernel name: character {} is '{}'; use letters, digits and _", name,
+                     bad - name.begin() + 1, *bad);
+    if (name[0] >= '0' && name[0] <= '9')
+        PTXLAB_THROW(InputError, "'{}' is not a kernel name: it starts with a digit", name);
+    const AssemblyResult as = assemble_offline(SourceFile{name + ".ptx", ptx}, "sm_90");
+    if (!as.ok) {
+        std::string why = as.diagnostics.empty() ? as.error_log : as.diagnostics.front().message;
+        PTXLAB_THROW(InputError, "'{}' cannot be a kernel name: the PTX with it does not assemble ({})", name, why);
+    }
+    try {
+        (void)nvrtc_compile(SourceFile{name + ".cu", cu}, "compute_90");
+    } catch (const InputError& e) {
+        // NVRTC's first error line says why ("expected an identifier").
+        const std::string log = e.what();
+        std::string why = log.substr(0, log.find('\n'));
+        for (size_t at = 0; at < log.size();) {
+            const size_t nl = std::min(log.find('\n', at), log.size());
+            const std::string line = log.substr(at, nl - at);
+            if (const size_t err = line.find("error:"); err != std::string::npos) {
+                why = line.substr(err);
+                break;
+            }
+            at = nl + 1;
+        }
+        PTXLAB_THROW(InputError, "'{}' cannot be a kernel name: the CUDA C twin with it does not compile ({}; is it "
+                                 "a C++ keyword?)", name, why);
+    }
 }
 
 int run_new(const NewOptions& o) {
-    static const std::regex ident(R"([A-Za-z_][A-Za-z0-9_]*)");
-    if (!std::regex_match(o.name, ident) || o.name.size() > 64)
-        PTXLAB_THROW(InputError, "'{}' is not a kernel name: letters, digits and _, not starting with a digit", o.name);
+    const std::string ptx_text = fill(kPtxTemplate, o.name), cu_text = fill(kCuTemplate, o.name);
+    require_kernel_name(o.name, ptx_text, cu_text);
+    // --dir is made if it is missing (its parent must exist or be made too, as mkdir -p).
+    std::error_code ec;
+    if (!fs::exists(o.dir, ec)) {
+        fs::create_directories(o.dir, ec);
+        if (ec) PTXLAB_THROW(InputError, "--dir '{}' cannot be created: {}", o.dir, ec.message());
+    }
     require_directory(o.dir, "--dir");
     const fs::path ptx = fs::path(o.dir) / (o.name + ".ptx"), ref_dir = fs::path(o.dir) / "reference",
                    cu = ref_dir / (o.name + ".cu");
     for (const auto& p : {ptx, cu}) {
-        std::error_code ec;
         if (fs::exists(fs::symlink_status(p, ec)))
             PTXLAB_THROW(InputError, "{} already exists; ptxlab new does not overwrite (pick another NAME or --dir)",
                          p.string());
     }
-    std::error_code ec;
     fs::create_directories(ref_dir, ec);
     if (ec) PTXLAB_THROW(InputError, "cannot create {}: {}", ref_dir.string(), ec.message());
-    write_new(ptx.string(), fill(kPtxTemplate, o.name));
-    write_new(cu.string(), fill(kCuTemplate, o.name));
+    write_file_atomically(ptx.string(), ptx_text, "ptxlab new");
+    try {
+        write_file_atomically(cu.string(), cu_text, "ptxlab new");
+    } catch (...) {
+        fs::remove(ptx, ec);  // both files or neither
+        throw;
+    }
     fmt::print("wrote {} and {}\nnext: ptxlab check {} && ptxlab verify {}\n", ptx.string(), cu.string(), ptx.string(),
                ptx.string());
     return kExitOk;
@@ -151,7 +198,7 @@ void setup_new(CLI::App& app, Command& chosen) {
         "FILE.ptx` read, and a commented elementwise kernel) and reference/NAME.cu (its CUDA C twin). Refuses to "
         "overwrite. The pair passes `ptxlab check` and `ptxlab verify` as it stands.");
     sub->add_option("name", o->name, "the kernel's name (its .entry and file names)")->required();
-    sub->add_option("--dir", o->dir, "where to write (default: the current directory)")->capture_default_str();
+    sub->add_option("--dir", o->dir, "where to write (default: the current directory; made if missing)")->capture_default_str()->check(kNonEmptyPath);
     sub->callback([o, &chosen] { chosen = [o] { return run_new(*o); }; });
 }
 

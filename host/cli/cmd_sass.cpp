@@ -3,6 +3,7 @@
 // toolkit's nvdisasm, and the SASS of each entry printed under the PTX lines it came from,
 // with a summary (resources, instructions by class). --diff compares two versions.
 #include "commands.hpp"
+#include "flags.hpp"
 #include "compile.hpp"
 #include "nvdisasm.hpp"
 #include "sass.hpp"
@@ -36,7 +37,10 @@ struct SassInput {
 std::pair<std::string, std::string> split_target(const std::string& t) {
     std::error_code ec;
     const size_t colon = t.rfind(':');
-    if (fs::exists(t, ec) || colon == std::string::npos || colon == 0 || colon + 1 == t.size()) return {t, ""};
+    if (fs::exists(t, ec) || colon == std::string::npos || colon == 0) return {t, ""};
+    if (colon + 1 == t.size())
+        PTXLAB_THROW(InputError, "'{}': the entry name after ':' is empty (give {} for every entry, or {}ENTRY)", t,
+                     t.substr(0, colon), t);
     return {t.substr(0, colon), t.substr(colon + 1)};
 }
 
@@ -201,7 +205,7 @@ void setup_sass(CLI::App& app, Command& chosen) {
     sub->add_option("target", o->target, "FILE.ptx, or FILE.ptx:ENTRY for one entry point")->required();
     sub->add_option("--arch", o->arch, "target architecture (sm_NN; those this nvJitLink accepts)")->capture_default_str();
     sub->add_option("--diff", o->diff,
-                    "OTHER.ptx: compare the SASS of FILE (A) with that of OTHER (B), entry by entry (or ENTRY only)");
+                    "OTHER.ptx: compare the SASS of FILE (A) with that of OTHER (B), entry by entry (or ENTRY only)")->check(kNonEmptyPath);
     sub->callback([o, &chosen] { chosen = [o] { return run_sass(*o); }; });
 }
 

@@ -1,5 +1,6 @@
 // ptxlab train: train the MLP on MNIST with the hand-written PTX kernels.
 #include "commands.hpp"
+#include "flags.hpp"
 #include "files.hpp"
 #include "model.hpp"
 #include "safetensors.hpp"
@@ -62,6 +63,15 @@ public:
 private:
     void (*old_)(int) = nullptr;
 };
+
+// The files train writes, for require_outputs: checkpoints are renamed into place (a regular
+// file), the CSV logs are written as they go (/dev/null will do).
+std::vector<OutputFlag> output_flags(const TrainOptions& o) {
+    return {{"--save", o.save, o.given("--save")},
+            {"--save-init", o.save_init, o.given("--save-init")},
+            {"--log", o.log, o.given("--log"), true},
+            {"--log-steps", o.log_steps, o.given("--log-steps"), true}};
+}
 
 // The recipe flags, then a preset's values for the flags that were not given.
 void apply_recipe(const TrainOptions& o, TrainConfig& cfg) {
@@ -167,13 +177,11 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     cfg.overlap = !o.no_overlap;
     set_kernel_timeout(o.timeout);
     cfg.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
-    if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
     cfg.max_steps = o.max_steps;
     cfg.log_csv = o.log;
     if (!o.log_steps.empty()) PTXLAB_THROW(InputError, "--model {}: --log-steps is not written by the CNN trainer yet", o.model);
     cc.validate_flags();
-    for (const auto& [flag, path] : {std::pair{"--save", o.save}, {"--save-init", o.save_init}, {"--log", o.log}})
-        if (!path.empty()) require_output_file(path, flag);
+    require_outputs(output_flags(o));
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
     Dataset data = load_dataset(dir);
     Context ctx(o.device);
@@ -218,6 +226,12 @@ int run_train(const TrainOptions& o) {
         PTXLAB_THROW(InputError, "--model and --{} both set the network: give one of them",
                      o.given("--layers") ? "layers" : "hidden");
     cfg.layers = o.given("--model") ? trainable_layers(o.model) : parse_layers(o.layers);
+    if (o.given("--model") && cfg.layers.size() != 3 && cfg.layers.size() != 4)
+        PTXLAB_THROW(InputError,
+                     "--model {} has {} fc layer{}; the MLP trainer takes 2 or 3 fc layers (e.g. fc128,fc10 or "
+                     "fc256,fc128,fc10; the input 784 is implied), and models with conv layers (e.g. cnn, "
+                     "conv16k5,pool,conv32,pool,fc64,fc10) train on the CNN trainer",
+                     o.model, cfg.layers.size() - 1, cfg.layers.size() == 2 ? "" : "s");
     if (o.given("--hidden")) {
         if (o.given("--layers"))
             PTXLAB_THROW(InputError, "--hidden {} and --layers {} both set the network: give one of them", o.hidden,
@@ -239,7 +253,6 @@ int run_train(const TrainOptions& o) {
     cfg.steps_per_launch = o.steps_per_launch;
     set_kernel_timeout(o.timeout);
     cfg.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
-    if (o.device < 0) PTXLAB_THROW(InputError, "--device must be a device ordinal >= 0, got {}", o.device);
     cfg.max_steps = o.max_steps;
     cfg.progress = !o.no_progress;
     cfg.log_csv = o.log;
@@ -248,9 +261,7 @@ int run_train(const TrainOptions& o) {
     // Everything that needs no GPU is checked first: the flags, the output paths, then the data
     // and the checkpoint to resume.
     cfg.validate_flags();
-    for (const auto& [flag, path] : {std::pair{"--save", o.save}, {"--save-init", o.save_init}, {"--log", o.log},
-                                     {"--log-steps", o.log_steps}})
-        if (!path.empty()) require_output_file(path, flag);
+    require_outputs(output_flags(o));
     ResumeState resume;
     if (!o.resume.empty()) {
         resume = load_training_checkpoint(o.resume, cfg);
@@ -367,7 +378,7 @@ void setup_train(CLI::App& app, Command& chosen) {
         "current chunk, writes a checkpoint (--save, else interrupted.safetensors) that --resume continues, and exits with 130. A non-finite loss is replayed with the PTX and "
         "then with the NVRTC twins from the same state, to tell a diverging recipe from a wrong kernel.");
     o->sub = sub;
-    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)");
+    sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)")->check(kNonEmptyPath);
     sub->add_option("--layers", o->layers, "layer sizes: I,H,O or I,H1,H2,O")->capture_default_str();
     sub->add_option("--model", o->model,
                     "the network as a layer list: conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, "
@@ -387,13 +398,7 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "evaluations of the test set an epoch, at evenly spaced steps (the time to target is measured "
                     "at these points; evaluation time is reported apart)")->capture_default_str();
     sub->add_option("--eval-every", o->eval_every, "evaluate every N steps instead (overrides --evals-per-epoch)");
-    sub->add_option("--seed", o->seed, "seed for initialisation and shuffling (a whole number >= 0)")
-        ->capture_default_str()
-        ->check([](const std::string& v) {
-            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
-                       ? std::string()
-                       : "--seed must be a whole number >= 0, got '" + v + "'";
-        });
+    add_seed_option(sub, o->seed, "seed for initialisation and shuffling");
     add_recipe_flags(sub, *o);
     sub->add_option("--kernels", o->kernels,
                     "kernel set: fused (batch gradients computed directly: fused_forward, fused_output, fused_grad, "
@@ -433,23 +438,23 @@ void setup_train(CLI::App& app, Command& chosen) {
         ->capture_default_str();
     sub->add_option("--ptx-dir", o->ptx_dir,
                     "read the PTX from this directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/); the twins "
-                    "stay in the reference directory, as in check and verify");
+                    "stay in the reference directory, as in check and verify")->check(kNonEmptyPath);
     sub->add_option("--log", o->log,
                     "write one CSV row per evaluation: step, epoch, train_loss, test_loss, test_accuracy, train_s, "
-                    "elapsed_s, lr (tools/plot_curves.py draws it)");
-    sub->add_option("--log-steps", o->log_steps, "write one CSV row per step: step, epoch, loss, lr");
+                    "elapsed_s, lr (tools/plot_curves.py draws it)")->check(kNonEmptyPath);
+    sub->add_option("--log-steps", o->log_steps, "write one CSV row per step: step, epoch, loss, lr")->check(kNonEmptyPath);
     sub->add_option("--save", o->save,
                     "save the trained weights as a .safetensors file (PyTorch's nn.Linear names), with the "
-                    "optimizer's state and the position, so that --resume can continue");
+                    "optimizer's state and the position, so that --resume can continue")->check(kNonEmptyPath);
     sub->add_option("--resume", o->resume,
                     "continue the run a --save checkpoint (or Ctrl-C's interrupted.safetensors) stopped: weights, "
                     "optimizer state, step, schedule position and shuffle order; give the same recipe flags. The "
-                    "result is the same, bit for bit, as a run that was not interrupted");
+                    "result is the same, bit for bit, as a run that was not interrupted")->check(kNonEmptyPath);
     sub->add_option("--save-init", o->save_init,
-                    "save the initial weights as a .safetensors file (tools/torch_reference.py --init-from)");
+                    "save the initial weights as a .safetensors file (tools/torch_reference.py --init-from)")->check(kNonEmptyPath);
     sub->add_option("--max-steps", o->max_steps, "stop after this many steps (0: no limit)");
     sub->add_flag("--no-progress", o->no_progress, "no progress bar");
-    sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+    add_device_option(sub, o->device);
     sub->callback([o, &chosen] { chosen = [o] { return run_train(*o); }; });
 }
 

@@ -1,5 +1,6 @@
 // ptxlab verify: every kernel pair on identical random inputs, element by element.
 #include "commands.hpp"
+#include "flags.hpp"
 #include "files.hpp"
 #include "train.hpp"
 #include "verify.hpp"
@@ -28,8 +29,18 @@ struct VerifyCliOptions {
 // verify FILE.ptx: the header and --shape are read before the GPU is looked for.
 int run_verify_file_cmd(const VerifyCliOptions& o) {
     if (!o.kernels.empty()) PTXLAB_THROW(InputError, "--kernel and a FILE.ptx together: give one or the other");
+    if (!o.ptx_dir.empty())
+        PTXLAB_THROW(InputError, "--ptx-dir and a FILE.ptx together: --ptx-dir picks where the built-in kernels are "
+                                 "read; {} names its own file (and its contract its twin)", o.file);
+    if (o.quick)
+        PTXLAB_THROW(InputError, "--quick picks a smaller set of the built-in kernels' cases; for {} give one "
+                                 "shape with --shape instead", o.file);
     const Contract c = read_contract_file(o.file);
-    contract_shapes(c, o.shape);
+    const std::vector<ShapeVars> shapes = contract_shapes(c, o.shape);
+    if (o.list) {
+        for (const auto& s : shapes) fmt::print("{:<13} {}\n", c.entry, shape_text(s));
+        return kExitOk;
+    }
     FileVerifyOptions f;
     f.seed = o.seed_given ? o.seed : std::random_device{}();
     f.shape = o.shape;
@@ -123,7 +134,7 @@ void setup_verify(CLI::App& app, Command& chosen) {
         "(// @contract ... // @end) against its twin instead. Needs a GPU.");
     sub->add_option("file", o->file,
                     "a .ptx file with a contract header (// @contract): run it and its twin on the contract's shapes "
-                    "(or --shape N=1000,M=3) and compare as the contract says");
+                    "(or --shape N=1000,M=3) and compare as the contract says")->check(kNonEmptyPath);
     sub->add_option("--kernel", o->kernels,
                     "only these kernels: forward2 forward3 grad2 grad3 batch_mean optim_sgd optim_adam optim_rmsprop "
                     "gather fused_forward fused_output fused_grad outer fused_step conv_fwd conv_bwd_data conv_bwd_weights "
@@ -149,11 +160,10 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "watchdog: fail (exit 4) naming the kernel when one runs longer than this many seconds; 0: no "
                     "limit")
         ->capture_default_str();
-    sub->add_option("--seed", o->seed, "seed for the random inputs (default: a fresh one, printed)")
-        ->each([o](const std::string&) { o->seed_given = true; });
+    add_seed_option(sub, o->seed, "seed for the random inputs (default: a fresh one, printed)", &o->seed_given);
     sub->add_option("--ptx-dir", o->ptx_dir, "read the PTX from this directory; the twins stay in the reference directory "
-                    "($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, else the tree's), as in check");
-    sub->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+                    "($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, else the tree's), as in check")->check(kNonEmptyPath);
+    add_device_option(sub, o->device);
     sub->add_flag("--quick", o->quick, "a small set of cases (for compute-sanitizer and other slow tools)");
     sub->add_flag("--list", o->list, "list the cases and exit");
     sub->callback([o, shape_opt, &chosen] {

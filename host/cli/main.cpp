@@ -10,9 +10,44 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <iostream>
+#include <unistd.h>
 
 namespace {
+
+// Whether the "(raised at host/FILE.cpp:LINE)" line follows an error: with --verbose only.
+bool g_verbose = false;
+
+// Prints to stderr and never throws: an error while reporting an error (stderr closed, a full
+// disk) must not end in std::terminate. What cannot be written is lost; the exit code stays.
+template <class... Args> void say(fmt::format_string<Args...> f, Args&&... args) noexcept {
+    try {
+        const std::string text = fmt::format(f, std::forward<Args>(args)...);
+        std::fwrite(text.data(), 1, text.size(), stderr);
+        std::fflush(stderr);
+    } catch (...) {
+    }
+}
+
+// A standard stream that was closed before ptxlab started (`2>&-`) would be the number the next
+// open() returns: a checkpoint or log would then receive the diagnostics. Standard input and
+// error are pointed at /dev/null instead; a closed standard output is refused, since every
+// command's result goes there.
+bool standard_streams_open() {
+    for (int fd : {0, 2})
+        if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            const int n = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (n >= 0 && n != fd) ::close(n);
+        }
+    if (::fcntl(1, F_GETFD) < 0 && errno == EBADF) {
+        const int n = ::open("/dev/null", O_WRONLY);  // takes fd 1, so that nothing else does
+        (void)n;
+        say("ptxlab: error: standard output is closed; run ptxlab with it open (>/dev/null to discard it)\n");
+        return false;
+    }
+    return true;
+}
 
 int run(int argc, char** argv) {
     using namespace ptxlab;
@@ -30,6 +65,15 @@ int run(int argc, char** argv) {
         "PTXLAB_NVDISASM (the nvdisasm that `ptxlab sass` runs; default: $CUDA_HOME/bin, then PATH).");
     app.require_subcommand(1);
     app.set_version_flag("--version", "ptxlab 0.1.0");
+    app.add_flag("--verbose", g_verbose, "with an error, also print where in ptxlab's source it was raised");
+    app.fallthrough();  // --verbose after the subcommand too
+    // CLI11's own refusals (unknown flags, values that do not convert) in ptxlab's form.
+    app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+        std::string help = "ptxlab --help";
+        for (const CLI::App* sub : a->get_subcommands())
+            help = fmt::format("ptxlab {} --help", sub->get_name());
+        return fmt::format("ptxlab: error: {}\n        (see {})\n", e.what(), help);
+    });
 
     cli::Command chosen;
     cli::setup_check(app, chosen);
@@ -50,29 +94,27 @@ int run(int argc, char** argv) {
             known |= sub->get_name() == argv[1];
         }
         if (!known) {
-            fmt::print(stderr, "ptxlab: error: unknown command '{}' (commands: {}; see ptxlab --help)\n", argv[1],
-                       names);
+            say("ptxlab: error: unknown command '{}' (commands: {}; see ptxlab --help)\n", argv[1], names);
             return kExitUsage;
         }
     }
 
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        int code = app.exit(e);
-        return code == 0 ? kExitOk : kExitUsage;
-    }
-
     auto report = [](const char* kind, const Error& e) {
-        fmt::print(stderr, "ptxlab: {}{}\n", kind, e.what());
-        if (!e.where().empty()) fmt::print(stderr, "        (raised at {})\n", e.where());
+        say("ptxlab: {}{}\n", kind, e.what());
+        if (g_verbose && !e.where().empty()) say("        (raised at {})\n", e.where());
     };
     try {
+        try {
+            app.parse(argc, argv);  // flag callbacks (cli/flags.hpp) throw InputError, handled below
+        } catch (const CLI::ParseError& e) {
+            int code = app.exit(e);
+            return code == 0 ? kExitOk : kExitUsage;
+        }
         return chosen ? chosen() : kExitUsage;
     } catch (const NoGpuError& e) {
         report("", e);
-        fmt::print(stderr, "        this command needs an NVIDIA GPU with driver >= 580; `ptxlab check` and "
-                           "`ptxlab data` work without one\n");
+        say("        this command needs an NVIDIA GPU with driver >= 580; `ptxlab check` and `ptxlab data` work "
+            "without one\n");
         return kExitNoGpu;
     } catch (const TimeoutError& e) {
         report("error: ", e);
@@ -88,14 +130,14 @@ int run(int argc, char** argv) {
         report("error: ", e);
         return kExitFailure;
     } catch (const std::bad_alloc&) {
-        fmt::print(stderr, "ptxlab: error: out of host memory\n");
+        say("ptxlab: error: out of host memory\n");
         return kExitFailure;
     } catch (const std::exception& e) {
         if (std::ferror(stdout)) {  // fmt::print throws when stdout cannot be written (a full disk, /dev/full)
-            fmt::print(stderr, "ptxlab: error: writing to standard output failed: {}\n", e.what());
+            say("ptxlab: error: writing to standard output failed: {}\n", e.what());
             return kExitFailure;
         }
-        fmt::print(stderr, "ptxlab: internal error: {}\n", e.what());
+        say("ptxlab: internal error: {}\n", e.what());
         return kExitFailure;
     }
 }
@@ -103,6 +145,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (!standard_streams_open()) return ptxlab::kExitFailure;
     int code = run(argc, argv);
     // Output that could not be written is a failure, as in coreutils: `ptxlab data >/dev/full`
     // must not exit 0. std::cout (CLI11's --help) writes through stdout, so one check covers both.
@@ -111,8 +154,7 @@ int main(int argc, char** argv) {
     const bool flushed = std::fflush(stdout) == 0;
     if (!flushed || std::ferror(stdout) || !std::cout) {
         const int err = errno;
-        fmt::print(stderr, "ptxlab: error: writing to standard output failed{}{}\n", err ? ": " : "",
-                   err ? std::strerror(err) : "");
+        say("ptxlab: error: writing to standard output failed{}{}\n", err ? ": " : "", err ? std::strerror(err) : "");
         if (code == ptxlab::kExitOk) code = ptxlab::kExitFailure;
     }
     return code;

@@ -8,6 +8,7 @@
 set -u
 ptxlab=${1:?usage: bad_inputs.sh PTXLAB_BINARY SOURCE_DIR}
 src=${2:?usage: bad_inputs.sh PTXLAB_BINARY SOURCE_DIR}
+case "$ptxlab" in /*) ;; *) ptxlab="$(pwd)/$ptxlab" ;; esac   # some cases run it from another directory
 t=$(mktemp -d /tmp/ptxlab-bad-inputs-XXXXXX)
 trap 'chmod -R u+rwx "$t" 2>/dev/null; rm -rf "$t"' EXIT
 fails=0 passes=0 skips=0
@@ -22,7 +23,7 @@ judge() {
   if grep -qE 'Sanitizer|runtime error:' "$out"; then
     echo "FAIL  $name: sanitizer report"; sed 's/^/      | /' "$out" | head -40; fails=$((fails + 1)); return
   fi
-  if [ "$got" != "$want" ] || ! grep -qF -- "$needle" "$out"; then
+  if [ "$got" != "$want" ] || { [ -n "$needle" ] && ! grep -qF -- "$needle" "$out"; }; then
     echo "FAIL  $name: exit $got (want $want), message must contain: $needle"
     sed 's/^/      | /' "$out" | head -20; fails=$((fails + 1)); return
   fi
@@ -122,7 +123,7 @@ expect_stderr "ptx: diagnostics on stderr" 1 "syntax_error.ptx:33: error:"      
 expect "ptx: every file checked"        1 "check: 3 files: 1 ok, 2 failed"                  "$P" check --no-twins "$t/empty.ptx" "$t/good.ptx" "$t/bom.ptx"
 expect "ptx: a missing twin"            1 "mine.ptx: error: no CUDA C twin"                 "$P" check "$t/mine.ptx"
 expect "ptx: --no-twins"                0 "check: 1 file: 1 ok, 0 failed"                   "$P" check --no-twins "$t/mine.ptx"
-expect "ptx: PTXLAB_REFERENCE_DIR=/nope" 1 "/nope/mean.cu does not exist"                 PTXLAB_REFERENCE_DIR=/nope "$P" check
+expect "ptx: PTXLAB_REFERENCE_DIR=/nope" 2 "PTXLAB_REFERENCE_DIR '/nope' does not exist"   PTXLAB_REFERENCE_DIR=/nope "$P" check
 expect "ptx: --arch sm_52"              2 "architecture 'sm_52' is not supported by this nvJitLink (sm_" "$P" check --arch sm_52
 expect "ptx: --arch banana"             2 "architecture 'banana' is not of the form sm_NN"  "$P" check --arch banana
 # ---- sass (#16): the input is checked before nvdisasm is looked for ------------
@@ -157,7 +158,7 @@ expect "flags: verify --shape \"\""     2 "--shape is empty"                    
 expect "flags: verify --shape bad"      2 "--shape"                                         $nogpu "$P" verify --shape 1,x
 expect "flags: verify unknown kernel"   2 "kernel 'nope'"                           $nogpu "$P" verify --kernel nope --list
 expect "flags: train --batch 0"         2 "--batch must be at least 1"                      $nogpu "$P" train --batch 0
-expect "flags: train --seed -1"         2 "--seed must be a whole number >= 0, got '-1'"    $nogpu "$P" train --seed -1
+expect "flags: train --seed -1"         2 "--seed must be a whole number from 0 to 18446744073709551615 (2^64 - 1), got '-1'" $nogpu "$P" train --seed -1
 expect "flags: --hidden with --layers"  2 "both set the network: give one of them"          $nogpu "$P" train --layers 784,64,10 --hidden 32
 # --model (#15): a bad layer list names the layer; what the CNN trainer does not take yet is refused.
 expect "flags: --model unknown layer"     2 "layer 2 'poo' is not a layer"                   $nogpu "$P" train --model conv32,poo,fc10
@@ -186,6 +187,99 @@ expect_full "out: check >/dev/full"     1 "writing to standard output failed"   
 expect_full "out: data >/dev/full"      1 "writing to standard output failed"               "$P" data "$t/data"
 expect_full "out: verify --list >/dev/full" 1 "writing to standard output failed"           "$P" verify --list
 expect_full "out: a failure keeps its code" 1 "empty.ptx: error: file is empty"             "$P" check --no-twins "$t/empty.ptx"
+
+# ---- round two (#34): streams, flags, environment, outputs, bounded reads, names -----------
+# expect_closed NAME CODE FD COMMAND...: FD (1 or 2) closed; the exit code only (no signal, no terminate).
+expect_closed() {
+  local name=$1 want=$2 fd=$3; shift 3
+  if [ "$fd" = 2 ]; then timeout 120 env "$@" >"$t/out" 2>&-; else timeout 120 env "$@" >&- 2>"$t/out"; fi
+  local got=$?
+  judge "$name" "$want" "" "$t/out" "$got"
+}
+# expect_absent NAME FILE: FILE must not exist (nothing half-written left behind).
+expect_absent() {
+  if [ -e "$2" ]; then echo "FAIL  $1: $2 was left behind"; fails=$((fails + 1)); else echo "ok    $1"; passes=$((passes + 1)); fi
+}
+# A valid checkpoint for eval, written by train's own format through the test helper below.
+expect_closed "stream: stderr closed, check fails cleanly"   1 2 "$P" check --no-twins "$t/nope.ptx"
+expect_closed "stream: stderr closed, bad flag"              2 2 "$P" train --batch 0
+expect_closed "stream: stderr closed, bad seed (CLI11 path)" 2 2 "$P" verify --seed -1
+expect_closed "stream: stderr closed, unknown command"       2 2 "$P" frobnicate
+expect_closed "stream: stdout closed is refused"             1 1 "$P" check --no-twins "$t/good.ptx"
+expect "stream: stdout closed, said on stderr"  1 "standard output is closed"  sh -c "exec \"\$0\" check --no-twins \"\$1\" >&-" "$P" "$t/good.ptx"
+# Flags every command shares (host/cli/flags.hpp).
+seedmsg="--seed must be a whole number from 0 to 18446744073709551615"
+expect "flags: verify --seed -1"        2 "$seedmsg (2^64 - 1), got '-1'"                    $nogpu "$P" verify --seed -1
+expect "flags: verify --seed \"\""      2 "$seedmsg (2^64 - 1), got ''"                      $nogpu "$P" verify --seed ""
+expect "flags: bench --seed 1e3"        2 "$seedmsg (2^64 - 1), got '1e3'"                   $nogpu "$P" bench --seed 1e3
+expect "flags: bench --seed +5"         2 "got '+5'"                                         $nogpu "$P" bench --seed +5
+expect "flags: train --seed 2^64"       2 "--seed 18446744073709551616 is too large"         $nogpu "$P" train --seed 18446744073709551616
+expect "flags: train --seed 2^64 - 1"   3 "no NVIDIA driver found"                           $nogpu "$P" train --seed 18446744073709551615
+expect "flags: verify --device -1"      2 "--device must be a CUDA device ordinal (0, 1, ...), got -1" $nogpu "$P" verify --device -1
+expect "flags: bench --device -3"       2 "--device must be a CUDA device ordinal"           $nogpu "$P" bench --device -3
+expect "flags: train --device -1"       2 "--device must be a CUDA device ordinal"           $nogpu "$P" train --device -1
+expect "flags: eval --device -1"        2 "--device must be a CUDA device ordinal"           $nogpu "$P" eval --load x --device -1
+expect "flags: verify FILE --ptx-dir"   2 "--ptx-dir and a FILE.ptx together"                $nogpu "$P" verify "$t/good.ptx" --ptx-dir "$t/ptxdir"
+expect "flags: verify FILE --quick"     2 "--quick picks a smaller set of the built-in kernels' cases" $nogpu "$P" verify "$t/good.ptx" --quick
+expect "flags: bench FILE --sets"       2 "--sets does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --sets fused
+expect "flags: bench FILE --json"       2 "--json does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
+expect "flags: verify FILE --list"      0 "leaky_relu    N=1"                                $nogpu "$P" verify "$src/ptx/lessons/01_predicates.ptx" --list
+expect "flags: --model fc10 names it"   2 "--model fc10 has 1 fc layer; the MLP trainer takes 2 or 3 fc layers" $nogpu "$P" train --model fc10
+# Paths given as "" are refused, not read as "the default".
+expect "paths: train --save \"\""       2 "--save: is an empty path"                         $nogpu "$P" train --save ""
+expect "paths: train --data \"\""       2 "--data: is an empty path"                         $nogpu "$P" train --data ""
+expect "paths: bench --json \"\""       2 "--json: is an empty path"                         $nogpu "$P" bench --json ""
+expect "paths: eval --load \"\""        2 "--load: is an empty path"                         $nogpu "$P" eval --load ""
+expect "paths: data \"\""               2 "dir: is an empty path"                            "$P" data ""
+expect "paths: new --dir \"\""          2 "--dir: is an empty path"                          "$P" new k --dir ""
+# Two outputs in one file, however spelt.
+expect "outputs: --save X --log X"      2 "--save and --log both name"                       $nogpu "$P" train --save "$t/x.st" --log "$t/x.st"
+expect "outputs: ./X and X"             2 "--save and --log-steps both name"                 $nogpu sh -c "cd \"\$0\" && exec \"\$1\" train --save ./y.st --log-steps y.st" "$t" "$P"
+expect "outputs: --save-init X --save X" 2 "--save and --save-init both name"                $nogpu "$P" train --save "$t/z.st" --save-init "$t/../$(basename "$t")/z.st"
+expect "outputs: --log /dev/null is fine" 3 "no NVIDIA driver found"                         $nogpu "$P" train --log /dev/null --log-steps /dev/null
+expect "outputs: --save /dev/null is not" 2 "--save '/dev/null' is a character device, not a file to write" $nogpu "$P" train --save /dev/null
+# Environment variables are inputs too: checked before the GPU, named in the message.
+for cmd in verify train bench "eval --load x"; do
+expect "env: PTXLAB_PTX_DIR=/nowhere, $cmd" 2 "PTXLAB_PTX_DIR '/nowhere' does not exist"     $nogpu PTXLAB_PTX_DIR=/nowhere "$P" $cmd
+done
+expect "env: PTXLAB_PTX_DIR a file"     2 "PTXLAB_PTX_DIR '$src/README.md' is a regular file, not a directory" $nogpu PTXLAB_PTX_DIR="$src/README.md" "$P" verify
+expect "env: PTXLAB_REFERENCE_DIR=/nowhere, verify" 2 "PTXLAB_REFERENCE_DIR '/nowhere' does not exist" $nogpu PTXLAB_REFERENCE_DIR=/nowhere "$P" verify
+expect "env: PTXLAB_REFERENCE_DIR a file, train" 2 "PTXLAB_REFERENCE_DIR '$t/good.ptx' is a regular file" $nogpu PTXLAB_REFERENCE_DIR="$t/good.ptx" "$P" train
+# Bounded reads: a gzip bomb under a valid header stops where the header's data ends.
+mkdata "$t/bomb"
+{ printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x07'; head -c 100000000 /dev/zero; } | gzip -1 >"$t/bomb/train-labels-idx1-ubyte.gz"
+rm "$t/bomb/train-labels-idx1-ubyte"
+expect "data: a gzip bomb is refused early" 2 "train-labels-idx1-ubyte.gz: more data than its header describes (10 bytes of header and data)" "$P" data "$t/bomb"
+mkdata "$t/bad_magic_gz"; rm "$t/bad_magic_gz/t10k-labels-idx1-ubyte"
+{ printf '\x01\x02\x08\x01'; head -c 50000000 /dev/zero; } | gzip -1 >"$t/bad_magic_gz/t10k-labels-idx1-ubyte.gz"
+expect "data: a bad header is judged before inflating" 2 "bad magic number 0x01020801"     "$P" data "$t/bad_magic_gz"
+expect "sass: a runaway nvdisasm is stopped" 1 "printed more than 64 MiB; it was stopped"  FAKE_NVDISASM_FLOOD=100 PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx"
+expect "sass: FILE: with no entry"      2 "'$t/good.ptx:': the entry name after ':' is empty" PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx:"
+# Nothing left behind: no output file before there is something to write, no temporary file after a signal.
+expect "left: bench --json without a GPU" 3 "no NVIDIA driver found"                         $nogpu "$P" bench --json "$t/new.json"
+expect_absent "left: bench --json wrote nothing" "$t/new.json"
+mkdir "$t/tmp"
+for sig in INT TERM; do
+  set -m  # a background job of a script ignores SIGINT unless job control is on
+  TMPDIR="$t/tmp" FAKE_NVDISASM_SLEEP=30 PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx" >/dev/null 2>&1 &
+  pid=$!; set +m
+  for _ in $(seq 50); do [ -n "$(ls -A "$t/tmp")" ] && break; sleep 0.1; done
+  kill -$sig $pid; wait $pid 2>/dev/null; pkill -f "sleep 30" 2>/dev/null
+  if [ -n "$(ls -A "$t/tmp")" ]; then echo "FAIL  left: SIG$sig during sass left $(ls -A "$t/tmp")"; fails=$((fails + 1)); rm -f "$t/tmp"/*
+  else echo "ok    left: SIG$sig during sass removes the cubin"; passes=$((passes + 1)); fi
+done
+# ptxlab new: names are proven by assembling and compiling them; --dir is made.
+expect "new: --dir is created"          0 "wrote $t/mine/saxpy.ptx"                          "$P" new saxpy --dir "$t/mine"
+expect "new: its pair passes check"     0 "check: 1 file: 1 ok, 0 failed"                    "$P" check "$t/mine/saxpy.ptx"
+expect "new: '_' is refused"            2 "'_' cannot be a kernel name: the PTX with it does not assemble" "$P" new _ --dir "$t/new2"
+expect "new: a C++ keyword"             2 "'int' cannot be a kernel name: the CUDA C twin with it does not compile" "$P" new int --dir "$t/new2"
+expect "new: 200 letters"               2 "is 200 characters long; ptxlab new takes at most 64" "$P" new "$(head -c 200 /dev/zero | tr '\0' a)" --dir "$t/new2"
+expect "new: a dash, named"             2 "character 2 is '-'"                               "$P" new a-b --dir "$t/new2"
+expect_absent "new: refused names write nothing" "$t/new2/reference"
+# Messages: where in ptxlab an error was raised only with --verbose.
+expect "verbose: no source line by default" 2 "ptxlab: error: --batch must be at least 1"   $nogpu "$P" train --batch 0
+if grep -q "raised at" "$t/out"; then echo "FAIL  verbose: '(raised at' printed without --verbose"; fails=$((fails + 1)); fi
+expect "verbose: --verbose shows it"    2 "(raised at host/"                                 $nogpu "$P" train --batch 0 --verbose
 
 echo "bad inputs: $passes ok, $fails failed, $skips skipped"
 [ "$fails" = 0 ]

@@ -21,8 +21,10 @@ TEST_CASE("cli: commands that need a GPU fail fast with one sentence when there 
     const std::string env = "PTXLAB_LIBCUDA=/nonexistent/libcuda.so.1 ";
     TempDir t;  // eval reads its checkpoint before it looks for a GPU: give it a real one
     ptxlab::save_safetensors(t.file("m.safetensors"), ptxlab::init_params({784, 16, 10}, ptxlab::Init::Torch, 1));
-    const std::string eval = "eval --load " + t.file("m.safetensors");
-    for (const char* cmd : {"train", "verify", eval.c_str()}) {
+    write_tiny_mnist(t.path.string());  // train and eval read the data first: this needs no MNIST
+    const std::string data = " --data " + t.path.string();
+    const std::string eval = "eval --load " + t.file("m.safetensors") + data, train = "train" + data;
+    for (const char* cmd : {train.c_str(), "verify", eval.c_str()}) {
         CAPTURE(cmd);
         RunResult r = run_command(env + ptxlab_cmd(cmd));
         CHECK(r.code == 3);
@@ -30,7 +32,7 @@ TEST_CASE("cli: commands that need a GPU fail fast with one sentence when there 
         CHECK(r.output.find("terminate") == std::string::npos);
     }
     // The toolkit's stub library is recognised as such.
-    RunResult stub = run_command("PTXLAB_LIBCUDA=" CUDA_STUB_LIBCUDA " " + ptxlab_cmd("train"));
+    RunResult stub = run_command("PTXLAB_LIBCUDA=" CUDA_STUB_LIBCUDA " " + ptxlab_cmd(train));
     CHECK(stub.code == 3);
     CHECK(stub.output.find("stub library") != std::string::npos);
 }
@@ -151,12 +153,13 @@ TEST_CASE("cli: eval checks its checkpoint, data and flags before it looks for a
     CHECK(missing.output.find("does not exist") != std::string::npos);
     TempDir t;
     ptxlab::save_safetensors(t.file("m.safetensors"), ptxlab::init_params({100, 16, 10}, ptxlab::Init::Torch, 1));
-    RunResult shape = run_command(env + ptxlab_cmd("eval --load " + t.file("m.safetensors")));
+    write_tiny_mnist(t.path.string());  // a 28x28 dataset without MNIST
+    RunResult shape = run_command(env + ptxlab_cmd("eval --load " + t.file("m.safetensors") + " --data " + t.path.string()));
     CHECK(shape.code == 2);
     CHECK(shape.output.find("the checkpoint's network is 100,16,10") != std::string::npos);
     RunResult device = run_command(env + ptxlab_cmd("eval --device -1 --load " + t.file("m.safetensors")));
     CHECK(device.code == 2);
-    CHECK(device.output.find("--device must be a device ordinal >= 0") != std::string::npos);
+    CHECK(device.output.find("--device must be a CUDA device ordinal (0, 1, ...), got -1") != std::string::npos);
     RunResult dir = run_command(env + ptxlab_cmd("train --ptx-dir /nonexistent/ptx"));
     CHECK(dir.code == 2);
     CHECK(dir.output.find("--ptx-dir '/nonexistent/ptx' does not exist") != std::string::npos);
