@@ -19,7 +19,13 @@ struct TempDir {
         char tmpl[] = "/tmp/ptxlab-test-XXXXXX";
         path = mkdtemp(tmpl);
     }
-    ~TempDir() { std::filesystem::remove_all(path); }
+    TempDir(TempDir&& o) noexcept : path(std::move(o.path)) { o.path.clear(); }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    ~TempDir() {
+        std::error_code ec;
+        if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
     std::string file(const std::string& name) const { return (path / name).string(); }
 };
 

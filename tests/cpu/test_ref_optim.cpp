@@ -45,7 +45,7 @@ TEST_CASE("ref_optim: batch_mean is the scaled batch sum") {
     CHECK(g.e[0] == doctest::Approx(g2 * 3 * 0.5 + u * (1.5 + g2 * 3 * 0.5)).epsilon(1e-12));
     CHECK(g.e[1] == doctest::Approx(g2 * 2.75 * 0.5 + u * (0.375 + g2 * 2.75 * 0.5)).epsilon(1e-12));
     // The float32 sum of a long row in batch order is within the bound; the sum without its
-    // last row (tests/fixtures/wrong/mean.ptx) is not.
+    // last row (tests/fixtures/planted/mean_skips_last_row.patch) is not.
     {
         Rng rng(3);
         const unsigned B = 1000;

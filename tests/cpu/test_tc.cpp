@@ -37,7 +37,7 @@ float add_rz(float a, float b) {
 // tc_forward as the PTX computes it, with a model of the tensor core that adds the 8 products
 // of an mma onto c one by one, each addition truncated: four chains (k group j takes the
 // 32-column chunks j, j + 4, ...), then (c0 + c1) + (c2 + c3) rounded to nearest. swap_a1_a2: the fragment registers a1
-// and a2 exchanged (tests/fixtures/tc/tc.ptx): in each 16 x 8 tile of X, rows 0..7 see rows
+// and a2 exchanged (tests/fixtures/planted/tc_forward_fragment.patch): in each 16 x 8 tile of X, rows 0..7 see rows
 // 8..15's columns 0..3 in their columns 4..7, and rows 8..15 rows 0..7's columns 4..7 in 0..3.
 std::vector<float> model_tc_forward(const std::vector<float>& X, const std::vector<float>& W,
                                     const std::vector<float>& b, unsigned B, unsigned I, unsigned H, unsigned act,
@@ -282,7 +282,7 @@ TEST_CASE("tc: a truncating model of the tensor core is within the bound, a wron
         const Inputs in = random_inputs(rng, B, I, H);
         const Bounded ref = ref_tc_forward(in.X, in.W, in.b, B, I, H, act);
         CHECK(outside(model_tc_forward(in.X, in.W, in.b, B, I, H, act), ref) == 0);
-        // The planted bug of tests/fixtures/tc/tc.ptx (a1 and a2 exchanged) is far outside.
+        // The planted bug of tests/fixtures/planted/tc_forward_fragment.patch (a1 and a2 exchanged) is far outside.
         const auto bad = model_tc_forward(in.X, in.W, in.b, B, I, H, act, true);
         CHECK(outside(bad, ref) > bad.size() / 4);
     }

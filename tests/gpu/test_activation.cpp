@@ -4,6 +4,7 @@
 // activation on every kernel set; a wrong derivative in the PTX is caught by verify.
 #include "../helpers.hpp"
 #include "common.hpp"
+#include "../planted.hpp"
 #include "ptx_text.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
@@ -226,16 +227,11 @@ TEST_CASE("activation: train runs every activation on every kernel set, the PTX 
 }
 
 TEST_CASE("activation: a wrong tanh derivative in grad.ptx is caught by verify for tanh, and only for tanh") {
-    // A copy of ptx/grad.ptx whose activate_grad computes 1 + a^2 for tanh instead of 1 - a^2.
-    TempDir t;
-    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/grad.ptx").text;
-    const std::string right = "    fma.rn.f32      g, na, a, 0f3F800000;\n";
-    REQUIRE(src.find(right) != std::string::npos);
-    src.replace(src.find(right), right.size(), "    fma.rn.f32      g, a, a, 0f3F800000;   // PLANTED BUG: 1 + a^2\n");
-    write_text(t.file("grad.ptx"), src);
+    // grad_tanh_derivative.patch: activate_grad computes 1 + a^2 for tanh instead of 1 - a^2.
+    const PlantedKernel planted = plant("grad_tanh_derivative");
     VerifyOptions opt;
     opt.seed = 5;
-    opt.ptx_dirs = KernelDirs::from_ptx_dir(t.path.string());
+    opt.ptx_dirs = KernelDirs::from_ptx_dir(planted.dir());
     opt.reference_dirs = KernelDirs::from_environment();
     const auto r = run_verify(gpu(), {{"grad2", {64, 100, 37, 10, 1, kActTanh}}, {"grad2", {64, 100, 37, 10, 1, kActGelu}},
                                       {"grad2", {64, 100, 37, 10, 1, kActRelu}}},

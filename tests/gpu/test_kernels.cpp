@@ -2,6 +2,7 @@
 // reference and each other; and a deliberately wrong kernel that must be caught.
 #include "../helpers.hpp"
 #include "common.hpp"
+#include "../planted.hpp"
 #include "fused.hpp"
 #include "ptx_text.hpp"
 #include "recipe.hpp"
@@ -48,9 +49,9 @@ RunResult check_cli_fails_in(const std::string& entry, const std::string& shape,
     return run;
 }
 
-// A planted fixture on the command line: verify says FAIL and exits 1.
-void check_cli_fails(const std::string& entry, const std::string& shape, const std::string& fixture_dir) {
-    RunResult run = check_cli_fails_in(entry, shape, fixture(fixture_dir));
+// A planted kernel (tests/planted.hpp) on the command line: verify says FAIL and exits 1.
+void check_cli_fails(const std::string& entry, const std::string& shape, const PlantedKernel& planted) {
+    RunResult run = check_cli_fails_in(entry, shape, planted.dir());
     CAPTURE(run.output);
     CHECK(run.output.find("FAIL") != std::string::npos);
 }
@@ -361,11 +362,13 @@ TEST_CASE("kernels: pool_fwd and pool_bwd, both sets") {
 }
 
 namespace {
-// A conv forward pass with a planted bug (tests/fixtures/DIR) fails verify at `shape` with every
-// output written and Y wrong, the file's backward entry `intact` passes, and the CLI exits 1.
-void check_planted_conv_fwd(const char* dir, const char* entry, const char* intact, const std::vector<unsigned>& shape,
+// A conv forward pass with a planted bug (tests/fixtures/planted/PATCH.patch) fails verify at
+// `shape` with every output written and Y wrong, the file's backward entry `intact` passes, and
+// the CLI exits 1.
+void check_planted_conv_fwd(const char* patch, const char* entry, const char* intact, const std::vector<unsigned>& shape,
                             const char* shape_text) {
-    KernelDirs bad = KernelDirs::from_ptx_dir(fixture(dir));
+    const PlantedKernel planted = plant(patch);
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
     CaseResult r = verify_one(entry, shape, bad);
     INFO(format_result(r));
     check_planted_caught(r);
@@ -375,96 +378,79 @@ void check_planted_conv_fwd(const char* dir, const char* entry, const char* inta
     CaseResult ok = verify_one(intact, shape, bad);
     INFO(format_result(ok));
     CHECK(ok.pass());
-    check_cli_fails(entry, shape_text, dir);
+    check_cli_fails(entry, shape_text, planted);
 }
 }  // namespace
 
 TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
-    // tests/fixtures/conv/conv.ptx: conv_fwd stages its input one column off.
-    check_planted_conv_fwd("conv", "conv_fwd", "conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, "3,3,9,9,5,3,0");
+    // conv_padding_off_by_one.patch: conv_fwd stages its input one column off.
+    check_planted_conv_fwd("conv_padding_off_by_one", "conv_fwd", "conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, "3,3,9,9,5,3,0");
 }
 
 TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verify") {
-    // tests/fixtures/tc/tc.ptx: the mma's A fragment with a1 and a2 exchanged, so each 16-sample
+    // tc_forward_fragment.patch: the mma's A fragment with a1 and a2 exchanged, so each 16-sample
     // tile mixes the columns of its two halves; every output is written, the sums are wrong.
-    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("tc"));
+    const PlantedKernel planted = plant("tc_forward_fragment");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
     CaseResult r = verify_one("tc_forward", {64, 784, 128, 0}, bad);
     INFO(format_result(r));
     check_planted_caught(r);
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("A[") == 0);
-    check_cli_fails("tc_forward", "17,9,5,0", "tc");
+    check_cli_fails("tc_forward", "17,9,5,0", planted);
 }
 
 TEST_CASE("kernels: a tc_conv_fwd with a wrong fragment layout is caught by verify") {
-    // tests/fixtures/tcconv/tcconv.ptx: tc_conv_fwd passes its A fragment as {a0, a2, a1, a3},
-    // so pixels g and g+8 of each tile swap patch columns; every output is written, the sums are
+    // tcconv_forward_fragment.patch: tc_conv_fwd passes its A fragment as {a0, a2, a1, a3}, so
+    // pixels g and g+8 of each tile swap patch columns; every output is written, the sums are
     // wrong. tc_conv_bwd_data is intact.
-    check_planted_conv_fwd("tcconv", "tc_conv_fwd", "tc_conv_bwd_data", {3, 3, 9, 9, 17, 3, 0}, "3,3,9,9,17,3,0");
+    check_planted_conv_fwd("tcconv_forward_fragment", "tc_conv_fwd", "tc_conv_bwd_data", {3, 3, 9, 9, 17, 3, 0}, "3,3,9,9,17,3,0");
 }
 
 TEST_CASE("kernels: a tc_conv_bwd_weights with a wrong fragment layout is caught by verify") {
-    // A copy of ptx/tcwgrad.ptx whose mma.sync take their A fragment as {a0, a2, a1, a3}: output
+    // tcwgrad_fragment.patch: the eight mma.sync take their A fragment as {a0, a2, a1, a3}: output
     // channels k0+g+8 and pixels px0+q+4 change places in each 16 x 8 tile, so dW is wrong in
     // every tile while every element is still written; db (summed apart from the mma) is right.
-    TempDir t;
-    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/tcwgrad.ptx").text;
-    const std::string right = "{a0, a1, a2, a3}", wrong = "{a0, a2, a1, a3}";
-    size_t planted = 0;
-    for (size_t at = src.find(right); at != std::string::npos; at = src.find(right, at + wrong.size()), ++planted)
-        src.replace(at, right.size(), wrong);
-    REQUIRE(planted == 8);  // the eight mma.sync of the tile loop
-    write_text(t.file("tcwgrad.ptx"), src);
-    CaseResult r = verify_one("tc_conv_bwd_weights", {3, 9, 9, 9, 17, 3, 1}, KernelDirs::from_ptx_dir(t.path.string()));
+    const PlantedKernel planted = plant("tcwgrad_fragment");
+    CaseResult r = verify_one("tc_conv_bwd_weights", {3, 9, 9, 9, 17, 3, 1}, KernelDirs::from_ptx_dir(planted.dir()));
     INFO(format_result(r));
     check_planted_caught(r);
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("dW[") == 0);
-    check_cli_fails_in("tc_conv_bwd_weights", "64,32,14,14,64,3,1", t.path.string());
+    check_cli_fails_in("tc_conv_bwd_weights", "64,32,14,14,64,3,1", planted.dir());
 }
 
 namespace {
-// tc_step with a planted bug: a copy of ptx/tcstep.ptx whose mma.sync of one product take
-// their A fragment as {a0, a2, a1, a3} (rows g and g+8 of each 16-row tile swap columns
-// 0..3 and 4..7 of the k tile): those of the forward product (A, Y and everything after are
-// wrong), or with `gradient` those of W1's gradient (A and Y right, W1 wrong). Every output is
-// still written.
-CaseResult planted_tc_step(const TempDir& t, bool gradient, size_t count) {
-    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/tcstep.ptx").text;
-    const std::string right = "{fa0, fa1, fa2, fa3}, {fb", wrong = "{fa0, fa2, fa1, fa3}, {fb";
-    size_t planted = 0;
-    for (size_t at = src.find(right); at != std::string::npos; at = src.find(right, at + 1)) {
-        const size_t brace = src.find('{', src.rfind("mma.sync", at));  // the accumulators: {c0, or {cw0,
-        if ((src.compare(brace, 3, "{cw") == 0) != gradient) continue;
-        src.replace(at, right.size(), wrong);
-        ++planted;
-    }
-    REQUIRE(planted == count);
-    write_text(t.file("tcstep.ptx"), src);
-    return verify_one("tc_step", {64, 784, 128, 10, 1, 2}, KernelDirs::from_ptx_dir(t.path.string()));
+// tc_step with a planted bug (tcstep_forward_fragment.patch, tcstep_gradient_fragment.patch): the
+// mma.sync of one product take their A fragment as {a0, a2, a1, a3} (rows g and g+8 of each
+// 16-row tile swap columns 0..3 and 4..7 of the k tile): those of the forward product (A, Y and
+// everything after are wrong), or those of W1's gradient (A and Y right, W1 wrong). Every output
+// is still written.
+CaseResult planted_tc_step(const PlantedKernel& planted) {
+    return verify_one("tc_step", {64, 784, 128, 10, 1, 2}, KernelDirs::from_ptx_dir(planted.dir()));
 }
 }  // namespace
 
 TEST_CASE("kernels: a tc_step with a wrong fragment layout is caught by verify") {
     {
-        TempDir t;
-        CaseResult r = planted_tc_step(t, false, 8);  // the eight mma of the forward product's k loop
+        const PlantedKernel forward = plant("tcstep_forward_fragment");  // the eight mma of its k loop
+        CaseResult r = planted_tc_step(forward);
         INFO(format_result(r));
         check_planted_caught(r);
         CHECK(r.unwritten_ptx == 0);
         REQUIRE_FALSE(r.mismatches.empty());
         CHECK(r.mismatches[0].find("A[") == 0);  // verify lists A, Y, then the parameters
     }
-    TempDir t;
-    CaseResult r = planted_tc_step(t, true, 7);  // the seven mma of W1's gradient
+    const PlantedKernel gradient = plant("tcstep_gradient_fragment");  // the seven mma of W1's gradient
+    CaseResult r = planted_tc_step(gradient);
     INFO(format_result(r));
     check_planted_caught(r);
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("W1[") == 0);  // A and Y, listed before the parameters, are right
-    check_cli_fails_in("tc_step", "64,784,128,10,1,2", t.path.string());
+    check_cli_fails_in("tc_step", "64,784,128,10,1,2", gradient.dir());
 }
 
 // The BF16 versions (ptx/tcbf16.ptx): m16n8k16, k tiles of 16; the same shapes and bit-for-bit
@@ -481,56 +467,38 @@ TEST_CASE("kernels: tc_forward_bf16, tc_grad_input_bf16, tc_grad_weights_bf16, b
     check_both_sets("tc_grad_weights_bf16", {17, 9, 5, 1});
 }
 
-namespace {
-// ptx/tcbf16.ptx with the pairs of tc_forward_bf16's A fragment packed the wrong way round
-// (cvt.rn.bf16x2.f32 fa0, x0, x1: the lower k in the upper half), the slip the pair layout
-// invites: columns 2q and 2q + 1 of X change places in every product.
-CaseResult planted_tc_forward_bf16(const TempDir& t) {
-    std::string src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/tcbf16.ptx").text;
-    size_t planted = 0;
-    for (const char* fa : {"fa0, x1, x0", "fa1, x3, x2", "fa2, x5, x4", "fa3, x7, x6"}) {
-        const std::string right = std::string("cvt.rn.bf16x2.f32 ") + fa;
-        std::string wrong = right;
-        std::swap(wrong[wrong.size() - 1], wrong[wrong.size() - 5]);  // x1, x0 -> x0, x1
-        const size_t at = src.find(right);  // the first: tc_forward_bf16's KTILE
-        REQUIRE(at != std::string::npos);
-        REQUIRE(at < src.find(".entry tc_grad_input_bf16"));
-        src.replace(at, right.size(), wrong);
-        ++planted;
-    }
-    REQUIRE(planted == 4);
-    write_text(t.file("tcbf16.ptx"), src);
-    return verify_one("tc_forward_bf16", {64, 784, 128, 0}, KernelDirs::from_ptx_dir(t.path.string()));
-}
-}  // namespace
-
 TEST_CASE("kernels: a tc_forward_bf16 with its pairs packed the wrong way round is caught by verify") {
-    TempDir t;
-    CaseResult r = planted_tc_forward_bf16(t);
+    // tcbf16_pair_order.patch: tc_forward_bf16's A fragment pairs packed the wrong way round
+    // (cvt.rn.bf16x2.f32 fa0, x0, x1: the lower k in the upper half), the slip the pair layout
+    // invites: columns 2q and 2q + 1 of X change places in every product.
+    const PlantedKernel planted = plant("tcbf16_pair_order");
+    CaseResult r = verify_one("tc_forward_bf16", {64, 784, 128, 0}, KernelDirs::from_ptx_dir(planted.dir()));
     INFO(format_result(r));
     check_planted_caught(r);
     CHECK(r.unwritten_ptx == 0);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("A[") == 0);
-    check_cli_fails_in("tc_forward_bf16", "17,9,5,0", t.path.string());
+    check_cli_fails_in("tc_forward_bf16", "17,9,5,0", planted.dir());
 }
 
 TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
-    KernelDirs wrong = KernelDirs::from_ptx_dir(fixture("wrong"));
-    // tests/fixtures/wrong/mean.ptx is batch_mean that skips the last row of the batch.
+    // mean_skips_last_row.patch: batch_mean skips the last row of the batch.
+    const PlantedKernel planted = plant("mean_skips_last_row");
+    KernelDirs wrong = KernelDirs::from_ptx_dir(planted.dir());
     CaseResult r = verify_one("batch_mean", {1000, 64}, wrong);
     INFO(format_result(r));
     check_planted_caught(r);
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("G[") == 0);
-    check_cli_fails("batch_mean", "1000,64", "wrong");
+    check_cli_fails("batch_mean", "1000,64", planted);
 }
 
 TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify with loss code 1") {
-    // tests/fixtures/softmax/fused.ptx: ptx/fused.ptx with fused_output's softmax computing
-    // 2^(y log2 e) without subtracting the max. verify's loss-1 inputs lift the odd samples'
-    // logits to 96..128, where that overflows float: NaN deltas.
-    KernelDirs bad = KernelDirs::from_ptx_dir(fixture("softmax"));
+    // softmax_without_max.patch: fused_output's softmax computes 2^(y log2 e) without subtracting
+    // the max. verify's loss-1 inputs lift the odd samples' logits to 96..128, where that
+    // overflows float: NaN deltas.
+    const PlantedKernel planted = plant("softmax_without_max");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
     CaseResult r = verify_one("fused_output", {64, 128, 10, 1, 0}, bad);
     INFO(format_result(r));
     check_planted_caught(r);
@@ -541,15 +509,16 @@ TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify
     CaseResult r0 = verify_one("fused_output", {64, 128, 10, 0, 0}, bad);
     INFO(format_result(r0));
     CHECK(r0.pass());
-    check_cli_fails("fused_output", "64,128,10,1,0", "softmax");
+    check_cli_fails("fused_output", "64,128,10,1,0", planted);
 }
 
 TEST_CASE("kernels: an out-of-bounds write is caught by verify's guard bands and named") {
-    // tests/fixtures/oob/gather.ptx stores every row one row on: the last lands past the end of dst.
-    RunResult run = run_command(ptxlab_cmd("verify --kernel gather --shape 4,8,10 --ptx-dir " + fixture("oob")));
+    // gather_one_row_on.patch stores every row one row on: the last lands past the end of dst.
+    const PlantedKernel planted = plant("gather_one_row_on");
+    RunResult run = run_command(ptxlab_cmd("verify --kernel gather --shape 4,8,10 --ptx-dir " + planted.dir()));
     CAPTURE(run.output);
     CHECK(run.code == 1);
-    CHECK(run.output.find("dst: " + fixture("oob") + "/gather.ptx wrote out of bounds: 0 words in the 4096 words "
+    CHECK(run.output.find("dst: " + planted.path + " wrote out of bounds: 0 words in the 4096 words "
                           "before it, 8 in the 4096 after it (the last 8 past its end)") != std::string::npos);
     CHECK(run.output.find("dst[0][0]: unwritten by ptx") != std::string::npos);
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
