@@ -25,7 +25,16 @@ log() { printf '\n=== %s\n' "$*"; }
 
 if has build; then
   log "build"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
+  deps=()
+  # A GPU machine without fmt, CLI11, doctest, nlohmann-json and zlib's headers: Debian packages
+  # downloaded beside the tree (`apt-get download libfmt-dev libcli11-dev doctest-dev
+  # nlohmann-json3-dev zlib1g-dev` into .deps/) are unpacked and used, fmt as headers only.
+  if compgen -G ".deps/*.deb" >/dev/null; then
+    d=/tmp/ptxlab-deps; for f in .deps/*.deb; do dpkg -x "$f" "$d"; done
+    z=$(ls /usr/lib/x86_64-linux-gnu/libz.so.1 /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -1)
+    deps=(-DCMAKE_PREFIX_PATH="$d/usr" -DPTXLAB_FMT_HEADER_ONLY=ON -DZLIB_INCLUDE_DIR="$d/usr/include" -DZLIB_LIBRARY="$z")
+  fi
+  cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${deps[@]}" >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
   cmake --build "$b" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 fi
 if has test; then
