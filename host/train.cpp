@@ -82,7 +82,8 @@ void TrainConfig::validate_flags() const {
     for (auto w : layers)
         if (w == 0) PTXLAB_THROW(InputError, "layer widths must be at least 1 (--layers {})", layers_text(layers));
     if (uses_fused_forward(kernels.design) && layers.size() != 3)
-        PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks (I,H,O); for --layers {} use --kernels ptx",
+        PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks (I,H,O); for --layers {} use --kernels tc (the "
+                                 "model trainer's dense kernels, the default) or ptx (the notebook's)",
                      to_string(kernels), layers_text(layers));
     if (kernels.design == Design::Tc) {
         if (activation != Activation::Relu)

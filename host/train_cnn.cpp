@@ -1,6 +1,8 @@
 // Training of a --model with conv layers on the GPU (see train_cnn.hpp).
 #include "train_cnn.hpp"
 
+#include "tc.hpp"
+
 #include "conv.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
@@ -90,7 +92,7 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
     std::vector<std::string> v = cnn_forward_entries(conv);
     v.push_back("conv_bwd_data");
     if (conv == ConvKernels::Tc)
-        for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights"}) v.push_back(e);
+        for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights"}) v.push_back(e);
     for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"}) v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
@@ -135,6 +137,60 @@ namespace {
 // tensor cores (the same arguments). With a side stream the weight gradients run there, each
 // after the main stream's work so far (cnn_backward issues them before the deltas below), and
 // join() makes the main stream wait for them.
+// A dense layer as the conv kernels see it: a 1x1 kernel on a 1x1 image.
+bool is_dense(const ConvDims& d) { return d.H == 1 && d.W == 1 && d.KS == 1; }
+
+// Which kernel runs a conv layer's pass (KernelOps launches it, RecordingOps names it).
+// Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
+// columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
+const char* conv_fwd_kernel(const ConvDims& d, bool tc) {
+    return tc && d.C >= kTcConvMinChannels ? "tc_conv_fwd" : "conv_fwd";
+}
+const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
+    return tc && d.K >= kTcConvMinChannels ? "tc_conv_bwd_data" : "conv_bwd_data";
+}
+// An fc layer (a 1x1 image, 1x1 kernel) that is not one of the last two (those take one
+// fused_grad): the dense layer's weight gradient on the tensor cores, tc_grad_weights (the same
+// sums as a 1x1 conv_bwd_weights, TF32 products), where conv_bwd_weights would keep one thread a
+// block busy (a hidden 784->256 layer: milliseconds a step).
+const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
+    if (tc && is_dense(d) && tc_grad_unfit("tc_grad_weights", d.N, d.C, d.K).empty()) return "tc_grad_weights";
+    if (tc && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty()) return "tc_conv_bwd_weights";
+    return "conv_bwd_weights";
+}
+
+// The kernels a step launches, by name, in order (train prints them).
+class RecordingOps : public CnnOps {
+public:
+    explicit RecordingOps(bool tc) : tc_(tc) {}
+    std::vector<std::string> names;
+    void conv_fwd(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
+                  CUdeviceptr idx) override {
+        names.push_back(std::string(conv_fwd_kernel(d, tc_)) + (idx ? "+pool" : ""));
+    }
+    bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
+    void conv_bwd_data(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
+        names.push_back(conv_bwd_data_kernel(d, tc_));
+    }
+    void conv_bwd_weights(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
+                          float) override {
+        names.push_back(conv_bwd_weights_kernel(d, tc_));
+    }
+    void pool_fwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr) override { names.push_back("pool_fwd"); }
+    void pool_bwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr) override {
+        names.push_back("pool_bwd");
+    }
+    void fused_output(const FusedArgs&) override { names.push_back("fused_output"); }
+    void fused_forward(const FusedArgs&) override { names.push_back("fused_forward"); }
+    void fused_grad(const FusedArgs&) override { names.push_back("fused_grad"); }
+    void fc_bwd_data(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
+        names.push_back("fc_bwd_data");
+    }
+
+private:
+    bool tc_;
+};
+
 class KernelOps : public CnnOps {
 public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr)
@@ -149,26 +205,28 @@ public:
     }
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
                   CUdeviceptr idx) override {
-        if (tc_ && d.C >= kTcConvMinChannels) launch_tc_conv_fwd(ks_.get("tc_conv_fwd"), d, X, Wt, b, Y, act, s_, idx);
-        else launch_conv_fwd(ks_.get("conv_fwd"), d, X, Wt, b, Y, act, s_, idx);
+        const std::string k = conv_fwd_kernel(d, tc_);
+        if (k == "tc_conv_fwd") launch_tc_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
+        else launch_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
     }
     // Both conv_fwd and tc_conv_fwd pool in their epilogues (the same limits).
     bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
-        if (tc_ && d.K >= kTcConvMinChannels)
-            launch_tc_conv_bwd_data(ks_.get("tc_conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
-        else launch_conv_bwd_data(ks_.get("conv_bwd_data"), d, dX, dY, Y, Wt, act, s_);
+        const std::string k = conv_bwd_data_kernel(d, tc_);
+        if (k == "tc_conv_bwd_data") launch_tc_conv_bwd_data(ks_.get(k), d, dX, dY, Y, Wt, act, s_);
+        else launch_conv_bwd_data(ks_.get(k), d, dX, dY, Y, Wt, act, s_);
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                           CUdeviceptr Y, unsigned act, float scale) override {
-        // Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
-        // columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
-        if (tc_ && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty())
-            launch_tc_conv_bwd_weights(ks_.get("tc_conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s);
-        else launch_conv_bwd_weights(ks_.get("conv_bwd_weights"), d, dW, db, X, dY, Y, act, scale, s);
+        const std::string k = conv_bwd_weights_kernel(d, tc_);
+        if (k == "tc_grad_weights")
+            launch_tc_grad_weights(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
+        else if (k == "tc_conv_bwd_weights")
+            launch_tc_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
+        else launch_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
     }
     void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
         launch_pool_fwd(ks_.get("pool_fwd"), P, H, W, Y, idx, X, s_);
@@ -344,6 +402,30 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
                 ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
         }
     }
+}
+
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B) {
+    RecordingOps ops(conv == ConvKernels::Tc);
+    CnnBuffers b;
+    b.B = B;
+    // Addresses that are never read, but not 0 (0 means "none": a conv without its pool).
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+        b.out.push_back(CUdeviceptr(0x1000 * (3 * l + 1)));
+        b.idx.push_back(CUdeviceptr(0x1000 * (3 * l + 2)));
+        if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
+    }
+    cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
+    cnn_backward(ops, m, b, 0x100, 1.0f);
+    // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
+    std::vector<std::pair<std::string, unsigned>> seen;
+    for (const auto& n : ops.names) {
+        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == n; });
+        if (it == seen.end()) seen.push_back({n, 1});
+        else ++it->second;
+    }
+    std::string out;
+    for (const auto& [n, k] : seen) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", n, k > 1 ? fmt::format(" x{}", k) : "");
+    return out;
 }
 
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,

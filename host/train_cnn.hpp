@@ -162,6 +162,11 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
 // train's default): the weight gradients on a.side, beside the deltas of the layers below, and
 // the step's other launches at the greatest priority (ScopedLaunchPriority); the bits are the
 // same either way.
+// The kernels one training step of `m` launches at batch B, each named once in the order of its
+// first launch with its count ("fused_forward x2, fused_output, fused_grad, ..."), and then the
+// optimizer's (what `train` prints).
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B);
+
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
                          ConvKernels conv = ConvKernels::Fp32);

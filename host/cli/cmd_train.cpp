@@ -3,6 +3,7 @@
 #include "flags.hpp"
 #include "files.hpp"
 #include "model.hpp"
+#include "optim.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
 #include "train_cnn.hpp"
@@ -148,21 +149,38 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
                format_ms(load_ms));
 }
 
-// ---- train --model with conv layers (host/train_cnn.hpp) ----
+// What the model trainer (host/train_cnn.hpp) does not take yet, for a network of fc layers
+// only (3 or more): the flag and why, or "" when it runs the network.
+std::string model_trainer_unfit(const TrainOptions& o) {
+    if (o.kernels != "auto" && o.kernels != "tc" && o.kernels != "tc-reference")
+        return fmt::format("--kernels {} asks for the notebook's kernels", o.kernels);
+    if (o.activation != "relu") return fmt::format("--activation {}: its kernels run ReLU only", o.activation);
+    for (const char* flag : {"--hidden", "--resume", "--three-launches", "--steps-per-launch", "--eval-every", "--log-steps"})
+        if (o.given(flag)) return fmt::format("{} is not taken by it yet", flag);
+    return "";
+}
+
+// ---- train --model with conv layers, and fc networks of 3 or more layers (host/train_cnn.hpp) ----
 int run_train_cnn(const TrainOptions& o, const Model& model) {
-    for (const char* flag : {"--layers", "--hidden", "--resume", "--three-launches", "--steps-per-launch", "--eval-every"})
+    const bool conv = !model.fc_only();
+    const std::string name = o.given("--model") ? "--model " + o.model : "--layers " + layers_text(model.fc_sizes());
+    for (const char* flag : {"--hidden", "--resume", "--three-launches", "--steps-per-launch", "--eval-every"})
         if (o.given(flag))
-            PTXLAB_THROW(InputError, "--model {} (conv layers): {} is not taken by the CNN trainer yet", o.model, flag);
+            PTXLAB_THROW(InputError, "{}: {} is not taken by the model trainer (conv layers, or 3 fc layers or more) "
+                                     "yet", name, flag);
+    if (conv && o.given("--layers"))
+        PTXLAB_THROW(InputError, "--model {} and --layers both set the network: give one of them", o.model);
     CnnTrainConfig cc;
     cc.model = model;
     TrainConfig& cfg = cc.base;
     cfg.batch = o.batch;
     cfg.seed = o.seed;
     apply_recipe(o, cfg);
-    // The CNN's recipe where the flag is not given (train_cnn.hpp): peak lr 0.05, 4 epochs, target 99 %.
-    if (!o.given("--lr") && o.preset.empty()) cfg.lr = kCnnDefaultLr;
-    if (!o.given("--epochs") && o.preset.empty()) cfg.epochs = kCnnDefaultEpochs;
-    if (!o.given("--target") && o.preset.empty()) cfg.target = 0.99;
+    // The CNN's recipe where the flag is not given (train_cnn.hpp): peak lr 0.05, 4 epochs, target
+    // 99 %. A network of fc layers keeps the MLP's (lr 0.1, 5 epochs, 98 %).
+    if (conv && !o.given("--lr") && o.preset.empty()) cfg.lr = kCnnDefaultLr;
+    if (conv && !o.given("--epochs") && o.preset.empty()) cfg.epochs = kCnnDefaultEpochs;
+    if (conv && !o.given("--target") && o.preset.empty()) cfg.target = 0.99;
     if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
         o.kernels != "tc-reference")
         PTXLAB_THROW(InputError, "--model {} (conv layers): --kernels {}: the CNN runs on the conv and pool kernels: "
@@ -186,10 +204,13 @@ int run_train_cnn(const TrainOptions& o, const Model& model) {
     Dataset data = load_dataset(dir);
     Context ctx(o.device);
     const unsigned K = static_cast<unsigned>(data.train.count / cfg.batch);
-    fmt::print("ptxlab train: --model {} ({} parameters), {} conv kernels{}, on {} ({})\n  {}\n", model.text(),
+    fmt::print("ptxlab train: --model {} ({} parameters), {} kernels{}, on {} ({})\n  {}\n", model.text(),
                model.param_count, to_string(cfg.kernels.source),
-               conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores: TF32 tc_conv_fwd, tc_conv_bwd_data, tc_conv_bwd_weights)" : "",
+               conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
                ctx.info().name, ctx.info().arch(), model.shapes_text());
+    fmt::print("  a step: {}, {}{}\n", cnn_step_kernels(model, conv_kernels_of(cfg.kernels), cfg.batch),
+               optimizer_entry(cfg.optim.kind),
+               conv ? "" : " (no one-launch step: fused_step and tc_step take networks of 2 fc layers)");
     fmt::print("  {}\n", recipe_text(cfg, K));
     std::cout.flush();
     if (!o.save_init.empty())
@@ -226,6 +247,15 @@ int run_train(const TrainOptions& o) {
         PTXLAB_THROW(InputError, "--model and --{} both set the network: give one of them",
                      o.given("--layers") ? "layers" : "hidden");
     cfg.layers = o.given("--model") ? trainable_layers(o.model) : parse_layers(o.layers);
+    // Three fc layers or more: the model trainer on the dense kernels (fused_forward, fc_bwd_data,
+    // tc_grad_weights, fused_output, fused_grad), where it takes the flags; else the notebook's
+    // one-thread-per-sample design (--kernels ptx), saying why.
+    const std::string unfit = cfg.layers.size() >= 4 ? model_trainer_unfit(o) : "";
+    if (cfg.layers.size() >= 4 && unfit.empty()) {
+        std::string spec;
+        for (size_t i = 1; i < cfg.layers.size(); ++i) spec += fmt::format("{}fc{}", i > 1 ? "," : "", cfg.layers[i]);
+        return run_train_cnn(o, parse_model(spec));
+    }
     if (o.given("--model") && cfg.layers.size() != 3 && cfg.layers.size() != 4)
         PTXLAB_THROW(InputError,
                      "--model {} has {} fc layer{}; the MLP trainer takes 2 or 3 fc layers (e.g. fc128,fc10 or "
@@ -276,6 +306,9 @@ int run_train(const TrainOptions& o) {
     Context ctx(o.device);
     fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n", layers_text(cfg.layers), to_string(cfg.kernels),
                ctx.info().name, ctx.info().arch());
+    if (!unfit.empty())
+        fmt::print("  note: {} layers run on the notebook's one-thread-per-sample kernels (milliseconds a step), "
+                   "not the model trainer's dense kernels: {}\n", cfg.layers.size() - 1, unfit);
     fmt::print("  data {} ({} train / {} test), seed {}, target {:.2f} %{}, evaluation {}\n", dir, data.train.count,
                data.test.count, cfg.seed, 100.0 * cfg.target, cfg.stop_at_target ? " (stop there)" : "",
                cfg.eval_every ? fmt::format("every {} steps", cfg.eval_every)

@@ -166,7 +166,7 @@ expect "flags: --model conv after fc"     2 "layer 2 'conv8' comes after an fc l
 expect "flags: --model odd pool"          2 "layer 3 'pool' gets 1x7x7"                      $nogpu "$P" train --model pool,pool,pool,fc10
 expect "flags: --model trailing comma"    2 "layer 3 is empty"                               $nogpu "$P" train --model fc64,fc10,
 expect "flags: --model cnn, not relu"     2 "trains with --activation relu only"             $nogpu "$P" train --model cnn --activation tanh
-expect "flags: --model cnn --resume"      2 "--resume is not taken by the CNN trainer yet"   $nogpu "$P" train --model cnn --resume x.safetensors
+expect "flags: --model cnn --resume"      2 "--resume is not taken by the model trainer"     $nogpu "$P" train --model cnn --resume x.safetensors
 expect "flags: --model cnn --kernels"     2 "the CNN runs on the conv and pool kernels"      $nogpu "$P" train --model cnn --kernels fused
 expect "flags: --model with --layers"     2 "--model and --layers both set the network"      $nogpu "$P" train --model fc64,fc10 --layers 784,64,10
 expect "flags: train --optimizer"       2 "unknown optimizer 'lbfgs'"                       $nogpu "$P" train --optimizer lbfgs

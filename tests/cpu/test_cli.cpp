@@ -54,7 +54,7 @@ TEST_CASE("cli: bad training flags are rejected with the reason before any GPU w
                    Case{"--hidden 0", "--hidden must be at least 1"},
                    Case{"--kernels fastest", "unknown kernel set 'fastest'"},
                    Case{"--kernels tc --activation tanh", "--kernels tc runs ReLU hidden layers"},
-                   Case{"--kernels tc --layers 784,64,32,10", "--kernels tc runs 2-layer networks"},
+                   Case{"--kernels fused --layers 784,64,32,10", "--kernels fused runs 2-layer networks (I,H,O); for --layers 784,64,32,10 use --kernels tc"},
                    Case{"--loss hinge", "unknown loss 'hinge'"},
                    Case{"--preset colab", "unknown preset 'colab'"},
                    Case{"--epochs 0", "--epochs must be at least 1"},

@@ -249,3 +249,18 @@ TEST_CASE("train_cnn: an fc layer is a 1x1 convolution of a 1x1 image") {
     CHECK(c.K == 64);
     CHECK(c.KS == 3);
 }
+
+TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
+    // Three fc layers: the last two share fused_grad; the first's weight gradient is on the tensor
+    // cores with --kernels tc (tc_grad_weights), a 1x1 conv_bwd_weights with the FP32 kernels.
+    const Model fc = parse_model("fc256,fc128,fc10");
+    CHECK(cnn_step_kernels(fc, ConvKernels::Tc, 64) ==
+          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
+    CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) ==
+          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, conv_bwd_weights");
+    // The default CNN: its fc layers are a pair, so no dense weight gradient changes kernel.
+    const std::string cnn = cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64);
+    CHECK(cnn.find("tc_grad_weights") == std::string::npos);
+    CHECK(cnn.find("conv_fwd+pool") != std::string::npos);
+    CHECK(cnn.find("tc_conv_fwd+pool") != std::string::npos);
+}

@@ -31,7 +31,7 @@ struct Steps {
 Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init, const TrainConfig& cfg,
                 const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs) {
     const unsigned B = static_cast<unsigned>(labels.size());
-    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), cnn_training_entries(cfg.optim));
+    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels)));
     CnnParams p(m, init, cfg.optim);
     CnnActs a(m, B);
     std::vector<float> t(size_t(B) * kClasses, 0.0f);
@@ -187,6 +187,71 @@ TEST_CASE("cnn: --kernels tc runs the conv layers on the tensor cores, learns li
     const EvalResult e =
         evaluate_cnn(ks, m, CnnParams(m, res[0].params, OptimConfig{}), data.test, Loss::Ce, ConvKernels::Tc);
     CHECK(e.accuracy == res[0].accuracy);
+}
+
+TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the first) match float64, the PTX its twins") {
+    // What `train --layers 784,64,32,10` runs: fused_forward x2, fused_output, fused_grad (the last
+    // two layers), fc_bwd_data, tc_grad_weights (the first layer, TF32 products).
+    const Model m = parse_model("fc64,fc32,fc10");
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 16) ==
+          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
+    const unsigned B = 16;
+    Rng rng(22);
+    std::vector<float> X(size_t(B) * 784);
+    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+    std::vector<uint8_t> labels(B);
+    for (auto& l : labels) l = uint8_t(rng.below(10));
+    const std::vector<float> init = init_model_params(m, Init::Torch, 6);
+    const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
+    TrainConfig cfg;
+    cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    const Steps ptx = gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs);
+    const Steps twin = gpu_steps(KernelSource::Reference, m, init, cfg, X, labels, lrs);
+    CHECK(same_bits(ptx.params, twin.params));
+    CHECK(same_bits(ptx.first_grad, twin.first_grad));
+    CHECK(same_bits(ptx.logits, twin.logits));
+    Recipe r;
+    std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
+    model_loss_grad64(m, P, r, X64, labels, B, &g);
+    // fc1's gradient has TF32 products (2^-10 relative each): within 2e-3 of the largest |g| of
+    // that layer; the other layers' (FP32) within 1e-4 of the largest |g| overall.
+    const LayerSpec& fc1 = m.layers[0];
+    double gmax = 0, gmax1 = 0, err = 0, err1 = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+        const bool first = (i >= fc1.weight_offset && i < fc1.weight_offset + fc1.weight_count()) ||
+                           (i >= fc1.bias_offset && i < fc1.bias_offset + fc1.bias_count());
+        const double e = std::fabs(double(ptx.first_grad[i]) - g[i]);
+        (first ? gmax1 : gmax) = std::max(first ? gmax1 : gmax, std::fabs(g[i]));
+        (first ? err1 : err) = std::max(first ? err1 : err, e);
+    }
+    MESSAGE("fc1: largest gradient ", gmax1, ", largest error ", err1, "; the rest: ", gmax, ", ", err);
+    CHECK(err1 <= 2e-3 * gmax1);
+    CHECK(err <= 1e-4 * gmax);
+    // A planted slip in that path is seen: the gradient of fc1 taken with FP32 conv_bwd_weights
+    // instead (the Fused design) differs in its bits from the tc run.
+    TrainConfig fp32 = cfg;
+    fp32.kernels = {Design::Fused, KernelSource::Ptx};
+    CHECK_FALSE(same_bits(gpu_steps(KernelSource::Ptx, m, init, fp32, X, labels, lrs).first_grad, ptx.first_grad));
+}
+
+TEST_CASE("cnn: train --layers 784,256,128,10 learns on the dense kernels in 300 steps, the PTX as its twins") {
+    const Dataset data = load_dataset(default_data_dir());
+    auto run = [&](KernelSource src) {
+        CnnTrainConfig cfg;
+        cfg.model = parse_model("fc256,fc128,fc10");
+        cfg.base.epochs = 1;
+        cfg.base.max_steps = 300;
+        cfg.base.kernels = {Design::Tc, src};
+        std::ostringstream out;
+        CnnTrainResult r = train_cnn(gpu(), data, cfg, out);
+        MESSAGE(out.str());
+        return r;
+    };
+    const CnnTrainResult ptx = run(KernelSource::Ptx), twin = run(KernelSource::Reference);
+    CHECK(ptx.steps == 300);
+    CHECK(ptx.accuracy >= 0.93);
+    CHECK(ptx.step_losses == twin.step_losses);
+    CHECK(same_bits(ptx.params, twin.params));
 }
 
 TEST_CASE("cnn: --model cnn with its weight gradients on a second stream (the default) matches --no-overlap bit for bit") {
