@@ -263,3 +263,22 @@ TEST_CASE("contract: verify and bench FILE.ptx need a header; the lessons stay o
         CHECK(p.stem.find("_") != 2);  // no "01_..." lesson stems
     }
 }
+
+TEST_CASE("lint: the wrong-width load is found by plain scanning, whatever the spacing") {
+    // 200 000 spaces before the comma overflowed std::regex's stack (a crash of `check`).
+    const std::string ptx = ".version 8.0\n.target sm_80\n.address_size 64\n"
+                            ".visible .entry k(.param .u64 p, .param .u32 n)\n{\n"
+                            "    .reg .u64 %a;\n    .reg .u32 %c;\n"
+                            "    ld.param.u64 %a" + std::string(200000, ' ') + ",\n  [ n ];\n"
+                            "    ld.param.u32 %c, [p+4];\n"          // an offset: not judged
+                            "    ld.param.v2.u32 {%c, %c}, [p];\n"   // a vector: not judged
+                            "    ld.param.u32 %c, [n];\n"            // right
+                            "    ld.param.u32 %c, [p];\n"            // a pointer truncated
+                            "    ret;\n}\n";
+    const auto w = param_width_warnings(ptx, parse_ptx(ptx));
+    REQUIRE(w.size() == 2);
+    CHECK(w[0].line == 8);
+    CHECK(w[0].message.find("ld.param.u64 reads 8 bytes of parameter 'n'") == 0);
+    CHECK(w[1].line == 13);
+    CHECK(w[1].message.find("keeps only part of it") != std::string::npos);
+}
