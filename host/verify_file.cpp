@@ -83,14 +83,7 @@ ContractBuffers::ContractBuffers(const Contract& c, const ShapeVars& shape, uint
             m.bufs.emplace_back((n + 2 * kGuardFloats) * 4, p.name);
         } else {
             m.bufs.emplace_back();
-            const std::string what = fmt::format("parameter '{}'", p.name);
-            if (p.type == ElemType::F32) {
-                arg = std::bit_cast<uint32_t>(float(eval_expr(p.value, shape).value()));
-            } else {
-                const int64_t v = p.type == ElemType::U32 ? eval_whole(p.value, shape, what, 0, 4294967295LL)
-                                                          : eval_whole(p.value, shape, what, INT32_MIN, INT32_MAX);
-                arg = static_cast<uint32_t>(v);
-            }
+            arg = scalar_bits(c, p, shape);
         }
         m.lengths.push_back(n);
         m.inputs.push_back(std::move(words));
