@@ -26,7 +26,7 @@ struct BenchCliOptions {
 
 int run_bench_cmd(const BenchCliOptions& o) {
     if (!o.file.empty()) {
-        contract_shapes(read_contract_file(o.file), o.shape);  // header and --shape before the GPU
+        preflight_contract_file(o.file, "", o.shape);  // header, --shape, values, PTX and twin before the GPU
         set_kernel_timeout(o.timeout);
         Context ctx(o.device);
         bench_file(o.file, ctx, o.shape, o.seed);

@@ -25,11 +25,11 @@ struct VerifyCliOptions {
     std::string file;  // verify FILE.ptx: a kernel with a contract header (verify_file.hpp)
 };
 
-// verify FILE.ptx: the header and --shape are read before the GPU is looked for.
+// verify FILE.ptx: the header, --shape, the values at each shape, the PTX and the twin are checked
+// before the GPU is looked for.
 int run_verify_file_cmd(const VerifyCliOptions& o) {
     if (!o.kernels.empty()) PTXLAB_THROW(InputError, "--kernel and a FILE.ptx together: give one or the other");
-    const Contract c = read_contract_file(o.file);
-    contract_shapes(c, o.shape);
+    preflight_contract_file(o.file, "", o.shape);
     FileVerifyOptions f;
     f.seed = o.seed_given ? o.seed : std::random_device{}();
     f.shape = o.shape;
