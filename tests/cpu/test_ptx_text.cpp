@@ -1,6 +1,7 @@
 // Reading PTX as text: parameter lists, comments, diagnostics, line info.
 #include "error.hpp"
 #include "ptx_text.hpp"
+#include "sass.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -253,4 +254,24 @@ TEST_CASE("ptx_text: logs that quote a long token are read by plain scanning") {
     CHECK(remap_log_lines("line 2; error : '" + tok + "' line 3, line 9, line x, line", map) ==
           "line 20; error : '" + tok + "' line 30, line 9, line x, line");
     CHECK(remap_log_lines("inline 1 line 99999999999", map) == "inline 10 line 99999999999");
+}
+
+TEST_CASE("ptx_text: names at the token limit stay within what sass.cpp's regexes read safely") {
+    // sass.cpp still reads nvdisasm's listing with std::regex, one recursion per character of a
+    // function name or file path; 8192 leaves them a margin (32 KB overflowed the stack). Under
+    // ASan (tools/run.sh sanitize) this runs with its larger frames too.
+    const std::string name(kMaxPtxTokenChars, 'k'), path = "/" + std::string(kMaxPtxTokenChars - 1, 'p');
+    const std::string listing = "\t.section\t.text." + name + ",\"ax\",@progbits\n"
+                                "        .other          " + name + ",@\"STO_CUDA_ENTRY STV_DEFAULT\"\n"
+                                ".text." + name + ":\n"
+                                "\t//## File \"" + path + "\", line 17\n"
+                                "        /*0000*/                   LDC R1, c[0x0][0x28] ;\n";
+    const auto fns = parse_nvdisasm(listing);
+    REQUIRE(fns.size() == 1);
+    CHECK(fns[0].name == name);
+    CHECK(fns[0].entry);
+    REQUIRE(fns[0].code.size() == 1);
+    REQUIRE(fns[0].code[0].frames.size() == 1);
+    CHECK(fns[0].code[0].frames[0].file == path);
+    CHECK(fns[0].code[0].frames[0].line == 17);
 }
