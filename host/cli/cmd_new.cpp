@@ -119,8 +119,11 @@ void write_new(const std::string& path, const std::string& text) {
 }
 
 int run_new(const NewOptions& o) {
+    // The length before the regex, which recurses once per character (a 100 KB name crashed it).
+    if (o.name.size() > 64)
+        PTXLAB_THROW(InputError, "a kernel name of {} characters is too long: at most 64", o.name.size());
     static const std::regex ident(R"([A-Za-z_][A-Za-z0-9_]*)");
-    if (!std::regex_match(o.name, ident) || o.name.size() > 64)
+    if (!std::regex_match(o.name, ident))
         PTXLAB_THROW(InputError, "'{}' is not a kernel name: letters, digits and _, not starting with a digit", o.name);
     require_directory(o.dir, "--dir");
     const fs::path ptx = fs::path(o.dir) / (o.name + ".ptx"), ref_dir = fs::path(o.dir) / "reference",

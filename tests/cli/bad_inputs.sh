@@ -261,6 +261,7 @@ expect "contract: verify twin a directory" 2 "twindir.ptx:25: error: the twin $C
 expect "contract: bench twin a FIFO"       2 "twinfifo.ptx:25: error: the twin $C/reference/fifo.cu is a FIFO, not a regular file" $nogpu "$P" bench "$C/twinfifo.ptx"
 expect "contract: verify twin not compiling" 2 "twinbad.ptx:25: error: the twin $C/reference/bad.cu does not compile" $nogpu "$P" verify "$C/twinbad.ptx"
 expect "contract: bench PTX not assembling" 2 "noasm.ptx:74: error: Not a name of any known instruction: 'bogus'" $nogpu "$P" bench "$C/noasm.ptx"
+expect "contract: new, a 100 KB name"       2 "a kernel name of 100000 characters is too long: at most 64" "$P" new "$(tok 100000 a)" --dir "$t"
 expect "contract: verify a 32 KB token"    2 "longtok.ptx:74:18: error: a token of 32768 characters" $nogpu "$P" verify "$C/longtok.ptx"
 
 echo "bad inputs: $passes ok, $fails failed, $skips skipped"
