@@ -65,7 +65,9 @@ std::string virtual_arch_of(const std::string& arch) {
 }
 
 std::vector<EntryResources> parse_resource_log(const std::string& log) {
-    static const std::regex entry_re(R"(Compiling entry function '([^']+)')");
+    // The entry's name is found by plain scanning: it is the user's token (up to kMaxPtxTokenChars),
+    // and std::regex recurses once per character matched. The other patterns match only numbers.
+    const std::string entry_tag = "Compiling entry function '";
     static const std::regex regs_re(R"(Used (\d+) registers(?:, used (\d+) barriers)?)");
     static const std::regex stack_re(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
     static const std::regex smem_re(R"((\d+) bytes smem)");
@@ -78,12 +80,15 @@ std::vector<EntryResources> parse_resource_log(const std::string& log) {
     std::string line;
     std::smatch m;
     while (std::getline(in, line)) {
-        if (std::regex_search(line, m, entry_re)) {
-            out.push_back({});
-            cur = &out.back();
-            cur->name = m[1].str();
-            in_entry_props = false;
-            continue;
+        if (const size_t at = line.find(entry_tag); at != std::string::npos) {
+            const size_t start = at + entry_tag.size(), end = line.find('\'', start);
+            if (end != std::string::npos && end > start) {
+                out.push_back({});
+                cur = &out.back();
+                cur->name = line.substr(start, end - start);
+                in_entry_props = false;
+                continue;
+            }
         }
         if (!cur) continue;
         // "Function properties for X": entry's own, or a callee's (.func) frame.
@@ -144,6 +149,13 @@ void require_supported_arch(const std::string& arch) {
 AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, const AssembleOptions& o) {
     require_supported_arch(arch);  // validates the name and names the supported range
     AssemblyResult res;
+    // Text nvJitLink would crash on (a token past kMaxPtxTokenChars) never reaches it: a failed
+    // result with that error at its line and column, and whatever else the text shows.
+    if (!ptx_limit_problems(ptx.text).empty()) {
+        for (auto& d : ptx_text_problems(ptx.text))
+            if (d.severity == "error") res.diagnostics.push_back(std::move(d));
+        return res;
+    }
     // With line info, nvJitLink sees the text with `.file 1 "/abs/path"` and `.loc` lines added; its
     // logs are mapped back to the user's lines below.
     std::string text = ptx.text;
@@ -225,6 +237,9 @@ AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, 
 // ---- Driver JIT -------------------------------------------------------------
 
 Module::Module(const SourceFile& src, bool line_info) : path_(src.path) {
+    // The driver's JIT is the same assembler as nvJitLink: text it would crash on is refused first.
+    if (auto limits = ptx_limit_problems(src.text); !limits.empty())
+        throw PtxError(format_limit_problems(src, limits), source_location(__FILE__, __LINE__));
     AnnotatedPtx ann = line_info ? annotate_line_info(src.text, src.path) : AnnotatedPtx{src.text, {}};
     std::string error_log(1 << 16, '\0'), info_log(1 << 16, '\0');
     CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,

@@ -5,12 +5,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-#include <regex>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -21,9 +23,12 @@ namespace ptxlab {
 
 namespace {
 
+// Every step is checked: a numerator or denominator past 2^63 is an error, never a wrapped value.
+constexpr const char* kOverflow = "overflows 64-bit integers (a value past 2^63)";
+
 Rational make_q(int64_t n, int64_t d) {
     if (d == 0) PTXLAB_THROW(InputError, "division by zero");
-    if (n == INT64_MIN || d == INT64_MIN) PTXLAB_THROW(InputError, "overflow (a value past 2^63)");
+    if (n == INT64_MIN || d == INT64_MIN) PTXLAB_THROW(InputError, "{}", kOverflow);
     if (d < 0) n = -n, d = -d;
     const int64_t g = std::gcd(n < 0 ? -n : n, d);
     return {n / (g ? g : 1), d / (g ? g : 1)};
@@ -31,17 +36,19 @@ Rational make_q(int64_t n, int64_t d) {
 
 int64_t mul_checked(int64_t a, int64_t b) {
     int64_t r;
-    if (__builtin_mul_overflow(a, b, &r)) PTXLAB_THROW(InputError, "overflow (a value past 2^63)");
+    if (__builtin_mul_overflow(a, b, &r)) PTXLAB_THROW(InputError, "{}", kOverflow);
     return r;
 }
 int64_t add_checked(int64_t a, int64_t b) {
     int64_t r;
-    if (__builtin_add_overflow(a, b, &r)) PTXLAB_THROW(InputError, "overflow (a value past 2^63)");
+    if (__builtin_add_overflow(a, b, &r)) PTXLAB_THROW(InputError, "{}", kOverflow);
     return r;
 }
 
 Rational q_add(Rational a, Rational b, int sign) {
-    return make_q(add_checked(mul_checked(a.num, b.den), sign * mul_checked(b.num, a.den)), mul_checked(a.den, b.den));
+    // sign * x is checked too: x may be -2^63, whose negation does not fit.
+    return make_q(add_checked(mul_checked(a.num, b.den), mul_checked(sign, mul_checked(b.num, a.den))),
+                  mul_checked(a.den, b.den));
 }
 Rational q_mul(Rational a, Rational b) { return make_q(mul_checked(a.num, b.num), mul_checked(a.den, b.den)); }
 Rational q_div(Rational a, Rational b) {
@@ -110,7 +117,7 @@ private:
         int digits = 0;
         auto take = [&](bool frac) {
             while (p_ < t_.size() && std::isdigit(static_cast<unsigned char>(t_[p_]))) {
-                if (++digits > 18) fail("a number with more than 18 digits");
+                if (++digits > 18) fail("a number of more than 18 digits is too large");
                 mant = mant * 10 + (t_[p_++] - '0');
                 if (frac) den *= 10;
             }
@@ -188,18 +195,25 @@ std::vector<std::string> expr_names(const std::string& text) {
     return names;
 }
 
-int64_t eval_whole(const std::string& text, const ShapeVars& vars, const std::string& what, int64_t lo, int64_t hi) {
+namespace {
+// " at N=1000 M=3", or "" for an expression over no variables.
+std::string at_shape(const ShapeVars& vars) { return vars.empty() ? "" : " at " + shape_text(vars); }
+}  // namespace
+
+int64_t eval_whole(const std::string& text, const ShapeVars& vars, const std::string& what, int64_t lo, int64_t hi,
+                   const std::string& limit) {
     Rational v;
     try {
         v = eval_expr(text, vars);
     } catch (const InputError& e) {
-        PTXLAB_THROW(InputError, "{}: {} (shape {})", what, e.what(), shape_text(vars));
+        PTXLAB_THROW(InputError, "{} = `{}`: {}{}", what, text, e.what(), at_shape(vars));
     }
     if (v.den != 1)
-        PTXLAB_THROW(InputError, "{} = `{}` is {}/{} at {}, not a whole number (round it: ceil(...) or floor(...))",
-                     what, text, v.num, v.den, shape_text(vars));
+        PTXLAB_THROW(InputError, "{} = `{}` is {}/{}, not a whole number{}; write ceil({}) or floor({})", what, text,
+                     v.num, v.den, at_shape(vars), text, text);
     if (v.num < lo || v.num > hi)
-        PTXLAB_THROW(InputError, "{} = `{}` is {} at {}, outside [{}, {}]", what, text, v.num, shape_text(vars), lo, hi);
+        PTXLAB_THROW(InputError, "{} = `{}` is {}{}, outside [{}, {}]{}", what, text, v.num, at_shape(vars), lo, hi,
+                     limit.empty() ? "" : " (" + limit + ")");
     return v.num;
 }
 
@@ -237,7 +251,38 @@ std::string shape_text(const ShapeVars& s) {
 
 namespace {
 
-const std::regex kIdent(R"([A-Za-z_][A-Za-z0-9_]*)");
+// The header is read by plain scanning, not std::regex: libstdc++'s regex recurses once per
+// character matched, and a 50 KB `why` line overflowed the stack.
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v' || c == '\n'; }
+bool is_word(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// A name: a letter or _, then letters, digits and _.
+bool is_identifier(std::string_view s) {
+    if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+    return std::all_of(s.begin() + 1, s.end(), is_word);
+}
+
+// Reads what `take` accepts from s[p...]; returns it and moves p past it.
+template <class Pred> std::string_view take_while(std::string_view s, size_t& p, Pred take) {
+    const size_t start = p;
+    while (p < s.size() && take(s[p])) ++p;
+    return s.substr(start, p - start);
+}
+std::string_view skip_spaces(std::string_view s, size_t& p) { return take_while(s, p, is_space); }
+
+// A line of the file as a `//` comment: the text after the slashes, without the white space
+// around it; nullopt when the line is not a comment.
+std::optional<std::string_view> comment_body(std::string_view l) {
+    size_t p = 0;
+    skip_spaces(l, p);
+    if (l.substr(p, 2) != "//") return std::nullopt;
+    p += 2;
+    skip_spaces(l, p);
+    std::string_view body = l.substr(p);
+    while (!body.empty() && is_space(body.back())) body.remove_suffix(1);
+    return body;
+}
 
 bool parse_type(const std::string& s, ElemType& t) {
     if (s == "f32") t = ElemType::F32;
@@ -336,7 +381,7 @@ private:
         seen_vars_ = true;
         std::istringstream in(l.rest);
         for (std::string v; in >> v;) {
-            if (!std::regex_match(v, kIdent)) fail(fmt::format("variable '{}' is not a name (letters, digits, _)", v));
+            if (!is_identifier(v)) fail(fmt::format("variable '{}' is not a name (letters, digits, _)", v));
             if (v == "ceil" || v == "floor" || v == "min" || v == "max") fail(fmt::format("'{}' is a function", v));
             if (std::find(c_->vars.begin(), c_->vars.end(), v) != c_->vars.end())
                 fail(fmt::format("variable '{}' is declared twice", v));
@@ -349,7 +394,7 @@ private:
         const std::string& k = l.key;
         if (k == "entry") {
             once(l);
-            if (!std::regex_match(l.rest, kIdent)) fail(fmt::format("entry '{}' is not a name", l.rest));
+            if (!is_identifier(l.rest)) fail(fmt::format("entry '{}' is not a name", l.rest));
             c.entry = l.rest, c.entry_line = l.no;
         } else if (k == "shape") {
             c.shapes.push_back(parse_shape(l.rest, c, "shape"));
@@ -361,9 +406,11 @@ private:
             if (parts.size() > 3) fail(fmt::format("{} takes up to three sizes (x, y, z)", k));
             auto& dst = k == "grid" ? c.grid : c.block;
             for (size_t i = 0; i < parts.size(); ++i) dst[i] = expr(parts[i], k);
+            (k == "grid" ? c.grid_line : c.block_line) = l.no;
         } else if (k == "shared") {
             once(l);
             c.shared = expr(l.rest, "shared");
+            c.shared_line = l.no;
         } else if (k == "twin") {
             once(l);
             if (l.rest.empty()) fail("twin: the path is missing");
@@ -377,6 +424,7 @@ private:
         } else if (k == "bytes" || k == "flops") {
             once(l);
             (k == "bytes" ? c.bytes : c.flops) = expr(l.rest, k);
+            (k == "bytes" ? c.bytes_line : c.flops_line) = l.no;
         } else {
             fail(fmt::format("unknown key '{}' (keys: entry vars shape param grid block shared twin compare why "
                              "bytes flops)",
@@ -405,29 +453,62 @@ private:
         c_->tolerance = v;
     }
 
+    // `NAME TYPE = VALUE`: the name, white space, a word, `=` (white space around it optional),
+    // a value of at least one character.
+    static bool match_scalar(std::string_view r, std::string_view& name, std::string_view& type,
+                             std::string_view& value) {
+        size_t p = 0;
+        name = take_while(r, p, is_word);
+        if (!is_identifier(name) || skip_spaces(r, p).empty()) return false;
+        type = take_while(r, p, is_word);
+        skip_spaces(r, p);
+        if (type.empty() || p >= r.size() || r[p] != '=') return false;
+        ++p;
+        skip_spaces(r, p);
+        value = r.substr(p);
+        return !value.empty();
+    }
+    // `NAME ROLE TYPE[LENGTH] REST`: the length runs to the last `]` of the line.
+    static bool match_buffer(std::string_view r, std::string_view& name, std::string_view& role,
+                             std::string_view& type, std::string_view& length, std::string_view& rest) {
+        size_t p = 0;
+        name = take_while(r, p, is_word);
+        if (!is_identifier(name) || skip_spaces(r, p).empty()) return false;
+        role = take_while(r, p, is_word);
+        if (role.empty() || skip_spaces(r, p).empty()) return false;
+        type = take_while(r, p, is_word);
+        skip_spaces(r, p);
+        const size_t close = r.rfind(']');
+        if (type.empty() || p >= r.size() || r[p] != '[' || close == std::string_view::npos || close < p) return false;
+        length = r.substr(p + 1, close - p - 1);
+        p = close + 1;
+        skip_spaces(r, p);
+        rest = r.substr(p);
+        return true;
+    }
+
     void read_param(const Line& l) {
-        static const std::regex scalar(R"(([A-Za-z_]\w*)\s+(\w+)\s*=\s*(.+))");
-        static const std::regex buffer(R"(([A-Za-z_]\w*)\s+(\w+)\s+(\w+)\s*\[(.*)\]\s*(.*))");
-        std::smatch m;
+        std::string_view name, role, type, length, value, range;
         ContractParam p;
         p.line = l.no;
         const std::string first = l.rest.substr(0, l.rest.find_first_of(" \t"));
         for (const auto& q : c_->params)
             if (q.name == first) fail(fmt::format("parameter '{}' is listed twice (line {})", q.name, q.line));
-        if (std::regex_match(l.rest, m, scalar)) {
-            p.name = m[1], p.role = ParamRole::Scalar;
-            if (!parse_type(m[2], p.type)) fail(fmt::format("parameter '{}': scalar type '{}' (u32, s32 or f32)", p.name, m[2].str()));
-            p.value = expr(m[3], fmt::format("parameter '{}'", p.name));
-        } else if (std::regex_match(l.rest, m, buffer)) {
-            p.name = m[1];
-            const std::string role = m[2];
+        if (match_scalar(l.rest, name, type, value)) {
+            p.name = name, p.role = ParamRole::Scalar;
+            if (!parse_type(std::string(type), p.type))
+                fail(fmt::format("parameter '{}': scalar type '{}' (u32, s32 or f32)", p.name, type));
+            p.value = expr(std::string(value), fmt::format("parameter '{}'", p.name));
+        } else if (match_buffer(l.rest, name, role, type, length, range)) {
+            p.name = name;
             if (role == "in") p.role = ParamRole::In;
             else if (role == "out") p.role = ParamRole::Out;
             else if (role == "inout") p.role = ParamRole::InOut;
             else fail(fmt::format("parameter '{}': role '{}' (in, out or inout)", p.name, role));
-            if (!parse_type(m[3], p.type)) fail(fmt::format("parameter '{}': element type '{}' (f32, u32 or s32)", p.name, m[3].str()));
-            p.length = expr(m[4], fmt::format("the length of '{}'", p.name));
-            read_range(p, m[5]);
+            if (!parse_type(std::string(type), p.type))
+                fail(fmt::format("parameter '{}': element type '{}' (f32, u32 or s32)", p.name, type));
+            p.length = expr(std::string(length), fmt::format("the length of '{}'", p.name));
+            read_range(p, std::string(range));
         } else {
             fail(fmt::format("param `{}`: write `param NAME in|out|inout TYPE[LENGTH] [LO .. HI]` or `param NAME "
                              "TYPE = VALUE`",
@@ -479,11 +560,15 @@ ShapeVars parse_shape(const std::string& text, const Contract& c, const std::str
             PTXLAB_THROW(InputError, "{}: '{}' is not a variable of this contract (vars: {})", what, name,
                          fmt::join(c.vars, " "));
         if (s.count(name)) PTXLAB_THROW(InputError, "{}: '{}' is given twice", what, name);
-        if (value.empty() || value.size() > 10 || value.find_first_not_of("0123456789") != std::string::npos)
+        if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
             PTXLAB_THROW(InputError, "{}: {}={} is not a whole number", what, name, value);
-        const int64_t v = std::stoll(value);
+        // Digits only: past ten of them (leading zeros aside) the value is too large for stoll to be asked.
+        const size_t lead = std::min(value.find_first_not_of('0'), value.size());
+        const int64_t v = value.size() - lead > 10 ? INT64_MAX : std::stoll(value);
         if (v < 1 || v > (int64_t(1) << 31))
-            PTXLAB_THROW(InputError, "{}: {}={} is outside 1 .. 2^31", what, name, v);
+            PTXLAB_THROW(InputError, "{}: {}={} is {}, outside 1 .. 2^31", what, name,
+                         value.size() <= 24 ? value : value.substr(0, 20) + fmt::format("... ({} digits)", value.size()),
+                         v < 1 ? "too small" : "too large");
         s[name] = v;
     }
     for (const auto& v : c.vars)
@@ -496,30 +581,39 @@ ContractParse parse_contract(const SourceFile& src) {
     std::vector<Line> lines;
     int begin = 0, line_no = 0;
     bool ended = false;
-    static const std::regex start_re(R"(^\s*//\s*@contract\s*$)"), end_re(R"(^\s*//\s*@end\s*$)");
-    static const std::regex key_re(R"(^\s*//\s*(\S+)\s*(.*?)\s*$)"), blank_re(R"(^\s*//\s*$)");
-    size_t pos = 0;
-    while (pos <= src.text.size()) {
-        size_t nl = src.text.find('\n', pos);
-        std::string l = src.text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-        if (!l.empty() && l.back() == '\r') l.pop_back();
+    const std::string_view text = src.text;
+    for (size_t pos = 0; pos <= text.size();) {
+        const size_t nl = std::min(text.find('\n', pos), text.size());
+        std::string_view l = text.substr(pos, nl - pos);
+        if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
         ++line_no;
-        std::smatch m;
-        if (std::regex_match(l, start_re)) {
+        const std::optional<std::string_view> body = comment_body(l);
+        if (body && *body == "@contract") {
             if (begin) out.problems.push_back({line_no, "error", fmt::format("a second @contract (the first is at line {})", begin)});
             else begin = line_no;
         } else if (begin && !ended) {
-            if (std::regex_match(l, end_re)) ended = true;
-            else if (std::regex_match(l, blank_re)) {
-            } else if (std::regex_match(l, m, key_re)) lines.push_back({line_no, m[1], m[2]});
-            else {
+            if (!body) {
                 out.problems.push_back({line_no, "error", fmt::format("the @contract block of line {} has no `// @end` "
                                                                       "before this line (every line in it is a // comment)",
                                                                       begin)});
                 ended = true;
+            } else if (*body == "@end") {
+                ended = true;
+            } else if (!body->empty()) {
+                // `// KEY REST`: the key up to the first white space, the rest after it.
+                size_t p = 0;
+                const std::string_view key = take_while(*body, p, [](char c) { return !is_space(c); });
+                skip_spaces(*body, p);
+                if (key != "why" && l.size() > kMaxContractLineChars)
+                    out.problems.push_back({line_no, "error",
+                                            fmt::format("a `{}` line of {} characters; ptxlab takes contract lines of "
+                                                        "at most {} (only `why` lines may be longer)",
+                                                        key, l.size(), kMaxContractLineChars)});
+                else
+                    lines.push_back({line_no, std::string(key), std::string(body->substr(p))});
             }
         }
-        if (nl == std::string::npos || l.size() > 100000) break;
+        if (nl == text.size()) break;
         pos = nl + 1;
     }
     if (!begin) return out;
@@ -580,24 +674,111 @@ std::vector<Diagnostic> check_contract_twin(const Contract& c, const PtxInfo& tw
     return out;
 }
 
+// ---- Values at a shape ------------------------------------------------------------------
+
+namespace {
+
+const char* const kAxis[] = {"x", "y", "z"};
+
+// The limits of a launch on every GPU ptxlab runs on (sm_80 and newer), as the CUDA
+// programming guide lists them; a launch past them fails in the driver with a bare error code.
+unsigned grid_dim(const Contract& c, int i, const ShapeVars& s) {
+    return unsigned(eval_whole(c.grid[i], s, fmt::format("grid.{}", kAxis[i]), 1, i ? 65535 : 2147483647,
+                               i ? "grid.y and grid.z take at most 65535" : "grid.x takes at most 2^31 - 1"));
+}
+unsigned block_dim(const Contract& c, int i, const ShapeVars& s) {
+    return unsigned(eval_whole(c.block[i], s, fmt::format("block.{}", kAxis[i]), 1, i == 2 ? 64 : 1024,
+                               i == 2 ? "block.z takes at most 64" : "a block has at most 1024 threads"));
+}
+void check_threads(const std::array<unsigned, 3>& b, const ShapeVars& s) {
+    const uint64_t threads = uint64_t(b[0]) * b[1] * b[2];
+    if (threads > 1024)
+        PTXLAB_THROW(InputError, "block {}x{}x{} has {} threads{}; a block has at most 1024 threads", b[0], b[1], b[2],
+                     threads, at_shape(s));
+}
+unsigned shared_bytes(const Contract& c, const ShapeVars& s) {
+    return unsigned(eval_whole(c.shared, s, "shared", 0, kMaxContractShared,
+                               "48 KiB: the dynamic shared memory a launch gets without opting in to more, as "
+                               "verify and bench launch"));
+}
+
+}  // namespace
+
 LaunchShape launch_shape(const Contract& c, const ShapeVars& s) {
     LaunchShape l;
-    const char* axis[] = {"x", "y", "z"};
-    for (int i = 0; i < 3; ++i) {
-        l.grid[i] = unsigned(eval_whole(c.grid[i], s, fmt::format("grid.{}", axis[i]), 1, i ? 65535 : 2147483647));
-        l.block[i] = unsigned(eval_whole(c.block[i], s, fmt::format("block.{}", axis[i]), 1, i == 2 ? 64 : 1024));
-    }
-    if (uint64_t(l.block[0]) * l.block[1] * l.block[2] > 1024)
-        PTXLAB_THROW(InputError, "block {}x{}x{} has more than 1024 threads at {}", l.block[0], l.block[1], l.block[2],
-                     shape_text(s));
-    l.shared = unsigned(eval_whole(c.shared, s, "shared", 0, 48 * 1024));
+    for (int i = 0; i < 3; ++i) l.grid[i] = grid_dim(c, i, s);
+    for (int i = 0; i < 3; ++i) l.block[i] = block_dim(c, i, s);
+    check_threads(l.block, s);
+    l.shared = shared_bytes(c, s);
     return l;
 }
 
 size_t buffer_length(const Contract& c, const ContractParam& p, const ShapeVars& s) {
     (void)c;
-    return size_t(eval_whole(p.length, s, fmt::format("the length of '{}'", p.name), 1, int64_t(1) << 32));
+    return size_t(eval_whole(p.length, s, fmt::format("the length of '{}'", p.name), 1, kMaxContractElements,
+                             "overflows the 2^32 elements a buffer may have"));
 }
+
+uint32_t scalar_bits(const Contract& c, const ContractParam& p, const ShapeVars& s) {
+    (void)c;
+    const std::string what = fmt::format("parameter '{}'", p.name);
+    if (p.type == ElemType::U32) return uint32_t(eval_whole(p.value, s, what, 0, UINT32_MAX, "out of u32 range"));
+    if (p.type == ElemType::S32)
+        return uint32_t(int32_t(eval_whole(p.value, s, what, INT32_MIN, INT32_MAX, "out of s32 range")));
+    // An f32 needs no range check: a rational over 64-bit integers is below 2^63, far inside float's range.
+    try {
+        return std::bit_cast<uint32_t>(float(eval_expr(p.value, s).value()));
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{} = `{}`: {}{}", what, p.value, e.what(), at_shape(s));
+    }
+}
+
+double contract_amount(const std::string& text, const std::string& what, const ShapeVars& s) {
+    double v = 0;
+    try {
+        v = eval_expr(text, s).value();
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{} = `{}`: {}{}", what, text, e.what(), at_shape(s));
+    }
+    if (v < 0) PTXLAB_THROW(InputError, "{} = `{}` is {:g}{}: a count of bytes or operations is never negative", what, text, v, at_shape(s));
+    return v;
+}
+
+std::vector<Diagnostic> check_contract_values(const Contract& c, const std::vector<ShapeVars>& shapes) {
+    std::vector<Diagnostic> out;
+    // One key at a time, at every shape; its first failure is reported at its line (the
+    // @contract line for a key left at its default).
+    auto key = [&](int line, auto&& eval) {
+        for (const auto& s : shapes) {
+            try {
+                eval(s);
+            } catch (const InputError& e) {
+                out.push_back({line ? line : c.line, "error", e.what()});
+                return;
+            }
+        }
+    };
+    key(c.grid_line, [&](const ShapeVars& s) {
+        for (int i = 0; i < 3; ++i) grid_dim(c, i, s);
+    });
+    key(c.block_line, [&](const ShapeVars& s) {
+        std::array<unsigned, 3> b{};
+        for (int i = 0; i < 3; ++i) b[size_t(i)] = block_dim(c, i, s);
+        check_threads(b, s);
+    });
+    key(c.shared_line, [&](const ShapeVars& s) { shared_bytes(c, s); });
+    for (const auto& p : c.params)
+        key(p.line, [&](const ShapeVars& s) {
+            if (p.buffer()) buffer_length(c, p, s);
+            else scalar_bits(c, p, s);
+        });
+    if (!c.bytes.empty()) key(c.bytes_line, [&](const ShapeVars& s) { contract_amount(c.bytes, "bytes", s); });
+    if (!c.flops.empty()) key(c.flops_line, [&](const ShapeVars& s) { contract_amount(c.flops, "flops", s); });
+    std::stable_sort(out.begin(), out.end(), [](const Diagnostic& a, const Diagnostic& b) { return a.line < b.line; });
+    return out;
+}
+
+std::vector<Diagnostic> check_contract_values(const Contract& c) { return check_contract_values(c, c.shapes); }
 
 void throw_if_problems(const SourceFile& src, const std::vector<Diagnostic>& problems) {
     if (problems.empty()) return;

@@ -21,7 +21,7 @@
 // One key a line, in any order:
 //   entry NAME                the .entry the contract describes (the file may hold others)
 //   vars A B ...              the shape variables (identifiers); every expression uses only these
-//   shape A=1, B=64           a default shape: every variable given once, each >= 1 (repeatable, >= 1 line)
+//   shape A=1, B=64           a default shape: every variable given once, each 1 .. 2^31 (repeatable, >= 1 line)
 //   param NAME in|inout TYPE[LEN] LO .. HI
 //                             a buffer the kernel reads, filled with fresh uniform random values in
 //                             [LO, HI) (integers: LO..HI inclusive); TYPE f32, u32 or s32
@@ -37,10 +37,22 @@
 //   why TEXT                  the reason for the comparison (continues on following `why` lines)
 //   bytes EXPR, flops EXPR    optional: the least traffic and arithmetic, for bench's GB/s, GFLOP/s
 // Expressions: integers, decimals (f32 scalars, bytes, flops), the variables, + - * /, parentheses,
-// ceil(E), floor(E), min(A, B), max(A, B). Division is exact (rational); a length, launch size or
-// integer scalar must come out whole: write ceil(N / 256), not N / 256.
+// ceil(E), floor(E), min(A, B), max(A, B). Division is exact (rational, over 64-bit integers: a
+// step past 2^63 is an error, never a wrapped value); a length, launch size or integer scalar
+// must come out whole: write ceil(N / 256), not N / 256.
 // Anything else in the block (an unknown key, a length over undeclared names, a parameter list
 // that disagrees with the .entry) is an error at file:line.
+//
+// Values: `check`, and `verify`/`bench` of a file before they look for a GPU, evaluate every
+// expression at every shape (check_contract_values) and report, at the line of its key, a value
+// the launch could not take: a grid past 2^31 - 1 (x) or 65535 (y, z), a block past 1024
+// threads (z past 64), dynamic shared memory past 48 KiB (kMaxContractShared: verify and bench
+// launch without opting in to more), a buffer past 2^32 elements, a u32 or s32 scalar out of its
+// range, a negative bytes or flops, anything not whole where it must be or past 2^63.
+//
+// Limits of the text: a contract line is at most kMaxContractLineChars characters, except `why`
+// lines (any length: the header is read by plain scanning, never std::regex); a shape value is
+// 1 .. 2^31.
 #pragma once
 
 #include "ptx_text.hpp"
@@ -57,15 +69,27 @@ namespace ptxlab {
 // A shape: a value for each variable.
 using ShapeVars = std::map<std::string, int64_t>;
 
+// The longest contract line ptxlab reads (a `why` line may be longer).
+inline constexpr size_t kMaxContractLineChars = 4096;
+// The most dynamic shared memory a contract may ask for: 48 KiB, what a launch gets without
+// cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), which verify and bench do not call.
+inline constexpr int64_t kMaxContractShared = 48 * 1024;
+// The most elements a contract buffer may have (16 GiB of 32-bit elements).
+inline constexpr int64_t kMaxContractElements = int64_t(1) << 32;
+
 // Evaluates an expression over `vars` exactly (rational arithmetic). Throws InputError
-// ("unknown name 'M'", "division by zero", "overflow", a syntax error with its column).
+// ("unknown name 'M'", "division by zero", "overflows 64-bit integers", "a number of more than
+// 18 digits is too large", a syntax error with its column).
 struct Rational {
     int64_t num = 0, den = 1;
     double value() const { return double(num) / double(den); }
 };
 Rational eval_expr(const std::string& text, const ShapeVars& vars);
-// The same, but the result must be a whole number in [lo, hi]; `what` names it in messages.
-int64_t eval_whole(const std::string& text, const ShapeVars& vars, const std::string& what, int64_t lo, int64_t hi);
+// The same, but the result must be a whole number in [lo, hi]; `what` names it in messages,
+// `limit` (optional) says where the range comes from: "grid.y = `70000` is 70000 at N=1, outside
+// [1, 65535] (grid.y and grid.z take at most 65535)".
+int64_t eval_whole(const std::string& text, const ShapeVars& vars, const std::string& what, int64_t lo, int64_t hi,
+                   const std::string& limit = {});
 // The identifiers an expression uses (function names excluded); throws on a syntax error.
 std::vector<std::string> expr_names(const std::string& text);
 
@@ -98,12 +122,14 @@ struct Contract {
     std::vector<ContractParam> params;
     std::array<std::string, 3> grid{"1", "1", "1"}, block{"1", "1", "1"};
     std::string shared = "0";
+    int grid_line = 0, block_line = 0, shared_line = 0;  // 0: not given
     std::string twin;  // as written
     int twin_line = 0;
     CompareKind compare = CompareKind::Bitwise;
     double tolerance = 0;  // ulp count or relative bound
     std::string why;
     std::string bytes, flops;  // empty when not given
+    int bytes_line = 0, flops_line = 0;
     std::string twin_path() const;  // resolved against the .ptx file's directory
     std::string compare_text() const;  // "bitwise", "within 16 ulp", "relative 1e-06"
 };
@@ -126,13 +152,24 @@ std::vector<Diagnostic> check_contract_twin(const Contract& c, const PtxInfo& tw
 ShapeVars parse_shape(const std::string& text, const Contract& c, const std::string& what);
 std::string shape_text(const ShapeVars& s);  // "N=1000 M=3"
 
-// Sizes for one shape (InputError with the param's name when an expression misbehaves).
+// Sizes for one shape (InputError with the param's name when an expression misbehaves or a
+// value is past the limits above).
 struct LaunchShape {
     std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
     unsigned shared = 0;
 };
 LaunchShape launch_shape(const Contract& c, const ShapeVars& s);
 size_t buffer_length(const Contract& c, const ContractParam& p, const ShapeVars& s);
+// A scalar parameter's 32 bits: a u32 or s32 in range, or an f32 (rounded to nearest).
+uint32_t scalar_bits(const Contract& c, const ContractParam& p, const ShapeVars& s);
+// `bytes` or `flops` at a shape (`what` names it): never negative.
+double contract_amount(const std::string& text, const std::string& what, const ShapeVars& s);
+
+// Every expression of the contract at every shape (the contract's own, or those given): the
+// first value of each key that the launch could not take, as an error at the key's line (the
+// @contract line for a key left at its default). Empty when every shape can be run.
+std::vector<Diagnostic> check_contract_values(const Contract& c, const std::vector<ShapeVars>& shapes);
+std::vector<Diagnostic> check_contract_values(const Contract& c);  // at c.shapes
 
 // Throws InputError with every problem formatted (file:line, the source line) when there are any.
 void throw_if_problems(const SourceFile& src, const std::vector<Diagnostic>& problems);

@@ -112,6 +112,18 @@ KernelDirs KernelDirs::for_ptx_dir_flag(const std::string& dir) {
     if (dir.empty()) return d;
     require_directory(dir, "--ptx-dir");
     d.ptx_dir = dir;
+    // A .ptx there that the driver's JIT would crash on (ptx_limit_problems) is refused now, before
+    // the GPU is looked for; what it merely rejects is reported when a kernel set loads the file.
+    for (const auto& p : find_kernel_pairs(d)) {
+        SourceFile src;
+        try {
+            src = read_source_file(p.ptx_path);
+        } catch (const InputError&) {
+            continue;  // unreadable, empty, binary: named when (if) a kernel set needs it
+        }
+        if (auto limits = ptx_limit_problems(src.text); !limits.empty())
+            PTXLAB_THROW(InputError, "{}", format_limit_problems(src, limits));
+    }
     return d;
 }
 

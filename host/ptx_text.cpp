@@ -7,7 +7,7 @@
 #include <charconv>
 #include <cctype>
 #include <fstream>
-#include <regex>
+#include <optional>
 #include <sstream>
 
 namespace ptxlab {
@@ -211,27 +211,79 @@ PtxInfo parse_ptx(std::string_view raw) {
 }
 
 // A line number from a log: digits that fit an int, else 0 ("no line"), never an exception.
-static int line_number(const std::string& digits) {
+static int line_number(std::string_view digits) {
     int n = 0;
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
     return ec == std::errc() && end == digits.data() + digits.size() ? n : 0;
 }
 
+namespace {
+
+// The logs are read by plain scanning, not std::regex: they quote the user's text (a token of up
+// to kMaxPtxTokenChars, a whole line), and libstdc++'s regex recurses once per character matched
+// (a 32 KB token in a log overflowed the stack).
+
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_word(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The rest of a log line from `p`, up to a carriage return (as a regex's `.*` would take it).
+std::string rest_of(std::string_view l, size_t p) {
+    const std::string_view r = l.substr(std::min(p, l.size()));
+    return std::string(r.substr(0, r.find('\r')));
+}
+
+// "line N; SEVERITY : MESSAGE" anywhere in `l` (the first place it fits), as ptxas writes
+// "ptxas application ptx input, line 9; error   : Unknown symbol 'x'".
+bool read_with_line(std::string_view l, Diagnostic& d) {
+    for (size_t at = l.find("line "); at != std::string_view::npos; at = l.find("line ", at + 1)) {
+        size_t p = at + 5;
+        const size_t digits = p;
+        while (p < l.size() && is_digit(l[p])) ++p;
+        if (p == digits || p >= l.size() || l[p] != ';') continue;
+        const std::string_view number = l.substr(digits, p - digits);
+        for (++p; p < l.size() && l[p] == ' ';) ++p;
+        const size_t word = p;
+        while (p < l.size() && is_word(l[p])) ++p;
+        if (p == word) continue;
+        const std::string_view severity = l.substr(word, p - word);
+        while (p < l.size() && l[p] == ' ') ++p;
+        if (p >= l.size() || l[p] != ':') continue;
+        for (++p; p < l.size() && l[p] == ' ';) ++p;
+        d = {line_number(number), std::string(severity), rest_of(l, p)};
+        return true;
+    }
+    return false;
+}
+
+// "[ptxas|nvlink] SEVERITY : MESSAGE" at the start of `l`, SEVERITY error, fatal or warning.
+bool read_without_line(std::string_view l, Diagnostic& d) {
+    size_t p = 0;
+    if (l.substr(0, 5) == "ptxas") p = 5;
+    else if (l.substr(0, 6) == "nvlink") p = 6;
+    while (p < l.size() && is_space(l[p])) ++p;
+    std::string severity;
+    for (const char* s : {"error", "fatal", "warning"})
+        if (l.substr(p, std::char_traits<char>::length(s)) == s) severity = s;
+    if (severity.empty()) return false;
+    for (p += severity.size(); p < l.size() && is_space(l[p]);) ++p;
+    if (p >= l.size() || l[p] != ':') return false;
+    for (++p; p < l.size() && is_space(l[p]);) ++p;
+    d = {0, severity, rest_of(l, p)};
+    return true;
+}
+
+}  // namespace
+
 std::vector<Diagnostic> parse_ptxas_log(std::string_view log) {
     // ptxas application ptx input, line 9; error   : Unknown symbol 'x'
     // ptxas fatal   : Unresolved extern function 'f'
-    static const std::regex with_line(R"(line (\d+); *(\w+) *: *(.*))");
-    static const std::regex without_line(R"(^(?:ptxas|nvlink)?\s*(error|fatal|warning)\s*:\s*(.*))");
     std::vector<Diagnostic> out;
     for (auto line : split_lines(log)) {
-        std::string l(trim(line));
+        const std::string_view l = trim(line);
         if (l.empty()) continue;
-        std::smatch m;
-        if (std::regex_search(l, m, with_line)) {
-            out.push_back({line_number(m[1].str()), m[2].str(), m[3].str()});
-        } else if (std::regex_search(l, m, without_line)) {
-            out.push_back({0, m[1].str(), m[2].str()});
-        }
+        Diagnostic d;
+        if (read_with_line(l, d) || read_without_line(l, d)) out.push_back(std::move(d));
     }
     return out;
 }
@@ -256,62 +308,134 @@ std::pair<long, size_t> decode_utf8(std::string_view text, size_t pos) {
 
 }  // namespace
 
+namespace {
+
+// What one pass over a PTX text finds: the first of each kind of problem.
+struct TextScan {
+    bool bom = false;
+    std::optional<Diagnostic> non_ascii, long_token;
+    int long_line = 0;  // the first line over kMaxPtxLineBytes, 0 if none
+    size_t long_line_bytes = 0;
+};
+
+bool is_token_char(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' || c == '.';
+}
+
+// Byte by byte, with the state of the text (code, a // or /* */ comment, a string literal):
+// the BOM, the first non-ASCII byte anywhere (ptxas takes only ASCII, in comments too), the
+// first token over kMaxPtxTokenChars outside comments (a run of token characters, or a string
+// literal from its quote to the closing one or the end of the line, as strip_comments reads
+// it), the first line over kMaxPtxLineBytes. Columns count bytes from 1.
+TextScan scan_text(std::string_view text) {
+    TextScan out;
+    size_t i = 0;
+    if (text.substr(0, 3) == "\xEF\xBB\xBF") out.bom = true, i = 3;
+    enum class State { Code, LineComment, BlockComment, String } state = State::Code;
+    int line = 1;
+    size_t column = 1 + i, line_start = 0;
+    size_t token = 0, token_column = 0;  // the length and start of the token being read (0: none)
+    auto end_token = [&] {
+        if (token > kMaxPtxTokenChars && !out.long_token)
+            out.long_token = Diagnostic{line, "error",
+                                        fmt::format("a token of {} characters; ptxlab takes tokens of at most {} "
+                                                    "(nvJitLink fails on longer ones)",
+                                                    token, kMaxPtxTokenChars),
+                                        static_cast<int>(token_column)};
+        token = 0;
+    };
+    for (; i <= text.size(); ++i, ++column) {
+        if (i == text.size() || text[i] == '\n') {  // the end of a line ends a token, a string, a // comment
+            end_token();
+            if (i - line_start > kMaxPtxLineBytes && !out.long_line) out.long_line = line, out.long_line_bytes = i - line_start;
+            if (i == text.size()) break;
+            if (state != State::BlockComment) state = State::Code;
+            ++line, column = 0, line_start = i + 1;
+            continue;
+        }
+        const char c = text[i];
+        const auto u = static_cast<unsigned char>(c);
+        if (u >= 0x80 && !out.non_ascii) {
+            auto [cp, len] = decode_utf8(text, i);
+            std::string what = cp < 0 ? fmt::format("byte 0x{:02X}, which is not valid UTF-8", u)
+                                      : fmt::format("character U+{:04X} '{}'", cp, std::string(text.substr(i, len)));
+            out.non_ascii = Diagnostic{line, "error",
+                                       fmt::format("non-ASCII {} (ptxas accepts only ASCII, in comments too)", what),
+                                       static_cast<int>(column)};
+        }
+        switch (state) {
+            case State::LineComment: break;
+            case State::BlockComment:
+                if (c == '*' && i + 1 < text.size() && text[i + 1] == '/') state = State::Code, ++i, ++column;
+                break;
+            case State::String:
+                ++token;
+                if (c == '"') end_token(), state = State::Code;
+                break;
+            case State::Code:
+                if (is_token_char(c)) {
+                    if (token++ == 0) token_column = column;
+                    break;
+                }
+                end_token();
+                if (c == '/' && i + 1 < text.size() && (text[i + 1] == '/' || text[i + 1] == '*')) {
+                    state = text[i + 1] == '/' ? State::LineComment : State::BlockComment;
+                    ++i, ++column;
+                } else if (c == '"') {
+                    state = State::String, token = 1, token_column = column;
+                }
+                break;
+        }
+    }
+    return out;
+}
+
+// ".version" outside comments, at the start of the text or after white space, and followed by white space.
+bool has_version_directive(std::string_view clean) {
+    for (size_t at = clean.find(".version"); at != std::string_view::npos; at = clean.find(".version", at + 1)) {
+        const size_t after = at + 8;
+        if ((at == 0 || is_space(clean[at - 1])) && after < clean.size() && is_space(clean[after])) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
 std::vector<Diagnostic> ptx_text_problems(std::string_view text) {
     std::vector<Diagnostic> out;
-    size_t start = 0;
-    if (text.substr(0, 3) == "\xEF\xBB\xBF") {
+    const TextScan scan = scan_text(text);
+    if (scan.bom)
         out.push_back({1, "error",
                        "the file starts with a byte-order mark (UTF-8 BOM, bytes EF BB BF), which ptxas rejects; "
                        "save it as plain ASCII without a BOM",
                        1});
-        start = 3;
-    }
-    // The first non-ASCII character: ptxas accepts only ASCII, in comments too.
-    size_t column = 1 + start;
-    int line = 1;
-    for (size_t i = start; i < text.size(); ++i) {
-        unsigned char c = static_cast<unsigned char>(text[i]);
-        if (c == '\n') {
-            ++line;
-            column = 1;
-            continue;
-        }
-        if (c >= 0x80) {
-            auto [cp, len] = decode_utf8(text, i);
-            std::string what = cp < 0
-                                   ? fmt::format("byte 0x{:02X}, which is not valid UTF-8", c)
-                                   : fmt::format("character U+{:04X} '{}'", cp, std::string(text.substr(i, len)));
-            out.push_back({line, "error",
-                           fmt::format("non-ASCII {} (ptxas accepts only ASCII, in comments too)", what),
-                           static_cast<int>(column)});
-            break;
-        }
-        ++column;
-    }
+    if (scan.non_ascii) out.push_back(*scan.non_ascii);
+    if (scan.long_token) out.push_back(*scan.long_token);
     // The header ptxas needs first.
-    const std::string clean = strip_comments(text.substr(start));
-    static const std::regex version_re(R"((^|\s)\.version\s)");
-    if (!std::regex_search(clean, version_re))
+    if (!has_version_directive(strip_comments(text.substr(scan.bom ? 3 : 0))))
         out.push_back({0, "error",
                        "no .version directive: a PTX file starts with `.version X.Y`, `.target sm_NN` and "
                        "`.address_size 64`"});
     // Very long lines: ptxas fails on them without naming a line.
-    line = 1;
-    for (size_t pos = 0; pos < text.size();) {
-        size_t nl = text.find('\n', pos);
-        size_t len = (nl == std::string_view::npos ? text.size() : nl) - pos;
-        if (len > kMaxPtxLineBytes) {
-            out.push_back({0, "note",
-                           fmt::format("line {} is {} bytes long; ptxas may fail on lines this long without naming "
-                                       "them (over {} bytes)",
-                                       line, len, kMaxPtxLineBytes)});
-            break;
-        }
-        if (nl == std::string_view::npos) break;
-        pos = nl + 1;
-        ++line;
-    }
+    if (scan.long_line)
+        out.push_back({0, "note",
+                       fmt::format("line {} is {} bytes long; ptxas may fail on lines this long without naming "
+                                   "them (over {} bytes)",
+                                   scan.long_line, scan.long_line_bytes, kMaxPtxLineBytes)});
     return out;
+}
+
+std::vector<Diagnostic> ptx_limit_problems(std::string_view text) {
+    std::vector<Diagnostic> out;
+    if (auto d = scan_text(text).long_token) out.push_back(std::move(*d));
+    return out;
+}
+
+std::string format_limit_problems(const SourceFile& src, const std::vector<Diagnostic>& problems) {
+    std::string msg;
+    for (const auto& d : problems) msg += format_diagnostic(src, d, 0);
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    return msg;
 }
 
 std::string format_diagnostic(const SourceFile& src, const Diagnostic& d, int context) {
@@ -391,21 +515,25 @@ AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path) 
 }
 
 std::string remap_log_lines(std::string_view log, const std::vector<int>& line_map) {
-    static const std::regex line_re(R"(line (\d+))");
-    std::string in(log), out;
-    auto begin = std::sregex_iterator(in.begin(), in.end(), line_re);
+    // Every "line N" (plain scanning: the log quotes the user's text).
+    std::string out;
     size_t last = 0;
-    for (auto it = begin; it != std::sregex_iterator(); ++it) {
-        const auto& m = *it;
-        out.append(in, last, static_cast<size_t>(m.position(0)) - last);
-        const int n = line_number(m[1].str());
+    for (size_t at = log.find("line "); at != std::string_view::npos; at = log.find("line ", at)) {
+        size_t p = at + 5;
+        while (p < log.size() && is_digit(log[p])) ++p;
+        if (p == at + 5) {  // no number after it
+            at += 5;
+            continue;
+        }
+        out.append(log, last, at - last);
+        const int n = line_number(log.substr(at + 5, p - at - 5));
         if (n >= 1 && static_cast<size_t>(n) <= line_map.size())
             out += fmt::format("line {}", line_map[static_cast<size_t>(n - 1)]);
         else
-            out += m.str(0);  // not a line of the annotated text: left as it was
-        last = static_cast<size_t>(m.position(0) + m.length(0));
+            out.append(log, at, p - at);  // not a line of the annotated text: left as it was
+        last = at = p;
     }
-    out.append(in, last, std::string::npos);
+    out.append(log, last, std::string_view::npos);
     return out;
 }
 

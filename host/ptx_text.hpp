@@ -60,12 +60,31 @@ struct Diagnostic {
 std::vector<Diagnostic> parse_ptxas_log(std::string_view log);
 
 // What in a PTX text makes ptxas reject it although its log may not say so: a UTF-8 byte-order
-// mark, a non-ASCII character (file:line:column, the character named as U+XXXX), no .version
-// directive (errors), a very long line (a note). Empty for a plain PTX file.
+// mark, a non-ASCII character (file:line:column, the character named as U+XXXX), a token over
+// kMaxPtxTokenChars (file:line:column), no .version directive (errors), a very long line (a
+// note). Empty for a plain PTX file. One pass over the text finds the first of each.
 std::vector<Diagnostic> ptx_text_problems(std::string_view text);
+
+// What ptxlab refuses before nvJitLink or the driver's JIT sees the text, because they would
+// crash on it: today a token over kMaxPtxTokenChars (an error at its line and column). Empty
+// for a text they can be given. The same pass as ptx_text_problems.
+std::vector<Diagnostic> ptx_limit_problems(std::string_view text);
+// The message for them: each formatted (format_diagnostic: file:line:column, the source line).
+std::string format_limit_problems(const SourceFile& src, const std::vector<Diagnostic>& problems);
 
 // Lines longer than this get a note from ptx_text_problems when a file fails to assemble.
 inline constexpr size_t kMaxPtxLineBytes = 1u << 16;
+
+// The longest token ptxlab passes on: an identifier, directive, register, number (a run of
+// letters, digits and _ $ % .) or string literal ("..." with its quotes). nvJitLink (CUDA 13.0)
+// formats each message into a 100 000-byte buffer with vsprintf: a message quoting a token of
+// about 99 870 characters or more ("Unknown symbol 'A...'", "Parsing error near '...'", an entry
+// name in its report) overflows it and corrupts the heap (measured: 99 869 fine, 99 932 an ASan
+// heap-buffer-overflow). 8192 leaves room for messages that quote a token several times, is far
+// above any real identifier, and keeps the regexes that still read nvdisasm's listings (sass.cpp)
+// well inside the stack. Comments and the length of a line are not limited: ptxas takes a 5 MB
+// comment line and a 1 MB line of instructions.
+inline constexpr size_t kMaxPtxTokenChars = 8192;
 
 // "path:line: severity: message" (or "path:line:column: ...") followed by the source line and its neighbours.
 std::string format_diagnostic(const SourceFile& src, const Diagnostic& d, int context = 2);

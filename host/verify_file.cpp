@@ -1,5 +1,6 @@
 #include "verify_file.hpp"
 
+#include "files.hpp"
 #include "rng.hpp"
 #include "verify.hpp"
 
@@ -24,6 +25,41 @@ Contract read_contract_file(const std::string& path, SourceFile* src_out) {
     throw_if_problems(src, check_contract(*cp.contract, info));
     if (src_out) *src_out = std::move(src);
     return *cp.contract;
+}
+
+Contract preflight_contract_file(const std::string& path, const std::string& arch_flag, const std::string& shape_flag) {
+    SourceFile src;
+    const Contract c = read_contract_file(path, &src);
+    throw_if_problems(src, check_contract_values(c, contract_shapes(c, shape_flag)));
+
+    // The PTX as nvJitLink assembles it (the same diagnostics as `ptxlab check`).
+    std::string arch = arch_flag;
+    if (arch.empty()) {
+        const std::string target = parse_ptx(src.text).target;
+        const auto& archs = supported_archs();
+        arch = std::find(archs.begin(), archs.end(), target) != archs.end() ? target : "sm_90";
+    }
+    const AssemblyResult res = assemble_offline(src, arch);
+    if (!res.ok) {
+        std::string diags;
+        for (const auto& d : res.diagnostics)
+            if (d.severity != "warning") diags += format_diagnostic(src, d);
+        while (!diags.empty() && diags.back() == '\n') diags.pop_back();
+        PTXLAB_THROW(InputError, "{} does not assemble for {}:\n{}", path, arch, diags);
+    }
+
+    // The twin: there, a regular file, compiling with NVRTC, with the contract's parameter list.
+    const std::string twin = c.twin_path();
+    if (const std::string why = unusable_file_reason(twin); !why.empty())
+        throw_if_problems(src, {{c.twin_line, "error", fmt::format("the twin {} {}", twin, why)}});
+    NvrtcOutput out;
+    try {
+        out = nvrtc_compile(read_source_file(twin), virtual_arch_of(arch));
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{}:{}: error: the twin {} does not compile:\n{}", path, c.twin_line, twin, e.what());
+    }
+    throw_if_problems(src, check_contract_twin(c, parse_ptx(out.ptx), twin));
+    return c;
 }
 
 ContractKernels load_contract_kernels(const std::string& path, const DeviceInfo& dev) {
@@ -83,14 +119,7 @@ ContractBuffers::ContractBuffers(const Contract& c, const ShapeVars& shape, uint
             m.bufs.emplace_back((n + 2 * kGuardFloats) * 4, p.name);
         } else {
             m.bufs.emplace_back();
-            const std::string what = fmt::format("parameter '{}'", p.name);
-            if (p.type == ElemType::F32) {
-                arg = std::bit_cast<uint32_t>(float(eval_expr(p.value, shape).value()));
-            } else {
-                const int64_t v = p.type == ElemType::U32 ? eval_whole(p.value, shape, what, 0, 4294967295LL)
-                                                          : eval_whole(p.value, shape, what, INT32_MIN, INT32_MAX);
-                arg = static_cast<uint32_t>(v);
-            }
+            arg = scalar_bits(c, p, shape);
         }
         m.lengths.push_back(n);
         m.inputs.push_back(std::move(words));

@@ -30,6 +30,15 @@ struct ContractKernels {
 // The CPU part: reads the file and its header, checks the header against the entry (InputError
 // with file:line otherwise). Needs no GPU.
 Contract read_contract_file(const std::string& path, SourceFile* src = nullptr);
+
+// Everything `verify FILE.ptx` and `bench FILE.ptx` can find wrong without a GPU, called before
+// they look for one: the header (read_contract_file), --shape (`shape_flag`, empty for the
+// contract's shapes), every expression at every shape to run (check_contract_values), the PTX
+// assembled offline by nvJitLink for `arch` (empty: the file's .target where this nvJitLink takes
+// it, else sm_90), the twin (missing, a directory, a FIFO, not compiling with NVRTC, or a
+// parameter list unlike the contract's). Throws InputError with file:line messages; returns the
+// contract.
+Contract preflight_contract_file(const std::string& path, const std::string& arch, const std::string& shape_flag);
 // Reads and checks the header (InputError with file:line otherwise), JIT-loads the PTX and
 // NVRTC-compiles the twin for `dev`.
 ContractKernels load_contract_kernels(const std::string& path, const DeviceInfo& dev);

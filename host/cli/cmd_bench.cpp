@@ -38,7 +38,7 @@ int run_bench_cmd(const BenchCliOptions& o) {
                 PTXLAB_THROW(InputError, "{} does not go with a FILE.ptx: bench {} times that kernel and its twin at "
                                          "its contract's shapes (--shape, --seed, --timeout and --device apply)",
                              flag, o.file);
-        contract_shapes(read_contract_file(o.file), o.shape);  // header and --shape before the GPU
+        preflight_contract_file(o.file, "", o.shape);  // header, --shape, values, PTX and twin before the GPU
         set_kernel_timeout(o.timeout);
         Context ctx(o.device);
         bench_file(o.file, ctx, o.shape, o.seed);

@@ -74,10 +74,12 @@ int check_file(const std::string& path, std::string twin_path, const CheckOption
         ++errors;
     }
 
-    // The contract header (contract.hpp), if any: its problems, its entry against the file's, its twin.
+    // The contract header (contract.hpp), if any: its problems, its entry against the file's, every
+    // expression at every shape, its twin.
     ContractParse contract = parse_contract(src);
     if (contract.contract) {
         for (const auto& d : check_contract(*contract.contract, info)) contract.problems.push_back(d);
+        for (const auto& d : check_contract_values(*contract.contract)) contract.problems.push_back(d);
         twin_path = contract.contract->twin_path();
     }
     for (const auto& d : contract.problems) diag(format_diagnostic(src, d));

@@ -26,7 +26,8 @@ struct VerifyCliOptions {
     std::string file;  // verify FILE.ptx: a kernel with a contract header (verify_file.hpp)
 };
 
-// verify FILE.ptx: the header and --shape are read before the GPU is looked for.
+// verify FILE.ptx: the header, --shape, the values at each shape, the PTX and the twin are checked
+// before the GPU is looked for.
 int run_verify_file_cmd(const VerifyCliOptions& o) {
     if (!o.kernels.empty()) PTXLAB_THROW(InputError, "--kernel and a FILE.ptx together: give one or the other");
     if (!o.ptx_dir.empty())
@@ -35,12 +36,12 @@ int run_verify_file_cmd(const VerifyCliOptions& o) {
     if (o.quick)
         PTXLAB_THROW(InputError, "--quick picks a smaller set of the built-in kernels' cases; for {} give one "
                                  "shape with --shape instead", o.file);
-    const Contract c = read_contract_file(o.file);
-    const std::vector<ShapeVars> shapes = contract_shapes(c, o.shape);
-    if (o.list) {
-        for (const auto& s : shapes) fmt::print("{:<13} {}\n", c.entry, shape_text(s));
+    if (o.list) {  // the shapes it would run, from the header alone
+        const Contract c = read_contract_file(o.file);
+        for (const auto& s : contract_shapes(c, o.shape)) fmt::print("{:<13} {}\n", c.entry, shape_text(s));
         return kExitOk;
     }
+    preflight_contract_file(o.file, "", o.shape);
     FileVerifyOptions f;
     f.seed = o.seed_given ? o.seed : std::random_device{}();
     f.shape = o.shape;

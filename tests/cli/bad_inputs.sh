@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A table of bad inputs run through the ptxlab command line: each case gives the exit code
 # and a piece of the message it must print. Classes: PTX, data, flags, paths, checkpoints,
-# output. Needs no GPU and no MNIST. ctest runs it as "cpu:cli: bad inputs" (also under ASan,
+# output, contracts and PTX limits. Needs no GPU and no MNIST. ctest runs it as "cpu:cli: bad inputs" (also under ASan,
 # where any sanitizer report fails the case).
 #
 #   tests/cli/bad_inputs.sh PTXLAB_BINARY SOURCE_DIR
@@ -280,6 +280,82 @@ expect_absent "new: refused names write nothing" "$t/new2/reference"
 expect "verbose: no source line by default" 2 "ptxlab: error: --batch must be at least 1"   $nogpu "$P" train --batch 0
 if grep -q "raised at" "$t/out"; then echo "FAIL  verbose: '(raised at' printed without --verbose"; fails=$((fails + 1)); fi
 expect "verbose: --verbose shows it"    2 "(raised at host/"                                 $nogpu "$P" train --batch 0 --verbose
+# ---- contracts and PTX limits (#34) ---------------------------------------------
+# nvJitLink overflows a 100 000-byte message buffer on a token of about 99 870 characters; a
+# token past 8192 is refused before it is called, by every command. Comments are not limited.
+mkdir "$t/limits"
+tok() { head -c "$1" /dev/zero | tr '\0' "$2"; }
+{ printf '%s.visible .entry k() { mov.u32 %%r1, ' "$header"; tok 32768 A; printf '; }\n'; } >"$t/limits/ident.ptx"
+{ printf '%s.visible .entry k() { mov.u32 %%r1, ' "$header"; tok 100000 A; printf '; }\n'; } >"$t/limits/ident100k.ptx"
+{ printf '%s.visible .entry k() { mov.u32 %%r1, ' "$header"; tok 8192 A; printf '; }\n'; } >"$t/limits/at_limit.ptx"
+{ printf '%s.visible .entry k' "$header"; tok 100000 B; printf '()\n{\n    ret;\n}\n'; } >"$t/limits/entry.ptx"
+{ printf '%s.file 1 "' "$header"; tok 100000 p; printf '"\n%s' "$kernel"; } >"$t/limits/string.ptx"
+{ printf '%s// ' "$header"; tok 100000 C; printf '\n/* '; tok 100000 D; printf ' */\n%s' "$kernel"; } >"$t/limits/comments.ptx"
+{ printf '%s.visible .entry k(.param .u32 n)\n{\n    .reg .u32 %%c;\n    ld.param.u32 %%c' "$header"; tok 200000 ' ';
+  printf ', [n];\n    ret;\n}\n'; } >"$t/limits/spaces.ptx"
+mkdir "$t/limits/dir"; cp "$t/limits/ident.ptx" "$t/limits/dir/forward.ptx"
+L=$t/limits
+expect "limit: a 32 KB token, at its column"  1 "ident.ptx:4:36: error: a token of 32768 characters; ptxlab takes tokens of at most 8192 (nvJitLink fails on longer ones)" "$P" check --no-twins "$L/ident.ptx"
+expect "limit: a 100 KB token"                1 "ident100k.ptx:4:36: error: a token of 100000 characters"  "$P" check --no-twins "$L/ident100k.ptx"
+expect "limit: a 100 KB entry name"           1 "entry.ptx:4:17: error: a token of 100001 characters"     "$P" check --no-twins "$L/entry.ptx"
+expect "limit: a 100 KB string literal"       1 "string.ptx:4:9: error: a token of 100002 characters"      "$P" check --no-twins "$L/string.ptx"
+expect "limit: 8192, nvJitLink's own log"     1 "at_limit.ptx:4: error: Unknown symbol 'AAAA"              "$P" check --no-twins "$L/at_limit.ptx"
+expect "limit: 100 KB comments are fine"      0 "comments.ptx: ok"                                         "$P" check --no-twins "$L/comments.ptx"
+expect "limit: ld.param, 200 000 spaces"      0 "spaces.ptx: ok"                                           "$P" check --no-twins "$L/spaces.ptx"
+expect "limit: sass refuses a long token"     2 "ident.ptx:4:36: error: a token of 32768 characters"      PTXLAB_NVDISASM="$fake" "$P" sass "$L/ident.ptx"
+expect "limit: train --ptx-dir, before GPU"   2 "forward.ptx:4:36: error: a token of 32768 characters"    $nogpu "$P" train --ptx-dir "$L/dir"
+expect "limit: bench --ptx-dir, before GPU"   2 "forward.ptx:4:36: error: a token of 32768 characters"    $nogpu "$P" bench --ptx-dir "$L/dir"
+
+# Contract files: `ptxlab new` writes a good one; each case changes one line of a copy.
+mkdir "$t/c"
+"$P" new mine --dir "$t/c" >/dev/null
+C=$t/c
+variant() { printf '%s\n' "$2" >"$t/sed"; sed -f "$t/sed" "$C/mine.ptx" >"$C/$1.ptx"; }  # a script file: no ARG_MAX
+variant block2048  's|^//   block    256$|//   block    2048|'
+variant block3d    's|^//   block    256$|//   block    1024, 1, 2|'
+variant blockmin   's|^//   block    256$|//   block    min(N, 2048)|'
+variant gridfrac   's|^//   grid     ceil(N / 256)$|//   grid     N / 256|'
+variant gridy      's|^//   grid     ceil(N / 256)$|//   grid     1, 70000|'
+variant shared     's|^//   block    256$|//   block    256\n//   shared   100000|'
+variant length     's|^//   param    y  out  f32\[N\]$|//   param    y  out  f32[N*N*N*N*N]|'
+variant length64   's|^//   param    y  out  f32\[N\]$|//   param    y  out  f32[N*N*N*N*N*N*N]|'
+variant u32        's|^//   param    n  u32 = N$|//   param    n  u32 = N*4294967296|'
+variant shapebig   's|^//   shape    N=1$|//   shape    N=99999999999|'
+variant twinmiss   's|^//   twin     reference/mine.cu$|//   twin     reference/none.cu|'
+variant twindir    's|^//   twin     reference/mine.cu$|//   twin     reference/dir.cu|'
+variant twinfifo   's|^//   twin     reference/mine.cu$|//   twin     reference/fifo.cu|'
+variant twinbad    's|^//   twin     reference/mine.cu$|//   twin     reference/bad.cu|'
+variant noasm      's|^    ret;$|    bogus;\n    ret;|'
+variant why        "s|^//   compare  bitwise\$|//   compare  ulp 2\n//   why      $(tok 150000 w)|"
+variant longgrid   "s|^//   grid     ceil(N / 256)\$|//   grid     ceil(N / 256) $(tok 5000 ' ')|"
+variant longtok    "s|^    ret;\$|    mov.u32 %r1, $(tok 32768 A);\n    ret;|"
+mkdir "$C/reference/dir.cu"; mkfifo "$C/reference/fifo.cu"
+{ cat "$C/reference/mine.cu"; echo 'this is not CUDA;'; } >"$C/reference/bad.cu"
+expect "contract: check block 2048"        1 "block2048.ptx:24: error: block.x = \`2048\` is 2048 at N=1000, outside [1, 1024] (a block has at most 1024 threads)" "$P" check "$C/block2048.ptx"
+expect "contract: check block 1024,1,2"    1 "block3d.ptx:24: error: block 1024x1x2 has 2048 threads at N=1000; a block has at most 1024 threads" "$P" check "$C/block3d.ptx"
+expect "contract: check every shape"       1 "blockmin.ptx:24: error: block.x = \`min(N, 2048)\` is 2048 at N=100003" "$P" check "$C/blockmin.ptx"
+expect "contract: check grid not whole"    1 "gridfrac.ptx:23: error: grid.x = \`N / 256\` is 125/32, not a whole number at N=1000; write ceil(N / 256)" "$P" check "$C/gridfrac.ptx"
+expect "contract: check grid.y 70000"      1 "gridy.ptx:23: error: grid.y = \`70000\` is 70000 at N=1000, outside [1, 65535]" "$P" check "$C/gridy.ptx"
+expect "contract: check shared 100000"     1 "shared.ptx:25: error: shared = \`100000\` is 100000 at N=1000, outside [0, 49152] (48 KiB" "$P" check "$C/shared.ptx"
+expect "contract: check length > 2^32"     1 "length.ptx:18: error: the length of 'y' = \`N*N*N*N*N\` is 1000000000000000 at N=1000, outside [1, 4294967296] (overflows" "$P" check "$C/length.ptx"
+expect "contract: check length > 2^63"     1 "length64.ptx:18: error: the length of 'y' = \`N*N*N*N*N*N*N\`: overflows 64-bit integers" "$P" check "$C/length64.ptx"
+expect "contract: check u32 out of range"  1 "u32.ptx:20: error: parameter 'n' = \`N*4294967296\` is 4294967296000 at N=1000, outside [0, 4294967295] (out of u32 range)" "$P" check "$C/u32.ptx"
+expect "contract: check shape too large"   1 "shapebig.ptx:16: error: shape: N=99999999999 is too large, outside 1 .. 2^31" "$P" check "$C/shapebig.ptx"
+expect "contract: check a long grid line"  1 "longgrid.ptx:23: error: a \`grid\` line of 5028 characters; ptxlab takes contract lines of at most 4096" "$P" check "$C/longgrid.ptx"
+expect "contract: a 150 KB why line"       0 "why.ptx: ok"                                         "$P" check "$C/why.ptx"
+expect "contract: verify, 150 KB why, GPU" 3 "needs an NVIDIA GPU"                                 $nogpu "$P" verify "$C/why.ptx"
+expect "contract: verify block 2048"       2 "block2048.ptx:24: error: block.x = \`2048\` is 2048 at N=1000" $nogpu "$P" verify "$C/block2048.ptx"
+expect "contract: bench length > 2^32"     2 "length.ptx:18: error: the length of 'y'"            $nogpu "$P" bench "$C/length.ptx"
+expect "contract: bench u32 out of range"  2 "(out of u32 range)"                                  $nogpu "$P" bench "$C/u32.ptx"
+expect "contract: verify --shape too large" 2 "--shape: N=99999999999 is too large, outside 1 .. 2^31" $nogpu "$P" verify "$C/mine.ptx" --shape N=99999999999
+expect "contract: verify at --shape only"  2 "is 2048 at N=5000, outside [1, 1024]"               $nogpu "$P" verify "$C/blockmin.ptx" --shape N=5000
+expect "contract: verify twin missing"     2 "twinmiss.ptx:25: error: the twin $C/reference/none.cu does not exist" $nogpu "$P" verify "$C/twinmiss.ptx"
+expect "contract: verify twin a directory" 2 "twindir.ptx:25: error: the twin $C/reference/dir.cu is a directory" $nogpu "$P" verify "$C/twindir.ptx"
+expect "contract: bench twin a FIFO"       2 "twinfifo.ptx:25: error: the twin $C/reference/fifo.cu is a FIFO, not a regular file" $nogpu "$P" bench "$C/twinfifo.ptx"
+expect "contract: verify twin not compiling" 2 "twinbad.ptx:25: error: the twin $C/reference/bad.cu does not compile" $nogpu "$P" verify "$C/twinbad.ptx"
+expect "contract: bench PTX not assembling" 2 "noasm.ptx:74: error: Not a name of any known instruction: 'bogus'" $nogpu "$P" bench "$C/noasm.ptx"
+expect "contract: new, a 100 KB name"       2 "is 100000 characters long; ptxlab new takes at most 64" "$P" new "$(tok 100000 a)" --dir "$t"
+expect "contract: verify a 32 KB token"    2 "longtok.ptx:74:18: error: a token of 32768 characters" $nogpu "$P" verify "$C/longtok.ptx"
 
 echo "bad inputs: $passes ok, $fails failed, $skips skipped"
 [ "$fails" = 0 ]

@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 using namespace ptxlab;
@@ -63,7 +64,9 @@ TEST_CASE("contract: expressions are exact, with ceil, floor, min, max and paren
     CHECK(eval_whole("ceil(-7 / 2)", {}, "x", -10, 10) == -3);
     // A length that is not whole, unknown names, division by zero, syntax, overflow: errors.
     CHECK_THROWS_WITH_AS(eval_whole("N / 256", v, "grid.x", 1, 1 << 30),
-                         doctest::Contains("not a whole number (round it: ceil(...)"), InputError);
+                         doctest::Contains("grid.x = `N / 256` is 125/32, not a whole number at B=64 I=784 N=1000; "
+                                           "write ceil(N / 256) or floor(N / 256)"),
+                         InputError);
     CHECK_THROWS_WITH_AS(eval_expr("N * M", v), doctest::Contains("unknown name 'M'"), InputError);
     CHECK_THROWS_WITH_AS(eval_expr("N / (B - 64)", v), doctest::Contains("division by zero"), InputError);
     CHECK_THROWS_WITH_AS(eval_expr("(N + 1", v), doctest::Contains("expected ')'"), InputError);
@@ -262,4 +265,167 @@ TEST_CASE("contract: verify and bench FILE.ptx need a header; the lessons stay o
         CHECK(p.ptx_path.find("lessons") == std::string::npos);
         CHECK(p.stem.find("_") != 2);  // no "01_..." lesson stems
     }
+}
+
+TEST_CASE("contract: the evaluator says when a value overflows 64-bit integers, never wraps it") {
+    const ShapeVars big{{"N", int64_t(1) << 31}};
+    CHECK_THROWS_WITH_AS(eval_expr("N * N * N", big), doctest::Contains("overflows 64-bit integers"), InputError);
+    CHECK_THROWS_WITH_AS(eval_expr("N * N * 2 + N * N * 2", big), doctest::Contains("overflows 64-bit integers"),
+                         InputError);
+    // 1/2 + 2^62 = (2^63 + 1) / 2: the subtraction negates -2^63, which used to wrap to a negative value.
+    CHECK_THROWS_WITH_AS(eval_expr("1 / 2 - -(2147483648 * 2147483648)", {}),
+                         doctest::Contains("overflows 64-bit integers"), InputError);
+    CHECK(eval_expr("1 / 2 - -(2147483648 * 1073741824)", {}).num == (int64_t(1) << 62) + 1);
+    CHECK_THROWS_WITH_AS(eval_expr("1e-19", {}), doctest::Contains("overflows 64-bit integers"), InputError);
+    CHECK_THROWS_WITH_AS(eval_expr("1234567890123456789", {}), doctest::Contains("more than 18 digits is too large"),
+                         InputError);
+    // eval_whole names the value, the shape and where its range comes from.
+    CHECK_THROWS_WITH_AS(eval_whole("N * 4294967296", {{"N", 1000}}, "parameter 'n'", 0, UINT32_MAX, "out of u32 range"),
+                         doctest::Contains("parameter 'n' = `N * 4294967296` is 4294967296000 at N=1000, outside [0, "
+                                           "4294967295] (out of u32 range)"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(eval_whole("N * N * N", big, "the length of 'x'", 1, 100),
+                         doctest::Contains("the length of 'x' = `N * N * N`: overflows 64-bit integers (a value past "
+                                           "2^63) at N=2147483648"),
+                         InputError);
+}
+
+TEST_CASE("contract: check_contract_values evaluates every key at every shape and reports at the key's line") {
+    TempDir t;
+    const std::string good = new_kernel(t, "mine");
+    ContractParse ok = parse_text(good);
+    REQUIRE(ok.contract);
+    CHECK(check_contract_values(*ok.contract).empty());
+    struct Case {
+        const char* from;
+        const char* to;
+        const char* at;       // a piece of the line the error must name
+        const char* message;  // a piece of the message
+    };
+    const Case cases[] = {
+        {"//   block    256", "//   block    2048", "block    2048",
+         "block.x = `2048` is 2048 at N=1000, outside [1, 1024] (a block has at most 1024 threads)"},
+        {"//   block    256", "//   block    1024, 1, 2", "block    1024, 1, 2",
+         "block 1024x1x2 has 2048 threads at N=1000; a block has at most 1024 threads"},
+        {"//   block    256", "//   block    1, 1, 65", "block    1, 1, 65", "(block.z takes at most 64)"},
+        // Only the third shape (N=100003) is past the limit: every shape is evaluated.
+        {"//   block    256", "//   block    min(N, 2048)", "min(N, 2048)", "is 2048 at N=100003, outside [1, 1024]"},
+        {"//   grid     ceil(N / 256)", "//   grid     N / 256", "grid     N / 256",
+         "grid.x = `N / 256` is 125/32, not a whole number at N=1000; write ceil(N / 256) or floor(N / 256)"},
+        {"//   grid     ceil(N / 256)", "//   grid     N * 4294967296", "grid     N * 4294967296",
+         "outside [1, 2147483647] (grid.x takes at most 2^31 - 1)"},
+        {"//   grid     ceil(N / 256)", "//   grid     1, 70000, 1", "grid     1, 70000",
+         "grid.y = `70000` is 70000 at N=1000, outside [1, 65535] (grid.y and grid.z take at most 65535)"},
+        {"//   grid     ceil(N / 256)", "//   grid     1, 1, N", "grid     1, 1, N", "grid.z = `N` is 100003 at N=100003"},
+        {"//   block    256\n", "//   block    256\n//   shared   100000\n", "shared   100000",
+         "shared = `100000` is 100000 at N=1000, outside [0, 49152] (48 KiB: the dynamic shared memory a launch gets"},
+        {"y  out  f32[N]", "y  out  f32[N*N*N*N*N]", "f32[N*N*N*N*N]",
+         "the length of 'y' = `N*N*N*N*N` is 1000000000000000 at N=1000, outside [1, 4294967296] (overflows the 2^32 "
+         "elements a buffer may have)"},
+        {"y  out  f32[N]", "y  out  f32[N*N*N*N*N*N*N]", "f32[N*N*N*N*N*N*N]",
+         "the length of 'y' = `N*N*N*N*N*N*N`: overflows 64-bit integers (a value past 2^63) at N=1000"},
+        {"n  u32 = N", "n  u32 = N*4294967296", "n  u32 = N*4294967296", "(out of u32 range)"},
+        {"n  u32 = N", "n  u32 = N - 2", "n  u32 = N - 2", "parameter 'n' = `N - 2` is -1 at N=1, outside [0, 4294967295]"},
+        {"n  u32 = N", "n  s32 = N*4294967296", "n  s32 = N*4294967296", "outside [-2147483648, 2147483647] (out of s32 range)"},
+        {"n  u32 = N", "n  u32 = N / 2", "n  u32 = N / 2", "not a whole number at N=1; write ceil(N / 2)"},
+        {"//   bytes    8 * N", "//   bytes    8 - N", "bytes    8 - N", "bytes = `8 - N` is -992 at N=1000: a count of bytes"},
+        {"//   flops    2 * N", "//   flops    N*N*N*N*N*N*N", "flops    N*N*N*N*N*N*N", "flops = `N*N*N*N*N*N*N`: overflows 64-bit"},
+    };
+    for (const Case& c : cases) {
+        const std::string to = c.to;
+        CAPTURE(to);
+        const std::string bad = replace(good, c.from, c.to);
+        ContractParse cp = parse_text(bad);
+        REQUIRE(cp.problems.empty());
+        REQUIRE(cp.contract);
+        const auto problems = check_contract_values(*cp.contract);
+        REQUIRE(problems.size() == 1);
+        CAPTURE(problems[0].message);
+        CHECK(problems[0].line == line_of(bad, c.at));
+        CHECK(problems[0].severity == "error");
+        CHECK(problems[0].message.find(c.message) != std::string::npos);
+    }
+    // Several keys wrong: one error each, in line order. At a --shape instead of the contract's.
+    const std::string two = replace(replace(good, "//   block    256", "//   block    2048"), "n  u32 = N", "n  u32 = N - 5");
+    ContractParse cp = parse_text(two);
+    REQUIRE(cp.contract);
+    auto problems = check_contract_values(*cp.contract);
+    REQUIRE(problems.size() == 2);
+    CHECK(problems[0].line == line_of(two, "n  u32 = N - 5"));
+    CHECK(problems[1].line == line_of(two, "block    2048"));
+    problems = check_contract_values(*cp.contract, {parse_shape("N=5000", *cp.contract, "--shape")});
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].message.find("is 2048 at N=5000") != std::string::npos);
+    // A shape value too large to be a size says so.
+    CHECK_THROWS_WITH_AS(parse_shape("N=99999999999", *cp.contract, "--shape"),
+                         doctest::Contains("--shape: N=99999999999 is too large, outside 1 .. 2^31"), InputError);
+    CHECK_THROWS_WITH_AS(parse_shape("N=2147483649", *cp.contract, "--shape"), doctest::Contains("is too large"), InputError);
+    CHECK(parse_shape("N=2147483648", *cp.contract, "--shape").at("N") == 2147483648);
+    CHECK(parse_shape("N=0000000000007", *cp.contract, "--shape").at("N") == 7);
+    CHECK_THROWS_WITH_AS(parse_shape("N=" + std::string(5000, '9'), *cp.contract, "--shape"),
+                         doctest::Contains("N=99999999999999999999... (5000 digits) is too large"), InputError);
+    const ContractParse shape_line = parse_text(replace(good, "shape    N=1\n", "shape    N=99999999999\n"));
+    REQUIRE(shape_line.problems.size() == 1);
+    CHECK(shape_line.problems[0].message.find("is too large") != std::string::npos);
+}
+
+TEST_CASE("contract: a 1 MB why line is read quickly; other contract lines are limited") {
+    TempDir t;
+    const std::string good = new_kernel(t, "mine");
+    const std::string why(1 << 20, 'w');
+    const std::string text = replace(good, "//   compare  bitwise", "//   compare  ulp 2\n//   why      " + why);
+    const auto t0 = std::chrono::steady_clock::now();
+    ContractParse cp = parse_text(text);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(cp.problems.empty());
+    REQUIRE(cp.contract);
+    CHECK(cp.contract->why == why);
+    CHECK(s < 5.0);  // linear: well under a second; std::regex crashed at 50 KB
+    // Any other key: at most kMaxContractLineChars characters, an error at its line.
+    const std::string grid = "//   grid     " + std::string(kMaxContractLineChars, '1');
+    const std::string bad = replace(good, "//   grid     ceil(N / 256)", grid);
+    const auto problems = parse_text(bad).problems;
+    REQUIRE(problems.size() >= 1);
+    CHECK(problems[0].line == line_of(bad, "//   grid     1"));
+    CHECK(problems[0].message == fmt::format("a `grid` line of {} characters; ptxlab takes contract lines of at most {} "
+                                             "(only `why` lines may be longer)",
+                                             grid.size(), kMaxContractLineChars));
+    // At the limit the line is read (and its value judged as any other).
+    const std::string at_limit = "//   shared   " + std::string(kMaxContractLineChars - 15, ' ') + "0";
+    REQUIRE(at_limit.size() == kMaxContractLineChars);
+    ContractParse edge = parse_text(replace(good, "//   block    256\n", "//   block    256\n" + at_limit + "\n"));
+    CHECK(edge.problems.empty());
+    // The header's forms, read by hand now: params with and without spaces around `=`, a length
+    // with brackets inside, names that are not identifiers.
+    ContractParse forms = parse_text(replace(replace(good, "n  u32 = N", "n u32=N"), "x  in   f32[N]   -1 .. 1",
+                                             "x  in   f32 [min(N, N)]-1 .. 1"));
+    REQUIRE(forms.problems.empty());
+    CHECK(forms.contract->params[2].value == "N");
+    CHECK(forms.contract->params[1].length == "min(N, N)");
+    CHECK(forms.contract->params[1].lo == -1.0);
+    const auto not_name = all_problems(replace(good, "//   vars     N", "//   vars     N 9x"));
+    REQUIRE(!not_name.empty());
+    CHECK(not_name[0].message.find("variable '9x' is not a name") != std::string::npos);
+    const auto bad_param = all_problems(replace(good, "n  u32 = N", "9n u32 = N"));
+    REQUIRE(!bad_param.empty());
+    CHECK(bad_param[0].message.find("param `9n u32 = N`: write") != std::string::npos);
+}
+
+TEST_CASE("lint: the wrong-width load is found by plain scanning, whatever the spacing") {
+    // 200 000 spaces before the comma overflowed std::regex's stack (a crash of `check`).
+    const std::string ptx = ".version 8.0\n.target sm_80\n.address_size 64\n"
+                            ".visible .entry k(.param .u64 p, .param .u32 n)\n{\n"
+                            "    .reg .u64 %a;\n    .reg .u32 %c;\n"
+                            "    ld.param.u64 %a" + std::string(200000, ' ') + ",\n  [ n ];\n"
+                            "    ld.param.u32 %c, [p+4];\n"          // an offset: not judged
+                            "    ld.param.v2.u32 {%c, %c}, [p];\n"   // a vector: not judged
+                            "    ld.param.u32 %c, [n];\n"            // right
+                            "    ld.param.u32 %c, [p];\n"            // a pointer truncated
+                            "    ret;\n}\n";
+    const auto w = param_width_warnings(ptx, parse_ptx(ptx));
+    REQUIRE(w.size() == 2);
+    CHECK(w[0].line == 8);
+    CHECK(w[0].message.find("ld.param.u64 reads 8 bytes of parameter 'n'") == 0);
+    CHECK(w[1].line == 13);
+    CHECK(w[1].message.find("keeps only part of it") != std::string::npos);
 }

@@ -1,6 +1,7 @@
 // Reading PTX as text: parameter lists, comments, diagnostics, line info.
 #include "error.hpp"
 #include "ptx_text.hpp"
+#include "sass.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -175,4 +176,102 @@ TEST_CASE("ptx_text: a huge parameter list is read in linear time") {
     REQUIRE(info.entries.size() == 1);
     CHECK(info.entries[0].params.size() == 300000);
     CHECK(info.entries[0].params.back().line == 4);
+}
+
+TEST_CASE("ptx_text: a token over kMaxPtxTokenChars is an error at its line and column, found before nvJitLink") {
+    const std::string header = ".version 8.0\n.target sm_90\n.address_size 64\n";
+    auto with = [&](const std::string& line) { return header + line + "\n.visible .entry k() { ret; }\n"; };
+    const std::string big(kMaxPtxTokenChars, 'A');
+    // At the limit: nothing to say.
+    CHECK(ptx_limit_problems(with("mov.u32 %r1, " + big + ";")).empty());
+    CHECK(ptx_text_problems(with("mov.u32 %r1, " + big + ";")).empty());
+    // One past it: an error at the token's first column, with its length and the limit.
+    auto d = ptx_limit_problems(with("\tmov.u32 %r1, " + big + "A;"));
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].line == 4);
+    CHECK(d[0].column == 15);
+    CHECK(d[0].severity == "error");
+    CHECK(d[0].message == fmt::format("a token of {} characters; ptxlab takes tokens of at most {} (nvJitLink fails on "
+                                      "longer ones)",
+                                      kMaxPtxTokenChars + 1, kMaxPtxTokenChars));
+    const std::string shown = format_diagnostic(SourceFile{"k.ptx", with("\tmov.u32 %r1, " + big + "A;")}, d[0]);
+    CHECK(shown.find("k.ptx:4:15: error: a token of 8193 characters") == 0);
+    // Every kind of token: a register, a directive, an entry name, a number, a string literal
+    // (counted with its quotes), an unterminated one (to the end of its line).
+    CHECK(ptx_limit_problems(with(".reg .b32 %" + big + ";")).size() == 1);
+    CHECK(ptx_limit_problems(with("." + big)).size() == 1);
+    CHECK(ptx_limit_problems(header + ".visible .entry k" + big + "() { ret; }\n").size() == 1);
+    CHECK(ptx_limit_problems(with("mov.u32 %r1, " + std::string(kMaxPtxTokenChars + 1, '7') + ";")).size() == 1);
+    d = ptx_limit_problems(with(".file 1 \"" + std::string(kMaxPtxTokenChars - 1, 'p') + "\""));
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].column == 9);
+    CHECK(d[0].message.find("a token of 8193 characters") == 0);
+    CHECK(ptx_limit_problems(with(".file 1 \"" + std::string(kMaxPtxTokenChars - 2, 'p') + "\"")).empty());
+    CHECK(ptx_limit_problems(with(".file 1 \"" + big)).size() == 1);
+    // Short tokens on a long line, separated by punctuation, are not one token.
+    std::string many;
+    for (int i = 0; i < 100000; ++i) many += "ret; ";
+    CHECK(ptx_limit_problems(with(many)).empty());
+    CHECK(ptx_limit_problems(with("add.u32 %r1, " + std::string(1 << 20, ' ') + "%r1, 1;")).empty());
+    // Comments are not limited: a 5 MB // comment, a /* */ comment over lines, `//` in a string.
+    CHECK(ptx_limit_problems(with("// " + std::string(5u << 20, 'x'))).empty());
+    CHECK(ptx_limit_problems(with("/* " + big + "\n" + big + "A */ ret;")).empty());
+    d = ptx_limit_problems(with("/* a */ \"// " + big + "\""));
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].column == 9);
+    // The same pass as the BOM and non-ASCII checks: all three, in order, the token after the character.
+    d = ptx_text_problems("\xEF\xBB\xBF" + with("// \xCE\xB3\nmov.u32 %r1, " + big + "A;"));
+    REQUIRE(d.size() == 3);
+    CHECK(d[0].message.find("byte-order mark") != std::string::npos);
+    CHECK(d[1].message.find("U+03B3") != std::string::npos);
+    CHECK(d[1].line == 4);
+    CHECK(d[2].line == 5);
+    CHECK(d[2].column == 14);
+}
+
+TEST_CASE("ptx_text: logs that quote a long token are read by plain scanning") {
+    // libstdc++'s std::regex recursed once per character: a 32 KB token quoted in the log
+    // overflowed the stack. A 1 MB one is read now.
+    const std::string tok(1 << 20, 'A');
+    auto d = parse_ptxas_log("ptxas application ptx input, line 4; error   : Unknown symbol '" + tok + "'\r\n"
+                             "nvlink error   : Undefined reference to '" + tok + "' in 'k.o'\n"
+                             "ptxas fatal   : Ptx assembly aborted due to errors\n"
+                             "not a line 7 diagnostic\n"
+                             "warnings : not one either\n"
+                             "line 99999999999; error : a line number past int\n");
+    REQUIRE(d.size() == 4);
+    CHECK(d[0].line == 4);
+    CHECK(d[0].severity == "error");
+    CHECK(d[0].message == "Unknown symbol '" + tok + "'");
+    CHECK(d[1].line == 0);
+    CHECK(d[1].severity == "error");
+    CHECK(d[1].message == "Undefined reference to '" + tok + "' in 'k.o'");
+    CHECK(d[2].severity == "fatal");
+    CHECK(d[3].line == 0);
+    CHECK(d[3].message == "a line number past int");
+    // "line N" is remapped wherever it stands; a number outside the map is left as it was.
+    const std::vector<int> map{10, 20, 30};
+    CHECK(remap_log_lines("line 2; error : '" + tok + "' line 3, line 9, line x, line", map) ==
+          "line 20; error : '" + tok + "' line 30, line 9, line x, line");
+    CHECK(remap_log_lines("inline 1 line 99999999999", map) == "inline 10 line 99999999999");
+}
+
+TEST_CASE("ptx_text: names at the token limit stay within what sass.cpp's regexes read safely") {
+    // sass.cpp still reads nvdisasm's listing with std::regex, one recursion per character of a
+    // function name or file path; 8192 leaves them a margin (32 KB overflowed the stack). Under
+    // ASan (tools/run.sh sanitize) this runs with its larger frames too.
+    const std::string name(kMaxPtxTokenChars, 'k'), path = "/" + std::string(kMaxPtxTokenChars - 1, 'p');
+    const std::string listing = "\t.section\t.text." + name + ",\"ax\",@progbits\n"
+                                "        .other          " + name + ",@\"STO_CUDA_ENTRY STV_DEFAULT\"\n"
+                                ".text." + name + ":\n"
+                                "\t//## File \"" + path + "\", line 17\n"
+                                "        /*0000*/                   LDC R1, c[0x0][0x28] ;\n";
+    const auto fns = parse_nvdisasm(listing);
+    REQUIRE(fns.size() == 1);
+    CHECK(fns[0].name == name);
+    CHECK(fns[0].entry);
+    REQUIRE(fns[0].code.size() == 1);
+    REQUIRE(fns[0].code[0].frames.size() == 1);
+    CHECK(fns[0].code[0].frames[0].file == path);
+    CHECK(fns[0].code[0].frames[0].line == 17);
 }

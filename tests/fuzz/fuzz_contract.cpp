@@ -1,9 +1,12 @@
 // libFuzzer target: the contract header (contract.hpp) and its expression evaluator.
 //
-// The input is read as a .ptx file with a header (parsed, checked against its entries, and every
-// expression evaluated at every default shape) and, line by line, as expressions. Each must
-// return or throw ptxlab::InputError; a crash, a sanitizer report or an invariant below failing
-// is a bug.
+// The input is read as a .ptx file with a header (parsed, checked against its entries, every
+// expression evaluated at every default shape by check_contract_values and by the functions a
+// run uses) and, line by line, as expressions. Each must return or throw ptxlab::InputError; a
+// crash, a sanitizer report or an invariant below failing is a bug. One invariant ties the two
+// together: when check_contract_values finds nothing, every shape can be run (launch_shape,
+// buffer_length, scalar_bits, bytes and flops succeed). Inputs up to 256 KiB: no std::regex reads
+// the header, so a long `why` line is an input like any other.
 //
 //   tests/fuzz/run.sh contract 60      (seeds: tests/fuzz/corpus/contract and ptx/lessons)
 #include "contract.hpp"
@@ -32,19 +35,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             for (const auto& d : ptxlab::check_contract(c, ptxlab::parse_ptx(text))) require(d.line >= 1 && d.line <= lines);
         } catch (const ptxlab::InputError&) {
         }
+        const auto values = ptxlab::check_contract_values(c);
+        for (const auto& d : values) require(d.line >= 1 && d.line <= lines && d.severity == "error");
         for (const auto& s : c.shapes) {
             require(s.size() == c.vars.size());
+            bool ran = true;  // every value of this shape came out
             try {
-                (void)ptxlab::launch_shape(c, s);
+                const ptxlab::LaunchShape l = ptxlab::launch_shape(c, s);
+                require(uint64_t(l.block[0]) * l.block[1] * l.block[2] <= 1024 && l.shared <= ptxlab::kMaxContractShared);
             } catch (const ptxlab::InputError&) {
+                ran = false;
             }
             for (const auto& p : c.params) {
                 try {
-                    if (p.buffer()) require(ptxlab::buffer_length(c, p, s) >= 1);
-                    else (void)ptxlab::eval_expr(p.value, s);
+                    if (p.buffer()) {
+                        const size_t n = ptxlab::buffer_length(c, p, s);
+                        require(n >= 1 && n <= size_t(ptxlab::kMaxContractElements));
+                    } else {
+                        (void)ptxlab::scalar_bits(c, p, s);
+                    }
                 } catch (const ptxlab::InputError&) {
+                    ran = false;
                 }
             }
+            for (const auto* what : {&c.bytes, &c.flops}) {
+                if (what->empty()) continue;
+                try {
+                    require(ptxlab::contract_amount(*what, "bytes", s) >= 0);
+                } catch (const ptxlab::InputError&) {
+                    ran = false;
+                }
+            }
+            require(ran || !values.empty());
         }
     }
     // Each line as an expression over N=7, B=64.

@@ -1,18 +1,22 @@
 // libFuzzer target: everything ptxlab reads from PTX text without a GPU.
 //
 // The entry/parameter-list parser and the check of each entry against the host's
-// launch signature, comment stripping, line annotation for the JIT, and ptxas log
+// launch signature, comment stripping, line annotation for the JIT, the text checks
+// (BOM, non-ASCII, the token limit), the wrong-width ld.param warning, and ptxas log
 // parsing with the diagnostics it prints. The input is used both as PTX and as a
 // ptxas log. Each must return or throw ptxlab::InputError; a crash, a sanitizer
-// report or an invariant below failing is a bug.
+// report or an invariant below failing is a bug. Nothing here uses std::regex:
+// inputs up to 64 KiB, long enough for a token over the limit.
 //
 //   tests/fuzz/run.sh ptx 60        (builds with clang, runs 60 s on tests/fuzz/corpus/ptx)
 #include "error.hpp"
 #include "kernels.hpp"
+#include "ptx_lint.hpp"
 #include "ptx_text.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -45,7 +49,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         for (const char* stem : {"forward", "grad", "mean", "optim", "gather", "fused"})
             (void)ptxlab::check_against_specs(info, "fuzz.ptx", stem);
+        for (const auto& d : ptxlab::param_width_warnings(text, info)) require(d.line >= 1 && d.line <= lines);
     } catch (const ptxlab::InputError&) {
+    }
+
+    // The text checks: every problem at a line of the text (0: none), a column only with a line;
+    // the limit problems are among them, and say no when no token is longer than the limit.
+    {
+        const int lines = int(count_newlines(text)) + 1;
+        const auto problems = ptxlab::ptx_text_problems(text);
+        for (const auto& d : problems) require(d.line >= 0 && d.line <= lines && (d.column == 0 || d.line >= 1));
+        const auto limits = ptxlab::ptx_limit_problems(text);
+        require(limits.size() <= 1);
+        if (!limits.empty()) {
+            require(std::find_if(problems.begin(), problems.end(), [&](const ptxlab::Diagnostic& d) {
+                        return d.line == limits[0].line && d.column == limits[0].column;
+                    }) != problems.end());
+            require(text.size() > ptxlab::kMaxPtxTokenChars);
+        }
     }
 
     // Line info for the JIT: one map entry per annotated line, each naming a real line.
