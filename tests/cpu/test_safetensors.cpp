@@ -20,6 +20,18 @@ std::string load_error(const std::vector<uint8_t>& bytes) {
     }
     return "";
 }
+
+// The header of a valid 2-1-1 MLP checkpoint with 20 data bytes, for the cases to edit.
+const std::string kTiny =
+    R"({"__metadata__":{"format":"pt"},"fc1.weight":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},)"
+    R"("fc1.bias":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+    R"("fc2.weight":{"dtype":"F32","shape":[1,1],"data_offsets":[12,16]},)"
+    R"("fc2.bias":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}})";
+
+// The refusal of kTiny with `from` replaced by `to` ("" when it loads).
+std::string tiny_error(const std::string& from, const std::string& to, size_t data_bytes = 20) {
+    return load_error(safetensors_bytes(edited(kTiny, from, to), data_bytes));
+}
 }  // namespace
 
 TEST_CASE("safetensors: a 2- and a 3-layer model round-trip bit for bit") {
@@ -148,4 +160,58 @@ TEST_CASE("safetensors: a training checkpoint holds the optimizer state and the 
     save_safetensors(t.file("m.safetensors"), r.model);
     CHECK_THROWS_WITH_AS(load_training_checkpoint(t.file("m.safetensors"), cfg),
                          doctest::Contains("was not written by ptxlab train --save"), InputError);
+}
+
+TEST_CASE("safetensors: the header is JSON, with the format's rules on top") {
+    CHECK(tiny_error("", "").empty());
+    // Escapes are decoded: fc1.w\u0065ight is fc1.weight.
+    CHECK(tiny_error("\"fc1.weight\"", "\"fc1.w\\u0065ight\"").empty());
+    // JSON errors name the byte of the file: the header starts at byte 8.
+    CHECK(tiny_error("{\"__metadata__\"", "{!__metadata__\"").find("bad safetensors header at byte 9: ") == 6);
+    CHECK(tiny_error("\"pt\"", "\"p\xff\"").find("ill-formed UTF-8") != std::string::npos);
+    const std::string trailing = load_error(safetensors_bytes(kTiny + " x", 20));
+    CAPTURE(trailing);
+    CHECK(trailing.find(fmt::format("bad safetensors header at byte {}: ", 8 + kTiny.size() + 1)) != std::string::npos);
+    CHECK(trailing.find("expected end of input") != std::string::npos);
+    CHECK(load_error(safetensors_bytes(kTiny + "        ", 20)).empty());  // spaces pad the header
+    CHECK(load_error(safetensors_bytes("[]", 0)) == "ckpt: the header is not a JSON object");
+
+    // No key twice in one object (JSON allows it; a second value would silently win).
+    CHECK(tiny_error("\"format\":\"pt\"", "\"format\":\"pt\",\"format\":\"pt2\"") ==
+          "ckpt: bad safetensors header: the key 'format' appears twice in '__metadata__'");
+    CHECK(tiny_error("\"dtype\":\"F32\",\"shape\":[1,2]", "\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1,2]") ==
+          "ckpt: bad safetensors header: the key 'dtype' appears twice in 'fc1.weight'");
+    CHECK(tiny_error("\"fc1.weight\"", "\"__metadata__\":{},\"fc1.weight\"") ==
+          "ckpt: bad safetensors header: the key '__metadata__' appears twice in the top level");
+    CHECK(tiny_error("\"fc2.weight\"", "\"fc1.bias\"") == "ckpt: bad safetensors header: tensor 'fc1.bias' appears twice");
+
+    // Values: objects, arrays, strings and whole numbers >= 0 only.
+    for (const char* v : {"true", "null", "-1", "1.5", "1e2", "18446744073709551616"}) {
+        CAPTURE(v);
+        const std::string e = tiny_error("\"shape\":[1,2]", fmt::format("\"shape\":[1,{}]", v));
+        CHECK(e.find("ckpt: bad safetensors header: ") == 0);
+        CHECK(e.find(" at 'fc1.weight/shape' is not taken") != std::string::npos);
+    }
+    CHECK(tiny_error("\"shape\":[1,2]", "\"shape\":[1,-2]").find(": -2 at 'fc1.weight/shape'") != std::string::npos);
+    // At most 8 levels below the top: the shape array is level 2, so 5 arrays in it put the 1 at
+    // level 8 (it parses, and is no number), 6 put it at level 9.
+    CHECK(tiny_error("\"shape\":[1,2]", "\"shape\":[[[[[[1]]]]]]") ==
+          "ckpt: tensor 'fc1.weight': shape holds a non-number");
+    CHECK(tiny_error("\"shape\":[1,2]", "\"shape\":[[[[[[[1]]]]]]]") ==
+          "ckpt: bad safetensors header: nested too deeply at 'fc1.weight/shape' (at most 8 levels)");
+
+    // The metadata maps strings to strings; an entry holds dtype, shape and data_offsets only.
+    CHECK(tiny_error("\"format\":\"pt\"", "\"format\":5") == "ckpt: __metadata__ 'format' is 5, not a string");
+    CHECK(tiny_error("\"__metadata__\":{", "\"__metadata__\":[{").find("bad safetensors header") == 6);
+    CHECK(tiny_error("{\"format\":\"pt\"}", "[\"pt\"]") == "ckpt: __metadata__ is not an object");
+    CHECK(tiny_error("\"dtype\":\"F32\",\"shape\":[1,2]", "\"dtype\":\"F32\",\"fuzz\":\"x\",\"shape\":[1,2]") ==
+          "ckpt: tensor 'fc1.weight': unknown field 'fuzz' (an entry holds dtype, shape and data_offsets)");
+    CHECK(tiny_error("{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":[0,8]}", "[1]") ==
+          "ckpt: tensor 'fc1.weight': entry is not an object");
+    CHECK(tiny_error("\"dtype\":\"F32\",\"shape\":[1,2]", "\"dtype\":32,\"shape\":[1,2]") ==
+          "ckpt: tensor 'fc1.weight': no dtype");
+    CHECK(tiny_error("\"shape\":[1,2]", "\"shape\":\"1,2\"") == "ckpt: tensor 'fc1.weight': no shape");
+    CHECK(tiny_error("\"shape\":[1,2]", "\"shape\":[1,\"2\"]") == "ckpt: tensor 'fc1.weight': shape holds a non-number");
+    CHECK(tiny_error("[0,8]", "[0,8,8]") == "ckpt: tensor 'fc1.weight': data_offsets must be [begin, end]");
+    CHECK(tiny_error("[0,8]", "[0,\"8\"]") == "ckpt: tensor 'fc1.weight': bad data_offsets");
 }
