@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -276,21 +277,27 @@ TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t
         if (offs == t.end() || !offs->is_array() || offs->size() != 2) bad("data_offsets must be [begin, end]");
         // The header holds no number but whole ones >= 0 (parse_header), each a uint64_t here.
         TensorSpan f;
-        uint64_t count = 1;
         for (const auto& d : *shape) {
             if (!d.is_number_unsigned()) bad("shape holds a non-number");
             f.shape.push_back(d.get<uint64_t>());
             if (f.shape.back() > (1u << 30)) bad("dimension too large");
-            count *= f.shape.back();
         }
+        // Every product checked: [2^30, 2^30, 4] has 2^62 elements, whose 2^64 bytes would wrap to 0.
+        uint64_t count = 0, need = 0;
+        bool too_many = false;
+        if (std::find(f.shape.begin(), f.shape.end(), 0) == f.shape.end()) {  // else no elements
+            count = 1;
+            for (uint64_t d : f.shape) too_many = too_many || __builtin_mul_overflow(count, d, &count);
+        }
+        if (too_many || __builtin_mul_overflow(count, uint64_t(4), &need))
+            bad(fmt::format("shape [{}] has too many elements", fmt::join(f.shape, ", ")));
         if (!(*offs)[0].is_number_unsigned() || !(*offs)[1].is_number_unsigned()) bad("bad data_offsets");
         f.begin = (*offs)[0].get<uint64_t>();
         f.end = (*offs)[1].get<uint64_t>();
         if (f.begin > f.end || f.end > data_size)
             bad(fmt::format("data_offsets [{}, {}] lie outside the {} data bytes (truncated file?)", f.begin, f.end,
                             data_size));
-        if (f.end - f.begin != count * 4)
-            bad(fmt::format("holds {} bytes but its shape needs {}", f.end - f.begin, count * 4));
+        if (f.end - f.begin != need) bad(fmt::format("holds {} bytes but its shape needs {}", f.end - f.begin, need));
         tensors[name] = f;
     }
     check_coverage(path, tensors, data_size);
@@ -299,7 +306,7 @@ TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t
 
 std::vector<float> read_floats(const TensorTable& tt, const TensorSpan& f) {
     std::vector<float> v((f.end - f.begin) / 4);
-    std::memcpy(v.data(), tt.data + f.begin, f.end - f.begin);
+    if (!v.empty()) std::memcpy(v.data(), tt.data + f.begin, v.size() * 4);  // an empty vector's data() may be null
     return v;
 }
 
@@ -345,9 +352,24 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
         net.W.push_back(read_floats(tt, w->second));
         net.b.push_back(read_floats(tt, b->second));
     }
+    if (net.sizes.empty()) {
+        std::vector<std::string> names;
+        for (const auto& [name, f] : tensors) names.push_back(name);
+        if (names.size() > 8) {
+            names.resize(8);
+            names.push_back(fmt::format("... ({} tensors in all)", tensors.size()));
+        }
+        PTXLAB_THROW(InputError, "{}: no fc1.weight / fc1.bias tensors: not a ptxlab checkpoint? it holds: {}", path,
+                     names.empty() ? std::string("no tensors") : fmt::format("{}", fmt::join(names, ", ")));
+    }
     if (net.layers() < 2 || net.layers() > 3)
-        PTXLAB_THROW(InputError, "{}: found {} layers (fc1.weight, fc1.bias, ...); ptxlab models have 2 or 3", path,
-                     net.layers());
+        PTXLAB_THROW(InputError, "{}: found {} layer{} (fc1.weight, fc1.bias, ...); ptxlab models have 2 or 3", path,
+                     net.layers(), net.layers() == 1 ? "" : "s");
+    // The metadata's "layers" (save_safetensors writes it) names the network the tensors hold.
+    const std::string sizes = fmt::format("{}", fmt::join(net.sizes, ","));
+    if (auto it = ck.metadata.find("layers"); it != ck.metadata.end() && it->second != sizes)
+        PTXLAB_THROW(InputError, "{}: its metadata 'layers' is '{}' but its tensors hold the network {} (fc1.weight [{}, {}], ...)",
+                     path, it->second, sizes, net.sizes[1], net.sizes[0]);
     const size_t others = read_extra(tt, ck.extra);
     if (tensors.size() != 2 * net.layers() + others)
         PTXLAB_THROW(InputError, "{}: holds tensors other than fc1..fc{} weights and biases (and optimizer.*)", path,
@@ -405,19 +427,40 @@ void save_model_safetensors(const std::string& path, const Model& m, const std::
 
 namespace {
 
-// "1x28x28" -> {1, 28, 28}.
+// "1x28x28" -> {1, 28, 28}: three whole numbers >= 1, the image at most kMaxWidth values (the
+// most an fc layer takes), so that no layer's shape or parameter count can overflow.
 Shape3 parse_input_shape(const std::string& path, const std::string& text) {
-    unsigned c = 0, h = 0, w = 0;
-    char x1 = 0, x2 = 0;
-    std::istringstream is(text);
-    if (!(is >> c >> x1 >> h >> x2 >> w) || x1 != 'x' || x2 != 'x' || !is.eof() || !c || !h || !w)
+    unsigned v[3] = {0, 0, 0};
+    const char *p = text.data(), *end = text.data() + text.size();
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i) {
+        if (i > 0) {
+            ok = p < end && *p == 'x';
+            if (!ok) break;
+            ++p;
+        }
+        auto [next, ec] = std::from_chars(p, end, v[i]);
+        ok = ec == std::errc() && v[i] > 0;
+        p = next;
+    }
+    if (!ok || p != end)
         PTXLAB_THROW(InputError, "{}: its metadata 'input' is '{}', not CxHxW (e.g. 1x28x28)", path, text);
-    return {c, h, w};
+    const uint64_t values = uint64_t(v[0]) * v[1] * v[2];
+    if (values > kMaxWidth)
+        PTXLAB_THROW(InputError, "{}: its metadata 'input' is '{}': {} values an image, at most {}", path, text, values,
+                     kMaxWidth);
+    return {v[0], v[1], v[2]};
 }
 
 // The flat parameters of `m` from the tensors named after its layers, each of the exact shape.
 std::vector<float> read_model_tensors(const std::string& path, const TensorTable& tt, const Model& m) {
-    std::vector<float> params(m.param_count);
+    // Every tensor is checked before the parameters are allocated: a spec's parameter count is
+    // only as large as the file's tensors once their shapes match.
+    struct Take {
+        const TensorSpan* span;
+        size_t offset;
+    };
+    std::vector<Take> takes;
     std::set<std::string> names;
     auto take = [&](const std::string& name, const std::vector<unsigned>& dims, size_t offset) {
         auto it = tt.tensors.find(name);
@@ -428,8 +471,7 @@ std::vector<float> read_model_tensors(const std::string& path, const TensorTable
         if (it->second.shape != want)
             PTXLAB_THROW(InputError, "{}: tensor '{}' has the shape [{}]; the model '{}' needs [{}]", path, name,
                          fmt::join(it->second.shape, ", "), m.text(), fmt::join(want, ", "));
-        const std::vector<float> v = read_floats(tt, it->second);
-        std::copy(v.begin(), v.end(), params.begin() + long(offset));
+        takes.push_back({&it->second, offset});
         names.insert(name);
     };
     for (const LayerSpec& l : m.layers) {
@@ -440,6 +482,11 @@ std::vector<float> read_model_tensors(const std::string& path, const TensorTable
     for (const auto& [name, f] : tt.tensors)
         if (!name.starts_with("optimizer.") && !names.count(name))
             PTXLAB_THROW(InputError, "{}: tensor '{}' is not a parameter of the model '{}'", path, name, m.text());
+    std::vector<float> params(m.param_count);
+    for (const Take& t : takes) {
+        const std::vector<float> v = read_floats(tt, *t.span);
+        std::copy(v.begin(), v.end(), params.begin() + long(t.offset));
+    }
     return params;
 }
 
@@ -456,7 +503,11 @@ ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vecto
         std::string text;
         for (size_t l = 1; l < mlp.net.sizes.size(); ++l) text += fmt::format("{}fc{}", l > 1 ? "," : "", mlp.net.sizes[l]);
         const Shape3 in = mlp.net.sizes[0] == kMnistInput.size() ? kMnistInput : Shape3{1, 1, mlp.net.sizes[0]};
-        ck.model = parse_model(text, in);
+        try {
+            ck.model = parse_model(text, in);
+        } catch (const InputError& e) {
+            PTXLAB_THROW(InputError, "{}: its tensors are not a model ptxlab takes: {}", path, e.what());
+        }
         for (size_t l = 0; l < mlp.net.layers(); ++l) {
             ck.params.insert(ck.params.end(), mlp.net.W[l].begin(), mlp.net.W[l].end());
             ck.params.insert(ck.params.end(), mlp.net.b[l].begin(), mlp.net.b[l].end());
@@ -464,6 +515,10 @@ ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vecto
         ck.extra = std::move(mlp.extra);
         return ck;
     }
+    if (auto it = tt.metadata.find("layers"); it != tt.metadata.end())
+        PTXLAB_THROW(InputError, "{}: its metadata names both the model '{}' and the layers '{}'; a checkpoint holds "
+                                 "one network",
+                     path, spec->second, it->second);
     Shape3 in = kMnistInput;
     if (auto it = tt.metadata.find("input"); it != tt.metadata.end()) in = parse_input_shape(path, it->second);
     try {

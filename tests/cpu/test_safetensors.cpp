@@ -215,3 +215,39 @@ TEST_CASE("safetensors: the header is JSON, with the format's rules on top") {
     CHECK(tiny_error("[0,8]", "[0,8,8]") == "ckpt: tensor 'fc1.weight': data_offsets must be [begin, end]");
     CHECK(tiny_error("[0,8]", "[0,\"8\"]") == "ckpt: tensor 'fc1.weight': bad data_offsets");
 }
+
+TEST_CASE("safetensors: element counts are checked products, and a file without fc tensors says what it holds") {
+    // [2^30, 2^30, 4] floats are 2^64 bytes, which would wrap to 0 and pass for data_offsets [0, 0].
+    const std::string big = R"(,"optimizer.big":{"dtype":"F32","shape":[1073741824,1073741824,4],"data_offsets":[20,20]}})";
+    CHECK(tiny_error("]}}", "]}" + big) ==
+          "ckpt: tensor 'optimizer.big': shape [1073741824, 1073741824, 4] has too many elements");
+    CHECK(tiny_error("]}}", "]}" + edited(big, "4]", "1073741824,1073741824]")).find("has too many elements") !=
+          std::string::npos);
+    // 2^60 elements fit: their bytes are simply not there.
+    CHECK(tiny_error("]}}", "]}" + edited(big, ",4]", "]")) ==
+          "ckpt: tensor 'optimizer.big': holds 0 bytes but its shape needs 4611686018427387904");
+    CHECK(tiny_error("]}}", "]}" + edited(big, "[1073741824,", "[1073741825,")) ==
+          "ckpt: tensor 'optimizer.big': dimension too large");
+    // A zero dimension makes no elements, however large the others: an empty tensor.
+    const auto empty = parse_checkpoint("ckpt", safetensors_bytes(edited(kTiny, "]}}", "]}" + edited(big, ",4]", ",4,0]")), 20));
+    REQUIRE(empty.extra.count("optimizer.big") == 1);
+    CHECK(empty.extra.at("optimizer.big").empty());
+
+    // No fc1: the file's tensors are named instead of a layer count.
+    CHECK(load_error(safetensors_bytes(R"({"optimizer.state1":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8)) ==
+          "ckpt: no fc1.weight / fc1.bias tensors: not a ptxlab checkpoint? it holds: optimizer.state1");
+    CHECK(load_error(safetensors_bytes(R"({"__metadata__":{}})", 0)) ==
+          "ckpt: no fc1.weight / fc1.bias tensors: not a ptxlab checkpoint? it holds: no tensors");
+    std::string many = "{";
+    for (int i = 0; i < 10; ++i) many += fmt::format(R"({}"t{}":{{"dtype":"F32","shape":[1],"data_offsets":[{},{}]}})", i ? "," : "", i, 4 * i, 4 * i + 4);
+    CHECK(load_error(safetensors_bytes(many + "}", 40)) ==
+          "ckpt: no fc1.weight / fc1.bias tensors: not a ptxlab checkpoint? it holds: t0, t1, t2, t3, t4, t5, t6, t7, "
+          "... (10 tensors in all)");
+    CHECK(tiny_error(R"(,"fc2.weight":{"dtype":"F32","shape":[1,1],"data_offsets":[12,16]},"fc2.bias":{"dtype":"F32","shape":[1],"data_offsets":[16,20]})",
+                     "", 12) == "ckpt: found 1 layer (fc1.weight, fc1.bias, ...); ptxlab models have 2 or 3");
+
+    // The metadata's "layers" names the network the tensors hold.
+    CHECK(tiny_error("\"format\":\"pt\"", "\"format\":\"pt\",\"layers\":\"2,1,1\"").empty());
+    CHECK(tiny_error("\"format\":\"pt\"", "\"format\":\"pt\",\"layers\":\"784,128,10\"") ==
+          "ckpt: its metadata 'layers' is '784,128,10' but its tensors hold the network 2,1,1 (fc1.weight [1, 2], ...)");
+}
