@@ -5,7 +5,7 @@
 #   tools/run.sh test  [ctest flags...]          set up, fetch MNIST, build, run every test (ctest);
 #                                                without MNIST (offline) the data tests show as skipped
 #   tools/run.sh sanitize [ctest flags...]       the same with AddressSanitizer and UBSan, CPU tests only
-#   tools/run.sh fuzz [idx|ptx|contract] [SECONDS]        build the libFuzzer targets with clang and run them
+#   tools/run.sh fuzz [idx|ptx|contract|safetensors] [SECONDS]  build the libFuzzer targets with clang and run them
 #
 # Set-up: installs the Debian/Ubuntu packages ptxlab builds with when they are missing
 # (cmake, ninja, g++, fmt, doctest, CLI11, zlib, nlohmann-json), checks for the CUDA 13 toolkit, and
