@@ -252,7 +252,9 @@ TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t
     TensorTable tt;
     tt.data = bytes.data() + 8 + hlen;
     std::map<std::string, TensorSpan>& tensors = tt.tensors;
-    for (const auto& [name, t] : root.items()) {
+    for (const auto& item : root.items()) {
+        const std::string& name = item.key();  // not a structured binding: `bad` captures it
+        const Json& t = item.value();
         if (name == "__metadata__") {
             // String to string, as the safetensors package has it.
             if (!t.is_object()) PTXLAB_THROW(InputError, "{}: __metadata__ is not an object", path);
