@@ -12,6 +12,7 @@
 #include "verify.hpp"
 
 #include <fmt/ostream.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -444,41 +445,58 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
     return r;
 }
 
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+// A number as the text tables show it, rounded to `decimals` places (0: a whole number); JSON
+// has no NaN or infinity, so those are null.
+OrderedJson rounded(double v, int decimals) {
+    if (!std::isfinite(v)) return nullptr;
+    if (decimals == 0 && std::fabs(v) < 9e18) return std::llround(v);
+    return std::strtod(fmt::format("{:.{}f}", v, decimals).c_str(), nullptr);
+}
+
+}  // namespace
+
 std::string bench_json(const BenchResult& r, const BenchOptions& opt) {
-    auto q = [](const std::string& s) {
-        std::string o = "\"";
-        for (char c : s) {
-            if (c == '"' || c == '\\') o += '\\';
-            if (static_cast<unsigned char>(c) >= 0x20) o += c;
-        }
-        return o + "\"";
-    };
-    std::string j = fmt::format("{{\n  \"device\": {},\n  \"copy_gbps\": {:.3f},\n  \"fma_gflops\": {:.3f},\n",
-                                q(r.device), r.copy_gbps, r.fma_gflops);
-    j += fmt::format("  \"target\": {},\n  \"kernels\": [", opt.target);
-    for (size_t i = 0; i < r.kernels.size(); ++i) {
-        const auto& k = r.kernels[i];
-        j += fmt::format("{}\n    {{\"set\": {}, \"kernel\": {}, \"batch\": {}, \"us\": {:.4f}, \"bytes\": {:.0f}, "
-                         "\"flops\": {:.0f}, \"gbps\": {:.3f}, \"gflops\": {:.3f}, \"roofline_pct\": {:.3f}}}",
-                         i ? "," : "", q(k.set), q(k.entry), k.batch, k.us, k.bytes, k.flops, k.gbps, k.gflops,
-                         k.roofline_pct);
-    }
-    j += "\n  ],\n  \"steps\": [";
-    for (size_t i = 0; i < r.steps.size(); ++i) {
-        const auto& s = r.steps[i];
-        j += fmt::format("{}\n    {{\"set\": {}, \"batch\": {}, \"steps\": {}, \"gpu_us_per_step\": {:.4f}, "
-                         "\"wall_us_per_step\": {:.4f}}}",
-                         i ? "," : "", q(s.set), s.batch, s.steps, s.us_per_step, s.host_us_per_step);
-    }
-    j += "\n  ],\n  \"to_target\": [";
-    for (size_t i = 0; i < r.targets.size(); ++i) {
-        const auto& t = r.targets[i];
-        j += fmt::format("{}\n    {{\"set\": {}, \"reached\": {}, \"train_ms\": {:.3f}, \"epochs\": {}, \"steps\": {}, "
-                         "\"accuracy\": {:.6f}, \"median_epoch_ms\": {:.3f}, \"jit_ms\": {:.3f}, \"data_ms\": {:.3f}}}",
-                         i ? "," : "", q(t.set), t.reached ? "true" : "false", t.ms_to_target, t.epochs, t.steps,
-                         t.accuracy, t.median_epoch_ms, t.jit_ms, t.data_ms);
-    }
-    return j + "\n  ]\n}\n";
+    // The keys in this order (ordered_json keeps it), as the text report lists them.
+    OrderedJson j;
+    j["device"] = r.device;
+    j["copy_gbps"] = rounded(r.copy_gbps, 3);
+    j["fma_gflops"] = rounded(r.fma_gflops, 3);
+    j["target"] = opt.target;
+    j["kernels"] = OrderedJson::array();
+    for (const auto& k : r.kernels)
+        j["kernels"].push_back({{"set", k.set},
+                                {"kernel", k.entry},
+                                {"batch", k.batch},
+                                {"us", rounded(k.us, 4)},
+                                {"bytes", rounded(k.bytes, 0)},
+                                {"flops", rounded(k.flops, 0)},
+                                {"gbps", rounded(k.gbps, 3)},
+                                {"gflops", rounded(k.gflops, 3)},
+                                {"roofline_pct", rounded(k.roofline_pct, 3)}});
+    j["steps"] = OrderedJson::array();
+    for (const auto& s : r.steps)
+        j["steps"].push_back({{"set", s.set},
+                              {"batch", s.batch},
+                              {"steps", s.steps},
+                              {"gpu_us_per_step", rounded(s.us_per_step, 4)},
+                              {"wall_us_per_step", rounded(s.host_us_per_step, 4)}});
+    j["to_target"] = OrderedJson::array();
+    for (const auto& t : r.targets)
+        j["to_target"].push_back({{"set", t.set},
+                                  {"reached", t.reached},
+                                  {"train_ms", rounded(t.ms_to_target, 3)},
+                                  {"epochs", t.epochs},
+                                  {"steps", t.steps},
+                                  {"accuracy", rounded(t.accuracy, 6)},
+                                  {"median_epoch_ms", rounded(t.median_epoch_ms, 3)},
+                                  {"jit_ms", rounded(t.jit_ms, 3)},
+                                  {"data_ms", rounded(t.data_ms, 3)}});
+    // A device name that is not UTF-8 is written with U+FFFD where its bad bytes were.
+    return j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) + "\n";
 }
 
 }  // namespace ptxlab

@@ -86,6 +86,8 @@ struct BenchResult {
 };
 
 BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out);
+// The results as JSON (bench --json): device, copy_gbps, fma_gflops and target, then one object
+// a row of each table (kernels, steps, to_target), the numbers rounded as the tables show them.
 std::string bench_json(const BenchResult& r, const BenchOptions& opt);
 
 }  // namespace ptxlab

@@ -4,10 +4,12 @@
 
 #include "error.hpp"
 
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -22,146 +24,80 @@ namespace ptxlab {
 
 namespace {
 
-std::string json_escape(const std::string& s) {
-    std::string o;
-    for (char c : s) {
-        if (c == '"' || c == '\\') o += '\\';
-        if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", c);
-        else o += c;
-    }
-    return o;
+// Headers are read and written with nlohmann-json: read into a json (the order of the keys
+// does not matter), written from an ordered_json, which keeps the order they are set in (the
+// metadata first, then the tensors in the order of their bytes).
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+// The deepest nesting a header may have: the root object is level 0, a tensor's entry 1, its
+// shape 2; anything past 8 levels is refused before it is built.
+constexpr int kMaxHeaderDepth = 8;
+
+[[noreturn]] void bad_header(const std::string& path, const std::string& what) {
+    PTXLAB_THROW(InputError, "{}: bad safetensors header: {}", path, what);
 }
 
-// A minimal JSON reader for safetensors headers: objects, arrays, strings,
-// non-negative integers. Anything else is an error with its offset.
-struct Json {
-    enum Kind { Object, Array, String, Number } kind = Number;
-    std::vector<std::string> keys;  // an object's member names; items[i] is the value of keys[i]
-    std::vector<Json> items;        // an array's items, or an object's values
-    std::string str;
-    uint64_t num = 0;
-    const Json* get(const std::string& key) const;
-};
-
-const Json* Json::get(const std::string& key) const {
-    for (size_t i = 0; i < keys.size(); ++i)
-        if (keys[i] == key) return &items[i];
-    return nullptr;
+// The JSON of a safetensors header (`text`, which starts at byte 8 of the file), parsed with
+// the format's rules on top of JSON's: no key twice in one object (nlohmann would keep the
+// last one silently), at most kMaxHeaderDepth levels, and no values but objects, arrays,
+// strings and whole numbers >= 0 (true, false, null, negative and fractional numbers have no
+// place in a header). Errors name the byte of the file or the key path where they are.
+Json parse_header(const std::string& path, std::string_view text) {
+    // One open object or array: the keys seen so far in an object, and the latest one.
+    struct Level {
+        bool object;
+        std::set<std::string> keys;
+        std::string key;
+    };
+    std::vector<Level> open;
+    // Where the parser is, as the keys of the first `levels` open objects: 'fc1.weight/shape'.
+    auto where = [&](size_t levels) {
+        std::string w;
+        for (size_t i = 0; i < levels && i < open.size(); ++i)
+            if (open[i].object && !open[i].key.empty()) w += (w.empty() ? "" : "/") + open[i].key;
+        return w.empty() ? std::string("the top level") : "'" + w + "'";
+    };
+    const Json::parser_callback_t check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+        using E = Json::parse_event_t;
+        if ((event == E::object_start || event == E::array_start || event == E::value) && depth > kMaxHeaderDepth)
+            bad_header(path, fmt::format("nested too deeply at {} (at most {} levels)", where(open.size()),
+                                         kMaxHeaderDepth));
+        switch (event) {
+        case E::object_start: open.push_back({true, {}, {}}); break;
+        case E::array_start: open.push_back({false, {}, {}}); break;
+        case E::object_end:
+        case E::array_end: open.pop_back(); break;
+        case E::key: {
+            Level& l = open.back();
+            const std::string& k = parsed.get_ref<const std::string&>();
+            if (!l.keys.insert(k).second) {
+                if (open.size() == 1 && k != "__metadata__") bad_header(path, fmt::format("tensor '{}' appears twice", k));
+                bad_header(path, fmt::format("the key '{}' appears twice in {}", k, where(open.size() - 1)));
+            }
+            l.key = k;
+            break;
+        }
+        case E::value:
+            if (parsed.is_string() || parsed.is_number_unsigned()) break;
+            bad_header(path, fmt::format("{} at {} is not taken (a header holds objects, arrays, strings and whole "
+                                         "numbers >= 0)",
+                                         parsed.dump(), where(open.size())));
+        }
+        return true;
+    };
+    try {
+        return Json::parse(text.begin(), text.end(), check);
+    } catch (const Json::parse_error& e) {
+        // e.byte counts the bytes read, the failing one included; the header starts at byte 8.
+        std::string what = e.what();
+        if (auto p = what.find("parse error"); p != std::string::npos)
+            if (auto colon = what.find(": ", p); colon != std::string::npos) what = what.substr(colon + 2);
+        PTXLAB_THROW(InputError, "{}: bad safetensors header at byte {}: {}", path, e.byte + 7, what);
+    } catch (const Json::exception& e) {  // a number past a double's range (out_of_range 406)
+        bad_header(path, e.what());
+    }
 }
-
-class JsonParser {
-public:
-    JsonParser(const std::string& path, std::string_view text) : path_(path), t_(text) {}
-    Json parse_document() {
-        Json j = value(0);
-        skip_ws();
-        if (i_ != t_.size()) fail("unexpected text after the header object");
-        return j;
-    }
-
-private:
-    [[noreturn]] void fail(const std::string& what) {
-        PTXLAB_THROW(InputError, "{}: bad safetensors header at byte {}: {}", path_, i_ + 8, what);
-    }
-    void skip_ws() {
-        while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\n' || t_[i_] == '\r' || t_[i_] == '\t')) ++i_;
-    }
-    void expect(char c) {
-        skip_ws();
-        if (i_ >= t_.size() || t_[i_] != c) fail(fmt::format("expected '{}'", c));
-        ++i_;
-    }
-    Json value(int depth) {
-        if (depth > 8) fail("nested too deeply");
-        skip_ws();
-        if (i_ >= t_.size()) fail("unexpected end");
-        Json j;
-        char c = t_[i_];
-        if (c == '{') {
-            j.kind = Json::Object;
-            ++i_;
-            skip_ws();
-            if (i_ < t_.size() && t_[i_] == '}') {
-                ++i_;
-                return j;
-            }
-            for (;;) {
-                std::string k = string();
-                expect(':');
-                j.keys.push_back(k);
-                j.items.push_back(value(depth + 1));
-                skip_ws();
-                if (i_ < t_.size() && t_[i_] == ',') {
-                    ++i_;
-                    continue;
-                }
-                expect('}');
-                return j;
-            }
-        }
-        if (c == '[') {
-            j.kind = Json::Array;
-            ++i_;
-            skip_ws();
-            if (i_ < t_.size() && t_[i_] == ']') {
-                ++i_;
-                return j;
-            }
-            for (;;) {
-                j.items.push_back(value(depth + 1));
-                skip_ws();
-                if (i_ < t_.size() && t_[i_] == ',') {
-                    ++i_;
-                    continue;
-                }
-                expect(']');
-                return j;
-            }
-        }
-        if (c == '"') {
-            j.kind = Json::String;
-            j.str = string();
-            return j;
-        }
-        if (c >= '0' && c <= '9') {
-            j.kind = Json::Number;
-            while (i_ < t_.size() && t_[i_] >= '0' && t_[i_] <= '9') {
-                if (j.num > (UINT64_MAX - 9) / 10) fail("number too large");
-                j.num = j.num * 10 + uint64_t(t_[i_++] - '0');
-            }
-            return j;
-        }
-        fail(fmt::format("unexpected character '{}'", c));
-    }
-    std::string string() {
-        skip_ws();
-        if (i_ >= t_.size() || t_[i_] != '"') fail("expected a string");
-        ++i_;
-        std::string s;
-        while (i_ < t_.size() && t_[i_] != '"') {
-            char c = t_[i_++];
-            if (c == '\\') {
-                if (i_ >= t_.size()) break;
-                char e = t_[i_++];
-                if (e == 'u') {
-                    if (i_ + 4 > t_.size()) fail("short \\u escape");
-                    s += '?';  // names in our files are ASCII; keep a placeholder for others
-                    i_ += 4;
-                } else {
-                    s += e == 'n' ? '\n' : e == 't' ? '\t' : e;
-                }
-            } else {
-                s += c;
-            }
-        }
-        if (i_ >= t_.size()) fail("unterminated string");
-        ++i_;
-        return s;
-    }
-    std::string path_;
-    std::string_view t_;
-    size_t i_ = 0;
-};
 
 }  // namespace
 
@@ -179,22 +115,23 @@ struct TensorOut {
 // file beside `path` and renamed into place.
 void write_safetensors(const std::string& path, const std::vector<TensorOut>& tensors,
                        const std::map<std::string, std::string>& meta) {
-    std::string header = "{\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : meta) {
-        header += fmt::format("{}\"{}\":\"{}\"", first ? "" : ",", json_escape(k), json_escape(v));
-        first = false;
-    }
-    header += "}";
+    OrderedJson h;
+    h["__metadata__"] = OrderedJson::object();
+    for (const auto& [k, v] : meta) h["__metadata__"][k] = v;
     uint64_t offset = 0;
     for (const TensorOut& t : tensors) {
-        std::string dims;
-        for (auto d : t.shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-        header += fmt::format(",\"{}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                              json_escape(t.name), dims, offset, offset + t.count * 4);
-        offset += t.count * 4;
+        const uint64_t bytes = uint64_t(t.count) * 4;
+        if (h.contains(t.name)) PTXLAB_THROW(Error, "internal error: checkpoint tensor '{}' written twice", t.name);
+        h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", OrderedJson::array({offset, offset + bytes})}};
+        offset += bytes;
     }
-    header += "}";
+    // Compact, as the safetensors package writes it: {"__metadata__":{...},"fc1.weight":{"dtype":"F32",...}}.
+    std::string header;
+    try {
+        header = h.dump();
+    } catch (const OrderedJson::exception& e) {  // a metadata string that is not UTF-8
+        PTXLAB_THROW(Error, "internal error: the checkpoint header for '{}' cannot be written: {}", path, e.what());
+    }
     while (header.size() % 8) header += ' ';  // the data starts 8-byte aligned
 
     const std::string tmp = fmt::format("{}.tmp-{}", path, getpid());
@@ -309,49 +246,60 @@ TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t
         PTXLAB_THROW(InputError, "{}: header length {} does not fit in the file ({} bytes); not a safetensors file?",
                      path, hlen, bytes.size());
     std::string_view htext(reinterpret_cast<const char*>(bytes.data() + 8), size_t(hlen));
-    Json root = JsonParser(path, htext).parse_document();
-    if (root.kind != Json::Object) PTXLAB_THROW(InputError, "{}: the header is not a JSON object", path);
+    const Json root = parse_header(path, htext);
+    if (!root.is_object()) PTXLAB_THROW(InputError, "{}: the header is not a JSON object", path);
     const uint64_t data_size = bytes.size() - 8 - hlen;
     TensorTable tt;
     tt.data = bytes.data() + 8 + hlen;
     std::map<std::string, TensorSpan>& tensors = tt.tensors;
-    for (size_t m = 0; m < root.keys.size(); ++m) {
-        const std::string& name = root.keys[m];
-        const Json& t = root.items[m];
+    for (const auto& item : root.items()) {
+        const std::string& name = item.key();  // not a structured binding: `bad` captures it
+        const Json& t = item.value();
         if (name == "__metadata__") {
-            if (t.kind != Json::Object) PTXLAB_THROW(InputError, "{}: __metadata__ is not an object", path);
-            for (size_t i = 0; i < t.keys.size(); ++i)
-                if (t.items[i].kind == Json::String) tt.metadata[t.keys[i]] = t.items[i].str;
+            // String to string, as the safetensors package has it.
+            if (!t.is_object()) PTXLAB_THROW(InputError, "{}: __metadata__ is not an object", path);
+            for (const auto& [k, v] : t.items()) {
+                if (!v.is_string())
+                    PTXLAB_THROW(InputError, "{}: __metadata__ '{}' is {}, not a string", path, k, v.dump());
+                tt.metadata[k] = v.get<std::string>();
+            }
             continue;
         }
         auto bad = [&](const std::string& what) {
             PTXLAB_THROW(InputError, "{}: tensor '{}': {}", path, name, what);
         };
-        if (t.kind != Json::Object) bad("entry is not an object");
-        const Json* dtype = t.get("dtype");
-        const Json* shape = t.get("shape");
-        const Json* offs = t.get("data_offsets");
-        if (!dtype || dtype->kind != Json::String) bad("no dtype");
-        if (dtype->str != "F32") bad(fmt::format("dtype {} is not supported (ptxlab checkpoints are F32)", dtype->str));
-        if (!shape || shape->kind != Json::Array) bad("no shape");
-        if (!offs || offs->kind != Json::Array || offs->items.size() != 2) bad("data_offsets must be [begin, end]");
+        if (!t.is_object()) bad("entry is not an object");
+        for (const auto& [field, v] : t.items())
+            if (field != "dtype" && field != "shape" && field != "data_offsets")
+                bad(fmt::format("unknown field '{}' (an entry holds dtype, shape and data_offsets)", field));
+        const auto dtype = t.find("dtype"), shape = t.find("shape"), offs = t.find("data_offsets");
+        if (dtype == t.end() || !dtype->is_string()) bad("no dtype");
+        if (*dtype != "F32") bad(fmt::format("dtype {} is not supported (ptxlab checkpoints are F32)", dtype->get<std::string>()));
+        if (shape == t.end() || !shape->is_array()) bad("no shape");
+        if (offs == t.end() || !offs->is_array() || offs->size() != 2) bad("data_offsets must be [begin, end]");
+        // The header holds no number but whole ones >= 0 (parse_header), each a uint64_t here.
         TensorSpan f;
-        uint64_t count = 1;
-        for (const auto& d : shape->items) {
-            if (d.kind != Json::Number) bad("shape holds a non-number");
-            f.shape.push_back(d.num);
-            if (d.num > (1u << 30)) bad("dimension too large");
-            count *= d.num;
+        for (const auto& d : *shape) {
+            if (!d.is_number_unsigned()) bad("shape holds a non-number");
+            f.shape.push_back(d.get<uint64_t>());
+            if (f.shape.back() > (1u << 30)) bad("dimension too large");
         }
-        if (offs->items[0].kind != Json::Number || offs->items[1].kind != Json::Number) bad("bad data_offsets");
-        f.begin = offs->items[0].num;
-        f.end = offs->items[1].num;
+        // Every product checked: [2^30, 2^30, 4] has 2^62 elements, whose 2^64 bytes would wrap to 0.
+        uint64_t count = 0, need = 0;
+        bool too_many = false;
+        if (std::find(f.shape.begin(), f.shape.end(), 0) == f.shape.end()) {  // else no elements
+            count = 1;
+            for (uint64_t d : f.shape) too_many = too_many || __builtin_mul_overflow(count, d, &count);
+        }
+        if (too_many || __builtin_mul_overflow(count, uint64_t(4), &need))
+            bad(fmt::format("shape [{}] has too many elements", fmt::join(f.shape, ", ")));
+        if (!(*offs)[0].is_number_unsigned() || !(*offs)[1].is_number_unsigned()) bad("bad data_offsets");
+        f.begin = (*offs)[0].get<uint64_t>();
+        f.end = (*offs)[1].get<uint64_t>();
         if (f.begin > f.end || f.end > data_size)
             bad(fmt::format("data_offsets [{}, {}] lie outside the {} data bytes (truncated file?)", f.begin, f.end,
                             data_size));
-        if (f.end - f.begin != count * 4)
-            bad(fmt::format("holds {} bytes but its shape needs {}", f.end - f.begin, count * 4));
-        if (tensors.count(name)) bad("appears twice in the header");
+        if (f.end - f.begin != need) bad(fmt::format("holds {} bytes but its shape needs {}", f.end - f.begin, need));
         tensors[name] = f;
     }
     check_coverage(path, tensors, data_size);
@@ -360,7 +308,7 @@ TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t
 
 std::vector<float> read_floats(const TensorTable& tt, const TensorSpan& f) {
     std::vector<float> v((f.end - f.begin) / 4);
-    std::memcpy(v.data(), tt.data + f.begin, f.end - f.begin);
+    if (!v.empty()) std::memcpy(v.data(), tt.data + f.begin, v.size() * 4);  // an empty vector's data() may be null
     return v;
 }
 
@@ -406,9 +354,24 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
         net.W.push_back(read_floats(tt, w->second));
         net.b.push_back(read_floats(tt, b->second));
     }
+    if (net.sizes.empty()) {
+        std::vector<std::string> names;
+        for (const auto& [name, f] : tensors) names.push_back(name);
+        if (names.size() > 8) {
+            names.resize(8);
+            names.push_back(fmt::format("... ({} tensors in all)", tensors.size()));
+        }
+        PTXLAB_THROW(InputError, "{}: no fc1.weight / fc1.bias tensors: not a ptxlab checkpoint? it holds: {}", path,
+                     names.empty() ? std::string("no tensors") : fmt::format("{}", fmt::join(names, ", ")));
+    }
     if (net.layers() < 2 || net.layers() > 3)
-        PTXLAB_THROW(InputError, "{}: found {} layers (fc1.weight, fc1.bias, ...); ptxlab models have 2 or 3", path,
-                     net.layers());
+        PTXLAB_THROW(InputError, "{}: found {} layer{} (fc1.weight, fc1.bias, ...); ptxlab models have 2 or 3", path,
+                     net.layers(), net.layers() == 1 ? "" : "s");
+    // The metadata's "layers" (save_safetensors writes it) names the network the tensors hold.
+    const std::string sizes = fmt::format("{}", fmt::join(net.sizes, ","));
+    if (auto it = ck.metadata.find("layers"); it != ck.metadata.end() && it->second != sizes)
+        PTXLAB_THROW(InputError, "{}: its metadata 'layers' is '{}' but its tensors hold the network {} (fc1.weight [{}, {}], ...)",
+                     path, it->second, sizes, net.sizes[1], net.sizes[0]);
     const size_t others = read_extra(tt, ck.extra);
     if (tensors.size() != 2 * net.layers() + others)
         PTXLAB_THROW(InputError, "{}: holds tensors other than fc1..fc{} weights and biases (and optimizer.*)", path,
@@ -466,19 +429,40 @@ void save_model_safetensors(const std::string& path, const Model& m, const std::
 
 namespace {
 
-// "1x28x28" -> {1, 28, 28}.
+// "1x28x28" -> {1, 28, 28}: three whole numbers >= 1, the image at most kMaxWidth values (the
+// most an fc layer takes), so that no layer's shape or parameter count can overflow.
 Shape3 parse_input_shape(const std::string& path, const std::string& text) {
-    unsigned c = 0, h = 0, w = 0;
-    char x1 = 0, x2 = 0;
-    std::istringstream is(text);
-    if (!(is >> c >> x1 >> h >> x2 >> w) || x1 != 'x' || x2 != 'x' || !is.eof() || !c || !h || !w)
+    unsigned v[3] = {0, 0, 0};
+    const char *p = text.data(), *end = text.data() + text.size();
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i) {
+        if (i > 0) {
+            ok = p < end && *p == 'x';
+            if (!ok) break;
+            ++p;
+        }
+        auto [next, ec] = std::from_chars(p, end, v[i]);
+        ok = ec == std::errc() && v[i] > 0;
+        p = next;
+    }
+    if (!ok || p != end)
         PTXLAB_THROW(InputError, "{}: its metadata 'input' is '{}', not CxHxW (e.g. 1x28x28)", path, text);
-    return {c, h, w};
+    const uint64_t values = uint64_t(v[0]) * v[1] * v[2];
+    if (values > kMaxWidth)
+        PTXLAB_THROW(InputError, "{}: its metadata 'input' is '{}': {} values an image, at most {}", path, text, values,
+                     kMaxWidth);
+    return {v[0], v[1], v[2]};
 }
 
 // The flat parameters of `m` from the tensors named after its layers, each of the exact shape.
 std::vector<float> read_model_tensors(const std::string& path, const TensorTable& tt, const Model& m) {
-    std::vector<float> params(m.param_count);
+    // Every tensor is checked before the parameters are allocated: a spec's parameter count is
+    // only as large as the file's tensors once their shapes match.
+    struct Take {
+        const TensorSpan* span;
+        size_t offset;
+    };
+    std::vector<Take> takes;
     std::set<std::string> names;
     auto take = [&](const std::string& name, const std::vector<unsigned>& dims, size_t offset) {
         auto it = tt.tensors.find(name);
@@ -489,8 +473,7 @@ std::vector<float> read_model_tensors(const std::string& path, const TensorTable
         if (it->second.shape != want)
             PTXLAB_THROW(InputError, "{}: tensor '{}' has the shape [{}]; the model '{}' needs [{}]", path, name,
                          fmt::join(it->second.shape, ", "), m.text(), fmt::join(want, ", "));
-        const std::vector<float> v = read_floats(tt, it->second);
-        std::copy(v.begin(), v.end(), params.begin() + long(offset));
+        takes.push_back({&it->second, offset});
         names.insert(name);
     };
     for (const LayerSpec& l : m.layers) {
@@ -501,6 +484,11 @@ std::vector<float> read_model_tensors(const std::string& path, const TensorTable
     for (const auto& [name, f] : tt.tensors)
         if (!name.starts_with("optimizer.") && !names.count(name))
             PTXLAB_THROW(InputError, "{}: tensor '{}' is not a parameter of the model '{}'", path, name, m.text());
+    std::vector<float> params(m.param_count);
+    for (const Take& t : takes) {
+        const std::vector<float> v = read_floats(tt, *t.span);
+        std::copy(v.begin(), v.end(), params.begin() + long(t.offset));
+    }
     return params;
 }
 
@@ -517,7 +505,11 @@ ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vecto
         std::string text;
         for (size_t l = 1; l < mlp.net.sizes.size(); ++l) text += fmt::format("{}fc{}", l > 1 ? "," : "", mlp.net.sizes[l]);
         const Shape3 in = mlp.net.sizes[0] == kMnistInput.size() ? kMnistInput : Shape3{1, 1, mlp.net.sizes[0]};
-        ck.model = parse_model(text, in);
+        try {
+            ck.model = parse_model(text, in);
+        } catch (const InputError& e) {
+            PTXLAB_THROW(InputError, "{}: its tensors are not a model ptxlab takes: {}", path, e.what());
+        }
         for (size_t l = 0; l < mlp.net.layers(); ++l) {
             ck.params.insert(ck.params.end(), mlp.net.W[l].begin(), mlp.net.W[l].end());
             ck.params.insert(ck.params.end(), mlp.net.b[l].begin(), mlp.net.b[l].end());
@@ -525,6 +517,10 @@ ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vecto
         ck.extra = std::move(mlp.extra);
         return ck;
     }
+    if (auto it = tt.metadata.find("layers"); it != tt.metadata.end())
+        PTXLAB_THROW(InputError, "{}: its metadata names both the model '{}' and the layers '{}'; a checkpoint holds "
+                                 "one network",
+                     path, spec->second, it->second);
     Shape3 in = kMnistInput;
     if (auto it = tt.metadata.find("input"); it != tt.metadata.end()) in = parse_input_shape(path, it->second);
     try {

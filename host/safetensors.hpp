@@ -28,7 +28,12 @@ void save_safetensors(const std::string& path, const NetParams& net,
                       const std::map<std::string, std::string>& metadata = {}, const ExtraTensors& extra = {});
 
 // Reads and validates a checkpoint written by save_safetensors (or any
-// safetensors file holding fcK.weight/fcK.bias F32 tensors of chained shapes).
+// safetensors file holding fcK.weight/fcK.bias F32 tensors of chained shapes). The header is
+// JSON (nlohmann-json) under the format's rules: no key twice, at most 8 levels deep, only
+// strings and whole numbers >= 0 as values, string metadata, tensor entries of dtype, shape and
+// data_offsets only, element counts that fit a 64-bit byte count, the tensors' bytes covering
+// the data without gaps or overlaps. The metadata's "layers", when there, names the tensors'
+// network. Any failure is an InputError naming the file and the problem.
 NetParams load_safetensors(const std::string& path);
 // The same from bytes in memory (used by load_safetensors and tests).
 NetParams parse_safetensors(const std::string& path, const std::vector<uint8_t>& bytes);

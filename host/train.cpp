@@ -107,6 +107,30 @@ void TrainConfig::validate(const Split& train) const {
     if (layers.back() != kClasses)
         PTXLAB_THROW(InputError, "the network has {} outputs but the labels have {} classes (--layers {})",
                      layers.back(), kClasses, layers_text(layers));
+    if (resume) validate_resume(train);
+}
+
+void TrainConfig::validate_resume(const Split& train) const {
+    const ResumeState& r = *resume;
+    if (r.model.sizes != layers)
+        PTXLAB_THROW(InputError, "--resume: the checkpoint's network is {}, this run's {}", layers_text(r.model.sizes),
+                     layers_text(layers));
+    size_t params = 0;
+    for (size_t l = 0; l + 1 < layers.size(); ++l) params += size_t(layers[l + 1]) * layers[l] + layers[l + 1];
+    const std::vector<float>* state[2] = {&r.state1, &r.state2};
+    for (unsigned i = 0; i < 2; ++i) {
+        const size_t need = i < optim.state_buffers() ? params : 0;
+        if (state[i]->size() != need)
+            PTXLAB_THROW(InputError, "--resume: the checkpoint holds {} floats of optimizer state {}; {} needs {}",
+                         state[i]->size(), i + 1, optim.describe(), need);
+    }
+    // The position: k steps of epoch `epoch` done, K = N / B steps an epoch (the whole schedule
+    // done is epoch `epochs`, step K of K).
+    const unsigned K = static_cast<unsigned>(train.count / batch);
+    if (r.epoch < 1 || r.epoch > epochs || r.k > K || r.step != uint64_t(r.epoch - 1) * K + r.k)
+        PTXLAB_THROW(InputError, "--resume: the checkpoint's position (epoch {}, step {} of {}, {} steps done) does "
+                                 "not fit {} epochs of {} steps ({} training samples in batches of {})",
+                     r.epoch, r.k, K, r.step, epochs, K, train.count, batch);
 }
 
 ScheduleConfig TrainConfig::schedule_for(unsigned steps_per_epoch) const {
@@ -595,20 +619,11 @@ Trainer::~Trainer() {
 }
 
 // Continue a run: its parameters, optimizer state, step count, shuffle stream and bookkeeping.
+// The network, the optimizer state's sizes and the position were checked against this run
+// before the GPU was touched (TrainConfig::validate, which train() calls).
 void Trainer::resume_from(const ResumeState& r) {
-    if (r.model.sizes != sizes_)
-        PTXLAB_THROW(InputError, "--resume: the checkpoint's network is {}, this run's {}", layers_text(r.model.sizes),
-                     layers_text(sizes_));
     const DeviceBuffer* st[2] = {&net_.state1, &net_.state2};
     const std::vector<float>* from[2] = {&r.state1, &r.state2};
-    for (int i = 0; i < 2; ++i)
-        if (from[i]->size() * 4 != st[i]->bytes())
-            PTXLAB_THROW(InputError, "--resume: the checkpoint holds {} floats of optimizer state {}; {} needs {}",
-                         from[i]->size(), i + 1, cfg_.optim.describe(), st[i]->bytes() / 4);
-    if (r.epoch < 1 || r.epoch > cfg_.epochs || r.k > K_ || r.step != uint64_t(r.epoch - 1) * K_ + r.k)
-        PTXLAB_THROW(InputError, "--resume: the checkpoint's position (epoch {}, step {} of {}, {} steps done) does "
-                                 "not fit {} epochs of {} steps",
-                     r.epoch, r.k, K_, r.step, cfg_.epochs, K_);
     for (size_t l = 0; l < net_.W.size(); ++l) {
         net_.W[l].upload(r.model.W[l]);
         net_.b[l].upload(r.model.b[l]);
@@ -1057,6 +1072,9 @@ TrainResult Trainer::run() {
             res_.chunk_gpu_ms.push_back(ev_end_.since(ev_start_));
             res_.chunk_steps.push_back(end - k);
             if (!take_losses(k, end, epoch)) {
+                // The position after the failing step, where step_ stands: a checkpoint of a
+                // diverged run holds a position that adds up (check_checkpoint_metadata).
+                k = static_cast<unsigned>(step_ - uint64_t(epoch - 1) * K_);
                 stop_ = true;
                 break;
             }
@@ -1188,8 +1206,138 @@ void save_training_checkpoint(const std::string& path, const TrainConfig& cfg, c
     save_safetensors(path, r.model, meta, extra);
 }
 
+namespace {
+
+// The resume.* entries train --save writes (save_training_checkpoint).
+constexpr const char* kResumeKeys[] = {"resume.step",         "resume.epoch",       "resume.k",
+                                       "resume.epoch_rng",    "resume.reached",     "resume.target_step",
+                                       "resume.train_ms",     "resume.train_ms_to_target"};
+
+// The optimizer a "train.optimizer" entry names: its first word ("nesterov (momentum 0.9), ...").
+OptimKind optimizer_named(const std::string& path, const std::string& text) {
+    const std::string word = text.substr(0, text.find_first_of(" ,("));
+    try {
+        return parse_optimizer(word);
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{}: its metadata 'train.optimizer' is '{}', which names no optimizer ({})", path,
+                     text, e.what());
+    }
+}
+
+}  // namespace
+
+std::optional<ResumeState> check_checkpoint_metadata(const std::string& path,
+                                                     const std::map<std::string, std::string>& metadata,
+                                                     const ExtraTensors& extra, const std::string& network,
+                                                     size_t param_count) {
+    auto find = [&](const std::string& key) -> const std::string* {
+        auto it = metadata.find(key);
+        return it == metadata.end() ? nullptr : &it->second;
+    };
+    if (const std::string* layers = find("train.layers"); layers && *layers != network)
+        PTXLAB_THROW(InputError, "{}: its metadata 'train.layers' is '{}' but its tensors hold the network {}", path,
+                     *layers, network);
+
+    // The optimizer's state: optimizer.state1 (m, or RMSprop's v) and optimizer.state2 (Adam's v),
+    // each in the parameters' flat layout; nothing else named optimizer.*.
+    if (const std::string* optimizer = find("train.optimizer")) {
+        const OptimKind kind = optimizer_named(path, *optimizer);
+        const unsigned buffers = unsigned(optim_uses_m(kind)) + unsigned(optim_uses_v(kind));
+        for (unsigned i = 1; i <= buffers; ++i) {
+            const std::string name = fmt::format("optimizer.state{}", i);
+            auto it = extra.find(name);
+            if (it == extra.end())
+                PTXLAB_THROW(InputError, "{}: its optimizer {} keeps {} state buffer{} of {} floats, but it has no "
+                                         "tensor '{}'",
+                             path, to_string(kind), buffers, buffers == 1 ? "" : "s", param_count, name);
+            if (it->second.size() != param_count)
+                PTXLAB_THROW(InputError, "{}: tensor '{}' holds {} floats; its optimizer {} keeps one per parameter, {}",
+                             path, name, it->second.size(), to_string(kind), param_count);
+        }
+        for (const auto& [name, v] : extra) {
+            const bool kept = (name == "optimizer.state1" && buffers >= 1) || (name == "optimizer.state2" && buffers >= 2);
+            if (!kept)
+                PTXLAB_THROW(InputError, "{}: tensor '{}' is not a state buffer of its optimizer {} (which keeps {})",
+                             path, name, to_string(kind), buffers);
+        }
+    }
+
+    bool any = false;
+    for (const char* key : kResumeKeys) any = any || find(key);
+    if (!any) return std::nullopt;
+    for (const char* key : kResumeKeys)
+        if (!find(key))
+            PTXLAB_THROW(InputError, "{}: its metadata has no '{}' (a train --save checkpoint has every resume.* entry)",
+                         path, key);
+    for (const char* key : {"train.optimizer", "train.epochs"})
+        if (!find(key))
+            PTXLAB_THROW(InputError, "{}: its metadata has resume.* entries but no '{}'", path, key);
+    // A whole number in [0, max], or a time in ms (finite, >= 0).
+    auto number = [&](const std::string& key, uint64_t max) {
+        const std::string& t = *find(key);
+        uint64_t v = 0;
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (t.empty() || p != t.data() + t.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+            PTXLAB_THROW(InputError, "{}: its metadata '{}' is '{}', not a whole number", path, key, t);
+        if (ec != std::errc() || v > max) PTXLAB_THROW(InputError, "{}: its metadata '{}' is {}, past {}", path, key, t, max);
+        return v;
+    };
+    auto time_ms = [&](const std::string& key) {
+        const std::string& t = *find(key);
+        double v = 0;
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (ec != std::errc() || p != t.data() + t.size() || !std::isfinite(v) || v < 0)
+            PTXLAB_THROW(InputError, "{}: its metadata '{}' is '{}', not a time in ms (a finite number >= 0)", path, key,
+                         t);
+        return v;
+    };
+    ResumeState r;
+    // Step counts are unsigned in the trainer.
+    r.step = number("resume.step", UINT32_MAX);
+    r.epoch = static_cast<unsigned>(number("resume.epoch", UINT32_MAX));
+    r.k = static_cast<unsigned>(number("resume.k", UINT32_MAX));
+    r.epoch_rng = number("resume.epoch_rng", UINT64_MAX);
+    r.reached = number("resume.reached", 1) != 0;
+    r.target_step = static_cast<unsigned>(number("resume.target_step", UINT32_MAX));
+    r.train_ms = time_ms("resume.train_ms");
+    r.train_ms_to_target = time_ms("resume.train_ms_to_target");
+
+    const uint64_t epochs = number("train.epochs", UINT32_MAX);
+    if (r.epoch < 1 || r.epoch > epochs)
+        PTXLAB_THROW(InputError, "{}: its metadata 'resume.epoch' is {}, outside the {} epoch{} of its schedule "
+                                 "('train.epochs')",
+                     path, r.epoch, epochs, epochs == 1 ? "" : "s");
+    // After k steps of epoch e a run has done (e - 1) * K + k steps, K >= k the steps an epoch.
+    const bool adds_up = r.epoch == 1 ? r.step == r.k
+                                      : r.step > r.k && (r.step - r.k) % (r.epoch - 1) == 0 &&
+                                            (r.step - r.k) / (r.epoch - 1) >= r.k;
+    if (!adds_up)
+        PTXLAB_THROW(InputError, "{}: its position does not add up: {} steps done ('resume.step') at step {} of epoch {} "
+                                 "('resume.k', 'resume.epoch'); a run has then done (epoch - 1) x (its steps an epoch, "
+                                 "at least k) + k",
+                     path, r.step, r.k, r.epoch);
+    if (r.reached ? r.target_step > r.step || r.train_ms_to_target > r.train_ms
+                  : r.target_step != 0 || r.train_ms_to_target != 0)
+        PTXLAB_THROW(InputError, "{}: its target entries do not add up: reached {}, at step {} after {} ms of training "
+                                 "('resume.reached', 'resume.target_step', 'resume.train_ms_to_target'), {} steps and "
+                                 "{} ms done",
+                     path, r.reached ? 1 : 0, r.target_step, r.train_ms_to_target, r.step, r.train_ms);
+    return r;
+}
+
+void check_checkpoint_metadata(const std::string& path, const ModelCheckpoint& ck) {
+    check_checkpoint_metadata(path, ck.metadata, ck.extra,
+                              uses_mlp_format(ck.model) ? layers_text(ck.model.fc_sizes()) : ck.model.text(),
+                              ck.params.size());
+}
+
 ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& cfg) {
     Checkpoint ck = load_checkpoint(path);
+    size_t params = 0;
+    for (size_t l = 0; l < ck.net.layers(); ++l) params += ck.net.W[l].size() + ck.net.b[l].size();
+    // First the file against itself, then against this run.
+    std::optional<ResumeState> position =
+        check_checkpoint_metadata(path, ck.metadata, ck.extra, layers_text(ck.net.sizes), params);
     auto get = [&](const std::string& key) -> const std::string& {
         auto it = ck.metadata.find(key);
         if (it == ck.metadata.end())
@@ -1206,34 +1354,13 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
                                      "flags as the run that wrote it)",
                          path, k, was, k, v);
     }
-    auto number = [&](const std::string& key) {
-        const std::string& t = get(key);
-        uint64_t v = 0;
-        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-        if (ec != std::errc() || p != t.data() + t.size())
-            PTXLAB_THROW(InputError, "--resume: {}: '{}' is not a whole number ({})", path, t, key);
-        return v;
-    };
-    auto real = [&](const std::string& key) {
-        const std::string& t = get(key);
-        char* end = nullptr;
-        const double v = std::strtod(t.c_str(), &end);
-        if (end != t.c_str() + t.size() || !std::isfinite(v) || v < 0)
-            PTXLAB_THROW(InputError, "--resume: {}: '{}' is not a time in ms ({})", path, t, key);
-        return v;
-    };
-    ResumeState r;
+    if (!position)
+        PTXLAB_THROW(InputError, "--resume: {} has no 'resume.step' entry: it was not written by ptxlab train --save",
+                     path);
+    ResumeState r = std::move(*position);
     r.model = std::move(ck.net);
     if (auto it = ck.extra.find("optimizer.state1"); it != ck.extra.end()) r.state1 = std::move(it->second);
     if (auto it = ck.extra.find("optimizer.state2"); it != ck.extra.end()) r.state2 = std::move(it->second);
-    r.step = number("resume.step");
-    r.epoch = static_cast<unsigned>(std::min<uint64_t>(number("resume.epoch"), UINT32_MAX));
-    r.k = static_cast<unsigned>(std::min<uint64_t>(number("resume.k"), UINT32_MAX));
-    r.epoch_rng = number("resume.epoch_rng");
-    r.reached = number("resume.reached") != 0;
-    r.target_step = static_cast<unsigned>(std::min<uint64_t>(number("resume.target_step"), UINT32_MAX));
-    r.train_ms = real("resume.train_ms");
-    r.train_ms_to_target = real("resume.train_ms_to_target");
     return r;
 }
 

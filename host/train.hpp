@@ -19,6 +19,7 @@
 #include "kernels.hpp"
 #include "recipe.hpp"
 #include "reference.hpp"
+#include "safetensors.hpp"
 
 #include <atomic>
 #include <map>
@@ -86,6 +87,8 @@ struct TrainConfig {
     const ResumeState* resume = nullptr;  // continue this run (train --resume)
     void validate_flags() const;              // checks that need no data; throws InputError with the reason
     void validate(const Split& train) const;  // validate_flags() plus the checks against the data
+                                              // (and *resume's network, optimizer state and position)
+    void validate_resume(const Split& train) const;  // those of *resume
     // The schedule with the step schedule's interval in steps (from step_every_epochs).
     ScheduleConfig schedule_for(unsigned steps_per_epoch) const;
 };
@@ -149,9 +152,30 @@ EvalResult evaluate(const KernelSet& kernels, const NetParams& net, const Split&
 // state and the position, with the flags that must not change (metadata).
 void save_training_checkpoint(const std::string& path, const TrainConfig& cfg, const TrainResult& r,
                               const std::map<std::string, std::string>& metadata = {});
-// Reads one and checks it against `cfg` (network, batch, seed, recipe): a difference is an
-// InputError that names the flag and both values.
+// Reads one and checks it against itself (check_checkpoint_metadata) and `cfg` (network, batch,
+// seed, recipe): a difference is an InputError that names the flag and both values. Its
+// position against the data (the steps an epoch) is checked by cfg.validate(train).
 ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& cfg);
+
+// A checkpoint checked against its own metadata, before any GPU work (train --resume, eval
+// --load), for each entry that train --save writes and the file has:
+//   train.layers     names the network its tensors hold (`network`: "784,128,10", or the spec
+//                    of a --model checkpoint, which train --save does not write it for);
+//   train.optimizer  names an optimizer whose state buffers are exactly its optimizer.state1
+//                    (and optimizer.state2) tensors, each of `param_count` floats;
+//   resume.*         all eight present, whole numbers (the times: finite numbers >= 0) in range,
+//                    reached 0 or 1, with train.optimizer and train.epochs beside them; the
+//                    position inside the schedule (1 <= epoch <= train.epochs) and a run's:
+//                    step = (epoch - 1) * K + k for some K >= max(k, 1) steps an epoch; the
+//                    target's step and time (when reached) within the steps and time done.
+// Returns the position (model left empty), or nothing for a file without resume.* entries.
+// Throws InputError naming the file and the entry.
+std::optional<ResumeState> check_checkpoint_metadata(const std::string& path,
+                                                     const std::map<std::string, std::string>& metadata,
+                                                     const ExtraTensors& extra, const std::string& network,
+                                                     size_t param_count);
+// The same for a checkpoint as load_model_checkpoint reads it (eval --load).
+void check_checkpoint_metadata(const std::string& path, const ModelCheckpoint& ck);
 
 // Trains; writes evaluation lines and the progress bar to `out`/stderr.
 TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out);

@@ -1,11 +1,13 @@
 // Small helpers shared by the tests.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -56,6 +58,22 @@ inline void write_tiny_mnist(const std::string& dir, uint32_t count = 64) {
         write_bytes(dir + "/" + split + "-images-idx3-ubyte", images);
         write_bytes(dir + "/" + split + "-labels-idx1-ubyte", labels);
     }
+}
+
+// A safetensors file from its header's JSON text and `data_bytes` zero bytes of data: the
+// 8-byte little-endian header length, the header, the data.
+inline std::vector<uint8_t> safetensors_bytes(const std::string& header, size_t data_bytes) {
+    std::vector<uint8_t> b(8 + header.size() + data_bytes, 0);
+    for (int i = 0; i < 8; ++i) b[size_t(i)] = uint8_t(uint64_t(header.size()) >> (8 * i));
+    std::copy(header.begin(), header.end(), b.begin() + 8);
+    return b;
+}
+
+// `text` with the first `from` replaced by `to` (which must be there).
+inline std::string edited(std::string text, const std::string& from, const std::string& to) {
+    const size_t pos = text.find(from);
+    if (pos == std::string::npos) throw std::logic_error("edited: '" + from + "' is not in the text");
+    return text.replace(pos, from.size(), to);
 }
 
 struct RunResult {

@@ -5,10 +5,10 @@
 #   tools/run.sh test  [ctest flags...]          set up, fetch MNIST, build, run every test (ctest);
 #                                                without MNIST (offline) the data tests show as skipped
 #   tools/run.sh sanitize [ctest flags...]       the same with AddressSanitizer and UBSan, CPU tests only
-#   tools/run.sh fuzz [idx|ptx|contract] [SECONDS]        build the libFuzzer targets with clang and run them
+#   tools/run.sh fuzz [idx|ptx|contract|safetensors] [SECONDS]  build the libFuzzer targets with clang and run them
 #
 # Set-up: installs the Debian/Ubuntu packages ptxlab builds with when they are missing
-# (cmake, ninja, g++, fmt, doctest, CLI11, zlib), checks for the CUDA 13 toolkit, and
+# (cmake, ninja, g++, fmt, doctest, CLI11, zlib, nlohmann-json), checks for the CUDA 13 toolkit, and
 # fetches MNIST into data/mnist (tools/fetch_mnist.sh; PTXLAB_MNIST_MIRROR=DIR uses a
 # local copy). BUILD_DIR (default: build) and BUILD_TYPE (default: RelWithDebInfo) choose
 # the build (sanitize: build-asan, Debug; fuzz: build-fuzz). On a machine without an NVIDIA
@@ -37,6 +37,7 @@ if command -v g++ >/dev/null; then
   has_header doctest/doctest.h || missing+=(doctest-dev)
   has_header CLI/CLI.hpp || missing+=(libcli11-dev)
   has_header zlib.h || missing+=(zlib1g-dev)
+  has_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 fi
 [ "$what" = fuzz ] && ! command -v clang++ >/dev/null && missing+=(clang)
 if [ ${#missing[@]} -gt 0 ]; then

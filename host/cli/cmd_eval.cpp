@@ -63,8 +63,11 @@ int run_eval(const EvalOptions& o) {
     const KernelChoice k0 = o.kernels == "auto" ? KernelChoice{} : parse_kernel_choice(o.kernels);
     const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
     // A --model checkpoint with conv layers (its tensors checked against its spec) runs on the
-    // conv kernels; an MLP checkpoint goes on to the MLP's kernels.
-    if (const ModelCheckpoint mc = load_model_checkpoint(o.load); !uses_mlp_format(mc.model)) return run_eval_cnn(o, mc);
+    // conv kernels; an MLP checkpoint goes on to the MLP's kernels. Either is first checked
+    // against its own train.* and resume.* entries.
+    const ModelCheckpoint mc = load_model_checkpoint(o.load);
+    check_checkpoint_metadata(o.load, mc);
+    if (!uses_mlp_format(mc.model)) return run_eval_cnn(o, mc);
     Checkpoint ck = load_checkpoint(o.load);
     NetParams& net = ck.net;
     // The forward kernels need the hidden activation the checkpoint was trained with

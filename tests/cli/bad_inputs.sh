@@ -356,6 +356,114 @@ expect "contract: verify twin not compiling" 2 "twinbad.ptx:25: error: the twin 
 expect "contract: bench PTX not assembling" 2 "noasm.ptx:74: error: Not a name of any known instruction: 'bogus'" $nogpu "$P" bench "$C/noasm.ptx"
 expect "contract: new, a 100 KB name"       2 "is 100000 characters long; ptxlab new takes at most 64" "$P" new "$(tok 100000 a)" --dir "$t"
 expect "contract: verify a 32 KB token"    2 "longtok.ptx:74:18: error: a token of 32768 characters" $nogpu "$P" verify "$C/longtok.ptx"
+# ---- checkpoints, round two (#34) ----------------------------------------------
+# Checkpoints as train --save writes them for the 4-3-10 network the tiny dataset fits, at
+# --batch 1 (2 steps an epoch) and the default recipe (Nesterov: one buffer of optimizer state),
+# at step 3 (step 1 of epoch 2), then copies that disagree with their own metadata or the run.
+# Each is refused with exit 2 before the GPU is looked for ($nogpu); the good one reaches it.
+if command -v python3 >/dev/null; then
+python3 - "$t" <<'PY'
+import json, struct, sys
+t = sys.argv[1]
+
+def write(name, tensors, meta):
+    """A safetensors file as ptxlab writes it: tensors (name, shape, floats written), metadata."""
+    header, data = {"__metadata__": meta}, b""
+    for n, shape, count in tensors:
+        header[n] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + 4 * count]}
+        data += struct.pack("<%df" % count, *[0.125] * count)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(f"{t}/{name}", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+def mlp(sizes):
+    out = []
+    for l in range(len(sizes) - 1):
+        out += [(f"fc{l + 1}.weight", [sizes[l + 1], sizes[l]], sizes[l + 1] * sizes[l]),
+                (f"fc{l + 1}.bias", [sizes[l + 1]], sizes[l + 1])]
+    return out
+
+P = 4 * 3 + 3 + 3 * 10 + 10
+meta = {"format": "pt", "layers": "4,3,10", "train.layers": "4,3,10", "train.batch": "1", "train.lr": "0.1",
+        "train.epochs": "5", "train.seed": "1", "train.init": "torch", "train.loss": "ce", "train.activation": "relu",
+        "train.optimizer": "nesterov (momentum 0.9), weight decay 0",
+        "train.schedule": "onecycle (linear decay to 0), linear warm-up from 0 over 20% of the steps, step every 0 epochs",
+        "resume.step": "3", "resume.epoch": "2", "resume.k": "1", "resume.epoch_rng": "12345", "resume.reached": "0",
+        "resume.target_step": "0", "resume.train_ms": "1.5", "resume.train_ms_to_target": "0"}
+state = [("optimizer.state1", [P], P)]
+def edit(**changes):
+    m = dict(meta)
+    for k, v in changes.items():
+        k = k.replace("__", ".")
+        if v is None: m.pop(k)
+        else: m[k] = v
+    return m
+
+write("ck_ok.safetensors", mlp([4, 3, 10]) + state, meta)
+# tensors against metadata
+write("ck_layers.safetensors", mlp([4, 3, 10]) + state, edit(layers="4,8,10"))
+write("ck_784.safetensors", mlp([784, 16, 10]), {"format": "pt", "layers": "784,128,10"})
+write("ck_train_layers.safetensors", mlp([4, 3, 10]) + state, edit(train__layers="4,8,10"))
+write("ck_no_fc.safetensors", state, {"format": "pt"})
+write("ck_overflow.safetensors", mlp([4, 3, 10]) + [("optimizer.big", [1 << 30, 1 << 30, 4], 0)], {"format": "pt"})
+write("ck_model.safetensors", [("conv1.weight", [4, 1, 3, 3], 36), ("conv1.bias", [4], 4),
+                               ("fc1.weight", [10, 8], 80), ("fc1.bias", [10], 10)],
+      {"format": "pt", "model": "conv8,pool,fc10", "input": "1x2x2"})
+write("ck_model_input.safetensors", [], {"format": "pt", "model": "conv8,pool,fc10", "input": "4096x1024x1"})
+# the optimizer state
+write("ck_no_state.safetensors", mlp([4, 3, 10]), meta)
+write("ck_short_state.safetensors", mlp([4, 3, 10]) + [("optimizer.state1", [P - 1], P - 1)], meta)
+write("ck_adam.safetensors", mlp([4, 3, 10]) + state,
+      edit(train__optimizer="adam (betas 0.9, 0.999, eps 1e-08), weight decay 0"))
+write("ck_extra_state.safetensors", mlp([4, 3, 10]) + state + [("optimizer.state2", [P], P)], meta)
+# the position
+write("ck_k_huge.safetensors", mlp([4, 3, 10]) + state, edit(resume__k="999999999"))
+write("ck_epoch_77.safetensors", mlp([4, 3, 10]) + state, edit(resume__epoch="77"))
+write("ck_k_past.safetensors", mlp([4, 3, 10]) + state, edit(resume__epoch="1", resume__k="3", resume__step="3"))
+write("ck_step_off.safetensors", mlp([4, 3, 10]) + state, edit(resume__step="4"))
+write("ck_target.safetensors", mlp([4, 3, 10]) + state, edit(resume__reached="1", resume__target_step="9"))
+# the values
+write("ck_step_text.safetensors", mlp([4, 3, 10]) + state, edit(resume__step="12abc"))
+write("ck_k_range.safetensors", mlp([4, 3, 10]) + state, edit(resume__k="4294967296"))
+write("ck_reached.safetensors", mlp([4, 3, 10]) + state, edit(resume__reached="7"))
+write("ck_ms.safetensors", mlp([4, 3, 10]) + state, edit(resume__train_ms="nan"))
+write("ck_no_k.safetensors", mlp([4, 3, 10]) + state, edit(resume__k=None))
+PY
+resume=("$P" train --layers 4,3,10 --batch 1 --data "$t/data" --resume)
+eval_=("$P" eval --data "$t/data" --load)
+expect "ckpt2: train, a good one"         3 "no NVIDIA driver found"                            $nogpu "${resume[@]}" "$t/ck_ok.safetensors"
+expect "ckpt2: eval, a good one"          3 "no NVIDIA driver found"                            $nogpu "${eval_[@]}" "$t/ck_ok.safetensors"
+expect "ckpt2: eval, layers vs tensors"   2 "its metadata 'layers' is '4,8,10' but its tensors hold the network 4,3,10" $nogpu "${eval_[@]}" "$t/ck_layers.safetensors"
+expect "ckpt2: train, layers vs tensors"  2 "its metadata 'layers' is '4,8,10' but its tensors hold the network 4,3,10" $nogpu "${resume[@]}" "$t/ck_layers.safetensors"
+expect "ckpt2: eval, 784-16-10 as 128"    2 "its metadata 'layers' is '784,128,10' but its tensors hold the network 784,16,10" $nogpu "${eval_[@]}" "$t/ck_784.safetensors"
+expect "ckpt2: train, train.layers"       2 "its metadata 'train.layers' is '4,8,10' but its tensors hold the network 4,3,10" $nogpu "${resume[@]}" "$t/ck_train_layers.safetensors"
+expect "ckpt2: eval, no fc tensors"       2 "no fc1.weight / fc1.bias tensors: not a ptxlab checkpoint? it holds: optimizer.state1" $nogpu "${eval_[@]}" "$t/ck_no_fc.safetensors"
+expect "ckpt2: train, no fc tensors"      2 "no fc1.weight / fc1.bias tensors: not a ptxlab checkpoint? it holds: optimizer.state1" $nogpu "${resume[@]}" "$t/ck_no_fc.safetensors"
+expect "ckpt2: eval, 2^64 bytes"          2 "tensor 'optimizer.big': shape [1073741824, 1073741824, 4] has too many elements" $nogpu "${eval_[@]}" "$t/ck_overflow.safetensors"
+expect "ckpt2: eval, model vs tensors"    2 "tensor 'conv1.weight' has the shape [4, 1, 3, 3]; the model 'conv8,pool,fc10' needs [8, 1, 3, 3]" $nogpu "${eval_[@]}" "$t/ck_model.safetensors"
+expect "ckpt2: eval, model's input"       2 "its metadata 'input' is '4096x1024x1': 4194304 values an image, at most 1048576" $nogpu "${eval_[@]}" "$t/ck_model_input.safetensors"
+expect "ckpt2: train, no optimizer state" 2 "its optimizer nesterov keeps 1 state buffer of 55 floats, but it has no tensor 'optimizer.state1'" $nogpu "${resume[@]}" "$t/ck_no_state.safetensors"
+expect "ckpt2: eval, no optimizer state"  2 "its optimizer nesterov keeps 1 state buffer of 55 floats, but it has no tensor 'optimizer.state1'" $nogpu "${eval_[@]}" "$t/ck_no_state.safetensors"
+expect "ckpt2: train, short state"        2 "tensor 'optimizer.state1' holds 54 floats; its optimizer nesterov keeps one per parameter, 55" $nogpu "${resume[@]}" "$t/ck_short_state.safetensors"
+expect "ckpt2: eval, adam's one buffer"   2 "its optimizer adam keeps 2 state buffers of 55 floats, but it has no tensor 'optimizer.state2'" $nogpu "${eval_[@]}" "$t/ck_adam.safetensors"
+expect "ckpt2: train, adam's one buffer"  2 "its optimizer adam keeps 2 state buffers of 55 floats, but it has no tensor 'optimizer.state2'" $nogpu "${resume[@]}" "$t/ck_adam.safetensors" --optimizer adam
+expect "ckpt2: train, a state too many"   2 "tensor 'optimizer.state2' is not a state buffer of its optimizer nesterov (which keeps 1)" $nogpu "${resume[@]}" "$t/ck_extra_state.safetensors"
+expect "ckpt2: train, resume.k 999999999" 2 "its position does not add up: 3 steps done ('resume.step') at step 999999999 of epoch 2" $nogpu "${resume[@]}" "$t/ck_k_huge.safetensors"
+expect "ckpt2: eval, resume.k 999999999"  2 "its position does not add up" $nogpu "${eval_[@]}" "$t/ck_k_huge.safetensors"
+expect "ckpt2: train, epoch 77 of 5"      2 "its metadata 'resume.epoch' is 77, outside the 5 epochs of its schedule" $nogpu "${resume[@]}" "$t/ck_epoch_77.safetensors"
+expect "ckpt2: eval, epoch 77 of 5"       2 "its metadata 'resume.epoch' is 77, outside the 5 epochs of its schedule" $nogpu "${eval_[@]}" "$t/ck_epoch_77.safetensors"
+expect "ckpt2: train, k past the data"    2 "the checkpoint's position (epoch 1, step 3 of 2, 3 steps done) does not fit 5 epochs of 2 steps (2 training samples in batches of 1)" $nogpu "${resume[@]}" "$t/ck_k_past.safetensors"
+expect "ckpt2: train, steps vs the data"  2 "the checkpoint's position (epoch 2, step 1 of 2, 4 steps done) does not fit 5 epochs of 2 steps" $nogpu "${resume[@]}" "$t/ck_step_off.safetensors"
+expect "ckpt2: eval, target after steps"  2 "its target entries do not add up: reached 1, at step 9" $nogpu "${eval_[@]}" "$t/ck_target.safetensors"
+expect "ckpt2: train, resume.step text"   2 "its metadata 'resume.step' is '12abc', not a whole number" $nogpu "${resume[@]}" "$t/ck_step_text.safetensors"
+expect "ckpt2: eval, resume.k range"      2 "its metadata 'resume.k' is 4294967296, past 4294967295" $nogpu "${eval_[@]}" "$t/ck_k_range.safetensors"
+expect "ckpt2: train, resume.reached 7"   2 "its metadata 'resume.reached' is 7, past 1" $nogpu "${resume[@]}" "$t/ck_reached.safetensors"
+expect "ckpt2: eval, resume.train_ms nan" 2 "its metadata 'resume.train_ms' is 'nan', not a time in ms" $nogpu "${eval_[@]}" "$t/ck_ms.safetensors"
+expect "ckpt2: train, no resume.k"        2 "its metadata has no 'resume.k'" $nogpu "${resume[@]}" "$t/ck_no_k.safetensors"
+else
+  echo "skip  ckpt2: no python3 to write the checkpoints"; skips=$((skips + 1))
+fi
 
 echo "bad inputs: $passes ok, $fails failed, $skips skipped"
 [ "$fails" = 0 ]

@@ -124,6 +124,36 @@ TEST_CASE("model checkpoint: a file whose tensors do not fit its spec is refused
           std::string::npos);
     CHECK(refusal(patched(bytes, "1x28x28", "1x28y28")) ==
           "ck: its metadata 'input' is '1x28y28', not CxHxW (e.g. 1x28x28)");
+    for (const char* input : {"-1x28x2", "0x28x28", "1x28x2x", "1x28x2 ", "+1x28x2"}) {
+        CAPTURE(input);
+        CHECK(refusal(patched(bytes, "1x28x28", input)) ==
+              fmt::format("ck: its metadata 'input' is '{}', not CxHxW (e.g. 1x28x28)", input));
+    }
+}
+
+TEST_CASE("model checkpoint: its metadata cannot make a model larger than its tensors") {
+    // The image at most 2^20 values: 1024x1024x2 would make any layer's sizes overflow-prone.
+    const std::string conv = R"({"__metadata__":{"model":"conv8,pool,fc10","input":"INPUT"}})";
+    CHECK(refusal(safetensors_bytes(edited(conv, "INPUT", "1024x1024x2"), 0)) ==
+          "ck: its metadata 'input' is '1024x1024x2': 2097152 values an image, at most 1048576");
+    CHECK(refusal(safetensors_bytes(edited(conv, "INPUT", "4294967296x1x1"), 0)) ==
+          "ck: its metadata 'input' is '4294967296x1x1', not CxHxW (e.g. 1x28x28)");
+    // A spec of 2.7e13 parameters over an empty file: refused for its first missing tensor, before
+    // the parameters are allocated.
+    const std::string huge = R"({"__metadata__":{"model":"conv1048576k5,fc10","input":"1048576x1x1"}})";
+    CHECK(refusal(safetensors_bytes(huge, 0)) == "ck: the model 'conv1048576k5,fc10' needs the tensor 'conv1.weight' "
+                                                 "[1048576, 1048576, 5, 5], which the file lacks");
+    // One network: a spec and an MLP's layers both is refused.
+    CHECK(refusal(safetensors_bytes(R"({"__metadata__":{"model":"fc16,fc10","layers":"784,16,10"}})", 0)) ==
+          "ck: its metadata names both the model 'fc16,fc10' and the layers '784,16,10'; a checkpoint holds one network");
+    // An MLP checkpoint whose network no model takes (2^20 + 1 inputs), named as the file's.
+    const std::string wide = R"({"fc1.weight":{"dtype":"F32","shape":[1,1048577],"data_offsets":[0,4194308]},)"
+                             R"("fc1.bias":{"dtype":"F32","shape":[1],"data_offsets":[4194308,4194312]},)"
+                             R"("fc2.weight":{"dtype":"F32","shape":[10,1],"data_offsets":[4194312,4194352]},)"
+                             R"("fc2.bias":{"dtype":"F32","shape":[10],"data_offsets":[4194352,4194392]}})";
+    CHECK(refusal(safetensors_bytes(wide, 4194392)) ==
+          "ck: its tensors are not a model ptxlab takes: --model 'fc1,fc10': layer 1 'fc1' flattens 1x1x1048577 = "
+          "1048577 inputs (at most 1048576)");
 }
 
 TEST_CASE("model checkpoint: eval takes a CNN checkpoint to the data and the GPU, and refuses what the conv kernels cannot run") {

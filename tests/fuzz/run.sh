@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time.
 #
-#   tests/fuzz/run.sh [TARGET...] [SECONDS]     TARGET: idx, ptx, contract (default: all); SECONDS default 60
+#   tests/fuzz/run.sh [TARGET...] [SECONDS]     TARGET: idx, ptx, contract, safetensors (default: all);
+#                                               SECONDS default 60
 #
 # Each target starts from its seed corpus in tests/fuzz/corpus/TARGET (plus, for ptx, the
 # kernels in ptx/ and the PTX fixtures); inputs it discovers go to a temporary directory,
@@ -17,12 +18,12 @@ cd "$root"
 targets=(); seconds=60
 for a in "$@"; do
   case "$a" in
-    idx|ptx|contract) targets+=("$a") ;;
-    ''|*[!0-9]*) echo "fuzz/run.sh: unknown argument '$a' (targets: idx, ptx, contract; or a number of seconds)" >&2; exit 2 ;;
+    idx|ptx|contract|safetensors) targets+=("$a") ;;
+    ''|*[!0-9]*) echo "fuzz/run.sh: unknown argument '$a' (targets: idx, ptx, contract, safetensors; or a number of seconds)" >&2; exit 2 ;;
     *) seconds="$a" ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(idx ptx contract)
+[ ${#targets[@]} -gt 0 ] || targets=(idx ptx contract safetensors)
 
 cxx="${CXX:-clang++}"
 if ! command -v "$cxx" >/dev/null; then
