@@ -5,7 +5,7 @@
     python3 tools/ptxlab_model.py --shapes cnn             # the layers and their shapes
     python3 tools/ptxlab_model.py --check-checkpoint FILE  # a ptxlab checkpoint's tensors against its spec
 
-The grammar (host/model.hpp, mirrored here; the messages name the layer's position as ptxlab's do):
+The grammar (host/reference/model.hpp, mirrored here; the messages name the layer's position as ptxlab's do):
 a comma-separated list of layers read left to right from a 1x28x28 image,
   conv<N>       3x3 convolution to N channels, stride 1, same padding, bias, hidden activation
   conv<N>k<K>   the same with a KxK kernel, K = 1, 3 or 5 (padding K // 2)
@@ -19,7 +19,7 @@ The PyTorch module (build_sequential) is an nn.Sequential whose children carry t
   input (nn.Unflatten to C x H x W, when the first layer is a conv or pool), conv1, conv1_act,
   pool1, ..., flatten (before the first fc, after a conv or pool), fc1, fc1_act, ..., fcN.
 Its state_dict keys are therefore conv1.weight [out, in, k, k], conv1.bias [out], fc1.weight
-[out, in], fc1.bias [out], ... -- the tensor names of ptxlab's checkpoints (host/safetensors.hpp).
+[out, in], fc1.bias [out], ... -- the tensor names of ptxlab's checkpoints (host/data/safetensors.hpp).
 An MLP (fc layers only) takes the flat 784 pixels and has the MLP checkpoints' fc1, fc2, ... keys.
 """
 import argparse
@@ -297,7 +297,7 @@ def self_test():
           [("conv1.weight", (32, 1, 3, 3)), ("conv1.bias", (32,)), ("conv2.weight", (64, 32, 3, 3)),
            ("conv2.bias", (64,)), ("fc1.weight", (128, 3136)), ("fc1.bias", (128,)), ("fc2.weight", (10, 128)),
            ("fc2.bias", (10,))])
-    # host/model.hpp's count for the same network (tests/cpu/test_model.cpp).
+    # host/reference/model.hpp's count for the same network (tests/cpu/test_model.cpp).
     check("cnn parameters", param_count(cnn), 288 + 32 + 18432 + 64 + 401408 + 128 + 1280 + 10)
     check("cnn activations", [layer["activation"] for layer in cnn], [True, False, True, False, True, False])
     check("cnn modules", [n for n, _ in module_names(cnn)],
@@ -311,7 +311,7 @@ def self_test():
           "2x8x8 -conv3-> 3x8x8 -pool-> 3x4x4 -conv2k5-> 2x4x4 -pool-> 2x2x2 -fc6-> 6 -fc10-> 10")
     check("small conv2", state_dict_shapes(small)["conv2.weight"], (2, 3, 5, 5))
     check("conv1k1 and conv8k5 text", model_text(parse_model("conv1k1,conv8k5,pool,fc10")), "conv1k1,conv8k5,pool,fc10")
-    # Bad specs, with host/model.cpp's messages (tests/cpu/test_model.cpp checks the C++ side).
+    # Bad specs, with host/reference/model.cpp's messages (tests/cpu/test_model.cpp checks the C++ side).
     check("empty", refusal(""), f"--model is empty: give a layer list ({GRAMMAR})")
     check("unknown layer", refusal("conv32,relu,fc10"),
           f"--model 'conv32,relu,fc10': layer 2 'relu' is not a layer ({GRAMMAR})")

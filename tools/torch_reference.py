@@ -21,10 +21,10 @@ pool,fc128,fc10; `cnn` names that one; the grammar and the module are in tools/p
 Either way the module is an nn.Sequential whose parameters are named as in ptxlab's checkpoints
 (conv1.weight, ..., fc1.weight, ...), so --init-from and --save exchange weights with ptxlab.
 
-Data: MNIST from --data (IDX, raw or .gz), pixels float32(byte) / 255 as ptxlab (host/idx.cpp).
+Data: MNIST from --data (IDX, raw or .gz), pixels float32(byte) / 255 as ptxlab (host/data/idx.cpp).
 Each epoch runs K = floor(60000 / B) steps (the last partial batch is dropped); S = epochs * K.
 
-Recipe (the formulas of host/recipe.hpp):
+Recipe (the formulas of host/reference/recipe.hpp):
   init      fan_in, fan_out as torch.nn.init computes them (conv: in*k*k, out*k*k);
             torch: weights and biases ~ U(+-1/sqrt(fan_in)) (nn.Linear's and nn.Conv2d's default);
             he-uniform: U(+-sqrt(6/fan_in)) weights; he-normal: N(0, 2/fan_in) weights;
@@ -47,9 +47,9 @@ Recipe (the formulas of host/recipe.hpp):
 
 Batch order: --order torch (default) draws each epoch's permutation with torch.randperm (seeded);
 --order ptxlab follows ptxlab train's order exactly: its SplitMix64 seeded with seed ^ 0x5eed5eed5eed5eed,
-the identity order shuffled by Fisher-Yates each epoch (host/rng.cpp, host/train.cpp), batch k of an
+the identity order shuffled by Fisher-Yates each epoch (host/platform/rng.cpp, host/train/train.cpp), batch k of an
 epoch = order[k*B : (k+1)*B]. --self-test checks this port against SplitMix64's published outputs and
-against values produced by host/rng.cpp.
+against values produced by host/platform/rng.cpp.
 
 Evaluation: the 10,000 test images after epoch-local steps floor(j * K / N) for j = 1..N (N =
 --evals-per-epoch; j = N is the end of the epoch, so N = 1 is once per epoch).
@@ -80,10 +80,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptxlab_model  # noqa: E402 (beside this file; pure Python)
 
 MASK64 = (1 << 64) - 1
-SHUFFLE_SEED_XOR = 0x5EED5EED5EED5EED  # host/train.cpp: Rng shuffle_rng(cfg.seed ^ 0x5eed5eed5eed5eedull)
+SHUFFLE_SEED_XOR = 0x5EED5EED5EED5EED  # host/train/train.cpp: Rng shuffle_rng(cfg.seed ^ 0x5eed5eed5eed5eedull)
 
 
-# ---- ptxlab's PRNG (host/rng.cpp), bit for bit ----------------------------------------------------
+# ---- ptxlab's PRNG (host/platform/rng.cpp), bit for bit ----------------------------------------------------
 
 class SplitMix64:
     """ptxlab::Rng: SplitMix64 with uint64 wrap-around done by masking Python ints."""
@@ -193,7 +193,7 @@ def self_test():
     check("SplitMix64(12345) == restated mixer, 100 outputs",
           [r.next() for _ in range(100)], [mix(12345 + k * 0x9E3779B97F4A7C15) for k in range(1, 101)])
 
-    # The values below were produced by host/rng.cpp (a throw-away C++ driver), so they pin the
+    # The values below were produced by host/platform/rng.cpp (a throw-away C++ driver), so they pin the
     # port to ptxlab's code: below(), the Fisher-Yates order and the epoch loop's seeding.
     r = SplitMix64(7)
     check("Rng(7).below(1, 2, 3, 10, 60000, 2^63+1)",
@@ -599,7 +599,7 @@ def main(argv=None):
             print(f"did not reach {100 * a.target:.2f} %")
     if a.save:
         from safetensors.torch import save_file
-        # ptxlab's metadata: an MLP's "layers", another model's spec and input shape (host/safetensors.hpp).
+        # ptxlab's metadata: an MLP's "layers", another model's spec and input shape (host/data/safetensors.hpp).
         if all(layer["kind"] == "fc" for layer in layers) and len(layers) in (2, 3):
             meta = {"format": "pt", "layers": ",".join(str(n) for n in [784] + [l["width"] for l in layers])}
         else:

@@ -149,7 +149,7 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
                format_ms(load_ms));
 }
 
-// What the model trainer (host/train_cnn.hpp) does not take yet, for a network of fc layers
+// What the model trainer (host/train/train_cnn.hpp) does not take yet, for a network of fc layers
 // only (3 or more): the flag and why, or "" when it runs the network.
 std::string model_trainer_unfit(const TrainOptions& o) {
     if (o.kernels != "auto" && o.kernels != "tc" && o.kernels != "tc-reference")
@@ -160,7 +160,7 @@ std::string model_trainer_unfit(const TrainOptions& o) {
     return "";
 }
 
-// ---- train --model with conv layers, and fc networks of 3 or more layers (host/train_cnn.hpp) ----
+// ---- train --model with conv layers, and fc networks of 3 or more layers (host/train/train_cnn.hpp) ----
 int run_train_cnn(const TrainOptions& o, const Model& model) {
     const bool conv = !model.fc_only();
     const std::string name = o.given("--model") ? "--model " + o.model : "--layers " + layers_text(model.fc_sizes());

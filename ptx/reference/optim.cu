@@ -3,7 +3,7 @@
 // PyTorch's optimizer rules (torch.optim.SGD with momentum / Nesterov, Adam, AdamW,
 // RMSprop; dampening 0, not centered, no amsgrad) on one flat parameter array, one
 // thread per element. hyp points at this step's record {lr, step_size, bc2_sqrt, decay}
-// (host/recipe.hpp StepHyper).
+// (host/reference/recipe.hpp StepHyper).
 //
 // Every operation is written with an explicit round-to-nearest intrinsic (__fmaf_rn,
 // __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn): NVRTC may then neither

@@ -5,7 +5,7 @@
 // PTX has no #include, so each .ptx file spells its functions out; this file is their one twin.
 #pragma once
 
-// ---- The hidden activation of code `act` (host/recipe.hpp: 0 relu, 1 leaky-relu, 2 tanh,
+// ---- The hidden activation of code `act` (host/reference/recipe.hpp: 0 relu, 1 leaky-relu, 2 tanh,
 // 3 sigmoid, 4 gelu; any other code is taken as 0), in the PTX's instruction sequences. The
 // rounding intrinsics keep NVRTC from contracting or reordering; exp2f is what NVRTC turns
 // into exactly `ex2.approx.f32` (not .ftz, no range fix-ups) with ptxlab's NVRTC options

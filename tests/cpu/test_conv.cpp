@@ -1,4 +1,4 @@
-// The float64 reference of convolution and max-pool (host/ref_conv.hpp): hand-computed small
+// The float64 reference of convolution and max-pool (host/reference/ref_conv.hpp): hand-computed small
 // cases (orientation, padding, bias, ties), finite differences for the backward passes, and
 // the bounded versions that verify uses.
 #include "conv.hpp"

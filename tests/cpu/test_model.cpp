@@ -1,4 +1,4 @@
-// The --model grammar (host/model.hpp): shapes and parameter layout of good specs, and a
+// The --model grammar (host/reference/model.hpp): shapes and parameter layout of good specs, and a
 // message naming the layer for every kind of bad spec.
 #include "error.hpp"
 #include "model.hpp"

@@ -201,7 +201,7 @@ TEST_CASE("model checkpoint: tools/ptxlab_model.py reads ptxlab's checkpoints an
     RunResult bad = run_command(tool + " --check-checkpoint " + t.file("bad.safetensors"));
     CHECK(bad.code == 1);
     CHECK(bad.output.find("conv1.weight is F32 [8, 1, 3, 3], the spec needs F32 [9, 1, 3, 3]") != std::string::npos);
-    // The same refusal as host/model.cpp, word for word.
+    // The same refusal as host/reference/model.cpp, word for word.
     for (const char* spec : {"conv32,relu,fc10", "fc128,conv8,fc10", "pool,pool,pool,fc10", "conv8,pool", "conv8k4,fc10",
                              "fc0,fc10", "conv8x,fc10", "conv8,,fc10", "cnn,fc10", "fc99999999,fc10"}) {
         CAPTURE(spec);

@@ -1,4 +1,4 @@
-// The float64 reference of batch_mean and the optimizer kernels (host/ref_optim.hpp):
+// The float64 reference of batch_mean and the optimizer kernels (host/reference/ref_optim.hpp):
 // hand-computed values on tiny inputs (every value exact in float32), and bounds that
 // hold for a float32 emulation of the kernels' instruction sequences and catch a wrong one.
 #include "ref_optim.hpp"

@@ -1,4 +1,4 @@
-// tc_conv_bwd_weights' host side (host/tcwgrad.hpp): its float64 reference on a hand-computed
+// tc_conv_bwd_weights' host side (host/kernels/tcwgrad.hpp): its float64 reference on a hand-computed
 // case, its TF32 bound against an emulation of the kernel's input rounding, its launch plan and
 // the shapes it refuses.
 #include "conv.hpp"

@@ -1,4 +1,4 @@
-// The CNN trainer (host/train_cnn.hpp) on the GPU: steps against the float64 reference of the
+// The CNN trainer (host/train/train_cnn.hpp) on the GPU: steps against the float64 reference of the
 // whole model (ref_model.hpp), the PTX against the NVRTC twins bit for bit, and a short run on
 // MNIST.
 #include "../helpers.hpp"

@@ -95,7 +95,7 @@ void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s);
 // gradients gW1[B][H][I] = D1 (x) X and gW2[B][O][H] = D2 (x) A1 (ptx/outer.ptx), then the
 // mean gradients of ptx/mean.ptx (batch_mean, each scaled by a.scale): a.GW1 from gW1,
 // a.Gb1 from the deltas a.D1 [B][H], a.GW2 from gW2, a.Gb2 from a.D2 [B][O]. The optimizer
-// (host/optim.hpp) then applies them.
+// (host/kernels/optim.hpp) then applies them.
 void launch_fast_outer(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s);
 void launch_fast_mean(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, CUdeviceptr gW2, CUstream s);
 // outer: one thread per 4 columns of a row of G[B][R][C].
