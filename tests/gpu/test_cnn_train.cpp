@@ -57,6 +57,16 @@ Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init
     return r;
 }
 
+// B random images (pixels in [0, 1)) and labels from `seed`.
+std::pair<std::vector<float>, std::vector<uint8_t>> random_batch(unsigned B, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<float> X(size_t(B) * 784);
+    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+    std::vector<uint8_t> labels(B);
+    for (auto& l : labels) l = uint8_t(rng.below(10));
+    return {X, labels};
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
@@ -83,11 +93,7 @@ TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the 
     // Two convs (3x3, then 5x5), two pools, two fc layers; batch 16 of random pixels in [0, 1).
     const Model m = parse_model("conv8,pool,conv16k5,pool,fc32,fc10");
     const unsigned B = 16;
-    Rng rng(21);
-    std::vector<float> X(size_t(B) * 784);
-    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
-    std::vector<uint8_t> labels(B);
-    for (auto& l : labels) l = uint8_t(rng.below(10));
+    const auto [X, labels] = random_batch(B, 21);
     const std::vector<float> init = init_model_params(m, Init::Torch, 5);
     // Learning rates exact in float, so the GPU's StepHyper and the reference use the same lr.
     const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
@@ -196,11 +202,7 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 16) ==
           "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
     const unsigned B = 16;
-    Rng rng(22);
-    std::vector<float> X(size_t(B) * 784);
-    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
-    std::vector<uint8_t> labels(B);
-    for (auto& l : labels) l = uint8_t(rng.below(10));
+    const auto [X, labels] = random_batch(B, 22);
     const std::vector<float> init = init_model_params(m, Init::Torch, 6);
     const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
     TrainConfig cfg;
