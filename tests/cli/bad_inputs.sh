@@ -214,7 +214,7 @@ expect "flags: verify --seed \"\""      2 "$seedmsg (2^64 - 1), got ''"         
 expect "flags: bench --seed 1e3"        2 "$seedmsg (2^64 - 1), got '1e3'"                   $nogpu "$P" bench --seed 1e3
 expect "flags: bench --seed +5"         2 "got '+5'"                                         $nogpu "$P" bench --seed +5
 expect "flags: train --seed 2^64"       2 "--seed 18446744073709551616 is too large"         $nogpu "$P" train --seed 18446744073709551616
-expect "flags: train --seed 2^64 - 1"   3 "no NVIDIA driver found"                           $nogpu "$P" train --seed 18446744073709551615
+expect "flags: train --seed 2^64 - 1"   3 "no NVIDIA driver found"                           $nogpu "$P" train --seed 18446744073709551615 --layers 4,3,10 --batch 1 --data "$t/data"
 expect "flags: verify --device -1"      2 "--device must be a CUDA device ordinal (0, 1, ...), got -1" $nogpu "$P" verify --device -1
 expect "flags: bench --device -3"       2 "--device must be a CUDA device ordinal"           $nogpu "$P" bench --device -3
 expect "flags: train --device -1"       2 "--device must be a CUDA device ordinal"           $nogpu "$P" train --device -1
@@ -236,7 +236,7 @@ expect "paths: new --dir \"\""          2 "--dir: is an empty path"             
 expect "outputs: --save X --log X"      2 "--save and --log both name"                       $nogpu "$P" train --save "$t/x.st" --log "$t/x.st"
 expect "outputs: ./X and X"             2 "--save and --log-steps both name"                 $nogpu sh -c "cd \"\$0\" && exec \"\$1\" train --save ./y.st --log-steps y.st" "$t" "$P"
 expect "outputs: --save-init X --save X" 2 "--save and --save-init both name"                $nogpu "$P" train --save "$t/z.st" --save-init "$t/../$(basename "$t")/z.st"
-expect "outputs: --log /dev/null is fine" 3 "no NVIDIA driver found"                         $nogpu "$P" train --log /dev/null --log-steps /dev/null
+expect "outputs: --log /dev/null is fine" 3 "no NVIDIA driver found"                         $nogpu "$P" train --log /dev/null --log-steps /dev/null --layers 4,3,10 --batch 1 --data "$t/data"
 expect "outputs: --save /dev/null is not" 2 "--save '/dev/null' is a character device, not a file to write" $nogpu "$P" train --save /dev/null
 # Environment variables are inputs too: checked before the GPU, named in the message.
 for cmd in verify train bench "eval --load x"; do
