@@ -254,53 +254,59 @@ std::pair<double, double> cnn_work(const VerifyCase& c) {
     return {4 * (x + ry * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db
 }
 
-// The CNN's training step (`train --model cnn`'s recipe: CE, Nesterov, batch kCnnBatch) as the
-// trainer runs it: kCnnChunk steps a CUDA graph, replayed; GPU time a step, the median over
-// replays. Random images in [0, 1) and labels; the FP32 conv kernels and the tensor cores.
+// The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch kCnnBatch)
+// as the trainer runs it: kCnnChunk steps a CUDA graph, replayed; GPU time a step, the median
+// over replays. Random images in [0, 1) and labels; the FP32 conv kernels and the tensor cores.
 constexpr unsigned kCnnChunk = 32;
-void bench_cnn_steps(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
-    const Model m = parse_model("cnn");
-    fmt::print(out, "CNN training step (--model cnn, CE + Nesterov, batch {}; {} steps a CUDA graph)\n", kCnnBatch,
-               kCnnChunk);
-    fmt::print(out, "{:<20} {:>10}\n", "set", "us/step");
+void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
     Rng rng(opt.seed);
     std::vector<float> X(size_t(kCnnBatch) * 784), T(size_t(kCnnBatch) * kClasses, 0.0f);
     for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
     for (unsigned i = 0; i < kCnnBatch; ++i) T[size_t(i) * kClasses + rng.below(kClasses)] = 1.0f;
-    // The FP32 and tensor-core steps as train runs them (the weight gradients on a second stream,
-    // beside the deltas of the layers below), and the tensor-core step on one stream (train
-    // --no-overlap).
-    struct Variant {
-        KernelChoice k;
-        bool overlap;
-        const char* name;
-    };
-    for (const auto& [k, overlap, name] : {Variant{{Design::Seed, KernelSource::Ptx}, true, "cnn-step:ptx"},
-                                            Variant{{Design::Tc, KernelSource::Ptx}, true, "cnn-step:tc"},
-                                            Variant{{Design::Tc, KernelSource::Ptx}, false, "cnn-step:tc/serial"}}) {
-        TrainConfig cfg;
-        cfg.kernels = k;
-        cfg.overlap = overlap;
-        KernelSet ks(k.source, ctx.info(), opt.dirs, cnn_training_entries(cfg.optim, conv_kernels_of(k)));
-        CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
-        CnnActs a(m, kCnnBatch);
-        const std::vector<StepHyper> hyp(kCnnChunk, step_hyper(cfg.optim, 0.01, 1));
-        DeviceBuffer dX(X.size() * 4, "images"), dT(T.size() * 4, "targets"), dY(T.size() * 4, "logits"),
-            dH(hyp.size() * sizeof(StepHyper), "step table");
-        dX.upload(X);
-        dT.upload(T);
-        dH.upload(hyp);
-        Graph g(s, [&] {
-            for (unsigned i = 0; i < kCnnChunk; ++i)
-                enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr(), cfg, dH.ptr() + i * sizeof(StepHyper), s);
-        });
-        KernelTiming t{name, "cnn step", kCnnBatch};
-        t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kCnnChunk;
-        fmt::print(out, "{:<20} {:>10.2f}\n", t.set, t.us);
-        out.flush();
-        r.kernels.push_back(t);
+    for (const std::string& spec : opt.models) {
+        const Model m = parse_model(spec);
+        const std::string prefix = spec == "cnn" ? "cnn-step" : fmt::format("step[{}]", m.text());
+        fmt::print(out, "model training step (--model {}, CE + Nesterov, batch {}; {} steps a CUDA graph)\n", m.text(),
+                   kCnnBatch, kCnnChunk);
+        fmt::print(out, "{:<32} {:>10}\n", "set", "us/step");
+        // The FP32 and tensor-core steps as train runs them (the weight gradients on a second
+        // stream, beside the deltas of the layers below), and the tensor-core step on one stream
+        // (train --no-overlap). A network of fc layers only runs on tc (its FP32 set takes the
+        // hidden layers' weight gradients as 1x1 convolutions: milliseconds a step).
+        struct Variant {
+            KernelChoice k;
+            bool overlap;
+            const char* name;
+        };
+        for (const auto& [k, overlap, name] : {Variant{{Design::Seed, KernelSource::Ptx}, true, "ptx"},
+                                                Variant{{Design::Tc, KernelSource::Ptx}, true, "tc"},
+                                                Variant{{Design::Tc, KernelSource::Ptx}, false, "tc/serial"}}) {
+            if (m.fc_only() && k.design != Design::Tc) continue;
+            TrainConfig cfg;
+            cfg.kernels = k;
+            cfg.overlap = overlap;
+            KernelSet ks(k.source, ctx.info(), opt.dirs, cnn_training_entries(cfg.optim, conv_kernels_of(k)));
+            CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
+            CnnActs a(m, kCnnBatch);
+            const std::vector<StepHyper> hyp(kCnnChunk, step_hyper(cfg.optim, 0.01, 1));
+            DeviceBuffer dX(X.size() * 4, "images"), dT(T.size() * 4, "targets"), dY(T.size() * 4, "logits"),
+                dH(hyp.size() * sizeof(StepHyper), "step table");
+            dX.upload(X);
+            dT.upload(T);
+            dH.upload(hyp);
+            Graph g(s, [&] {
+                for (unsigned i = 0; i < kCnnChunk; ++i)
+                    enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr(), cfg, dH.ptr() + i * sizeof(StepHyper),
+                                     s);
+            });
+            KernelTiming t{fmt::format("{}:{}", prefix, name), spec == "cnn" ? "cnn step" : "model step", kCnnBatch};
+            t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kCnnChunk;
+            fmt::print(out, "{:<32} {:>10.2f}\n", t.set, t.us);
+            out.flush();
+            r.kernels.push_back(t);
+        }
+        fmt::print(out, "\n");
     }
-    fmt::print(out, "\n");
 }
 
 void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
@@ -330,7 +336,7 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
         }
     }
     fmt::print(out, "\n");
-    bench_cnn_steps(ctx, opt, r, out, s);
+    bench_model_steps(ctx, opt, r, out, s);
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ struct BenchOptions {
                                      "fused-reference", "fused:adam", "fused/single", "fused/split", "fused/split:adam",
                                      "fused/serial", "fused:classic"};
     std::vector<std::string> target_sets = {"fused", "fused-reference", "fast"};
+    // The model trainer's steps to time (train --model SPEC; fc-only lists of 3 layers or more
+    // are what `train --layers` runs on it): "cnn" as "cnn-step:SET", others as "step[SPEC]:SET".
+    std::vector<std::string> models = {"cnn"};
     double target = 0.98;
     unsigned epochs = 5;
     unsigned seed_steps = 160;  // steps timed for the (slow) seed design

@@ -1,6 +1,7 @@
 // ptxlab bench: kernel and training-step timings on the GPU, with the device's ceilings.
 #include "bench.hpp"
 #include "commands.hpp"
+#include "model.hpp"
 #include "files.hpp"
 #include "flags.hpp"
 #include "train.hpp"
@@ -15,7 +16,7 @@ namespace {
 
 struct BenchCliOptions {
     std::string batches = "64,1024", step_batches = "64,256";
-    std::vector<std::string> sets, target_sets;
+    std::vector<std::string> sets, target_sets, models;
     double target = 0.98;
     unsigned epochs = 5;
     uint64_t seed = 1;
@@ -32,7 +33,7 @@ int run_bench_cmd(const BenchCliOptions& o) {
     require_outputs({{"--json", o.json, o.json_given}});
     if (!o.file.empty()) {
         // What times the built-in kernels has no meaning for a FILE.ptx: say so instead of ignoring it.
-        for (const char* flag : {"--batches", "--step-batches", "--sets", "--target-sets", "--target", "--epochs",
+        for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--target-sets", "--target", "--epochs",
                                  "--data", "--ptx-dir", "--json", "--no-kernels", "--no-steps", "--no-target"})
             if (o.sub->count(flag))
                 PTXLAB_THROW(InputError, "{} does not go with a FILE.ptx: bench {} times that kernel and its twin at "
@@ -52,6 +53,10 @@ int run_bench_cmd(const BenchCliOptions& o) {
     if (!o.target_sets.empty()) opt.target_sets = o.target_sets;
     for (const auto& s : opt.sets) parse_bench_set(s);  // unknown names are an error
     for (const auto& s : opt.target_sets) parse_bench_set(s);
+    if (!o.models.empty()) opt.models = o.models;
+    for (const auto& m : opt.models)  // a bad layer list is named before the GPU
+        if (parse_model(m).layers.size() < 2)
+            PTXLAB_THROW(InputError, "--models {}: the model trainer's step takes 2 layers or more", m);
     if (!(o.target > 0.0 && o.target <= 1.0)) PTXLAB_THROW(InputError, "--target must be in (0, 1], got {}", o.target);
     if (o.epochs == 0) PTXLAB_THROW(InputError, "--epochs must be at least 1");
     set_kernel_timeout(o.timeout);
@@ -99,6 +104,11 @@ void setup_bench(CLI::App& app, Command& chosen) {
                     "without programmatic dependent launches, as train --three-launches --no-overlap; :adam: Adam at "
                     "lr 1e-3; :classic: train --preset classic (MSE, plain SGD, constant lr); no recipe: train's "
                     "default, cross-entropy and Nesterov)");
+    sub->add_option("--models", o->models,
+                    "model trainer steps to time, as train --model lists (default: cnn; e.g. --models cnn "
+                    "fc256,fc128,fc10 fc1024,fc1024,fc10, the networks `train --layers 784,256,128,10` and "
+                    "784,1024,1024,10 run): each on tc, tc on one stream (/serial), and the FP32 set for models "
+                    "with conv layers");
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();
     sub->add_option("--epochs", o->epochs, "epochs of the time-to-target run (the schedule's length)")->capture_default_str();
