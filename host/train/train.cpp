@@ -1,3 +1,6 @@
+// The MLP trainer (`train --layers` with 2 or 3 layers, every kernel set): epochs of CUDA-graph
+// chunks, evaluation, divergence diagnosis and the run's end state; the configuration's checks are in
+// train_config.cpp, the checkpoints in checkpoint.cpp, the model trainer in train_cnn.cpp.
 #include "train.hpp"
 
 #include "fused.hpp"
