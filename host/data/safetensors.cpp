@@ -5,20 +5,16 @@
 #include "error.hpp"
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
 
-namespace fs = std::filesystem;
 
 namespace ptxlab {
 
@@ -112,7 +108,7 @@ struct TensorOut {
 };
 
 // The safetensors bytes of `tensors` (in this order) with the metadata, written to a temporary
-// file beside `path` and renamed into place.
+// file beside `path` and renamed into place (removed if a signal ends the process first).
 void write_safetensors(const std::string& path, const std::vector<TensorOut>& tensors,
                        const std::map<std::string, std::string>& meta) {
     OrderedJson h;
@@ -134,29 +130,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
     }
     while (header.size() % 8) header += ' ';  // the data starts 8-byte aligned
 
-    const std::string tmp = fmt::format("{}.tmp-{}", path, getpid());
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) PTXLAB_THROW(InputError, "--save: cannot write '{}'", tmp);
-        uint8_t len[8];
-        for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-        f.write(reinterpret_cast<const char*>(len), 8);
-        f.write(header.data(), static_cast<std::streamsize>(header.size()));
-        static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
-        for (const TensorOut& t : tensors)
-            f.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(t.count * 4));
-        f.flush();
-        if (!f) {
-            std::remove(tmp.c_str());
-            PTXLAB_THROW(Error, "--save: writing '{}' failed (disk full?)", tmp);
-        }
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        PTXLAB_THROW(Error, "--save: cannot rename '{}' to '{}': {}", tmp, path, ec.message());
-    }
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char(uint8_t(uint64_t(header.size()) >> (8 * i)));
+    bytes += header;
+    static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+    for (const TensorOut& t : tensors) bytes.append(reinterpret_cast<const char*>(t.data), t.count * 4);
+    write_file_atomically(path, bytes, "--save");  // files.hpp: a temporary file renamed into place
 }
 
 void add_extra(std::vector<TensorOut>& out, const ExtraTensors& extra) {
