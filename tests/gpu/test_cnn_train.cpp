@@ -71,6 +71,13 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
+// The steps on the PTX, checked against the same steps on the twins, bit for bit.
+Steps ptx_steps_as_twins(const Model& m, const std::vector<float>& init, const TrainConfig& cfg,
+                         const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs) {
+    const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
+    return ptx;
+}
+
 // A 300-step run of `model` (the CNN's default lr, one epoch) on `kernels`; overlap: the weight
 // gradients on a second stream (train's default) or all on one (--no-overlap).
 CnnTrainResult short_run(const Dataset& data, const char* model, KernelChoice kernels, bool overlap = true) {
@@ -104,11 +111,7 @@ TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the 
             TrainConfig cfg;
             cfg.loss = loss;
             cfg.optim.kind = kind;
-            const Steps ptx = gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs);
-            const Steps twin = gpu_steps(KernelSource::Reference, m, init, cfg, X, labels, lrs);
-            CHECK(same_bits(ptx.params, twin.params));
-            CHECK(same_bits(ptx.first_grad, twin.first_grad));
-            CHECK(same_bits(ptx.logits, twin.logits));
+            const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
 
             Recipe r;
             r.loss = loss;
@@ -207,11 +210,7 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
     const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
     TrainConfig cfg;
     cfg.kernels = {Design::Tc, KernelSource::Ptx};
-    const Steps ptx = gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs);
-    const Steps twin = gpu_steps(KernelSource::Reference, m, init, cfg, X, labels, lrs);
-    CHECK(same_bits(ptx.params, twin.params));
-    CHECK(same_bits(ptx.first_grad, twin.first_grad));
-    CHECK(same_bits(ptx.logits, twin.logits));
+    const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
     Recipe r;
     std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
     model_loss_grad64(m, P, r, X64, labels, B, &g);
