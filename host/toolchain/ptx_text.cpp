@@ -318,10 +318,6 @@ struct TextScan {
     size_t long_line_bytes = 0;
 };
 
-bool is_token_char(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' || c == '.';
-}
-
 // Byte by byte, with the state of the text (code, a // or /* */ comment, a string literal):
 // the BOM, the first non-ASCII byte anywhere (ptxas takes only ASCII, in comments too), the
 // first token over kMaxPtxTokenChars outside comments (a run of token characters, or a string
@@ -373,7 +369,7 @@ TextScan scan_text(std::string_view text) {
                 if (c == '"') end_token(), state = State::Code;
                 break;
             case State::Code:
-                if (is_token_char(c)) {
+                if (is_ident_char(c)) {  // the characters parse_ptx reads as one token
                     if (token++ == 0) token_column = column;
                     break;
                 }
