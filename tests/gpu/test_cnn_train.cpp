@@ -74,7 +74,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // The steps on the PTX, checked against the same steps on the twins, bit for bit.
 Steps ptx_steps_as_twins(const Model& m, const std::vector<float>& init, const TrainConfig& cfg,
                          const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs) {
-    const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
+    const Steps ptx = gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs);
+    const Steps twin = gpu_steps(KernelSource::Reference, m, init, cfg, X, labels, lrs);
+    CHECK(same_bits(ptx.params, twin.params));
+    CHECK(same_bits(ptx.first_grad, twin.first_grad));
+    CHECK(same_bits(ptx.logits, twin.logits));
     return ptx;
 }
 
