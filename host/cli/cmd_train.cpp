@@ -149,119 +149,35 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
                format_ms(load_ms));
 }
 
-// What the model trainer (host/train/train_cnn.hpp) does not take yet, for a network of fc layers
-// only (3 or more): the flag and why, or "" when it runs the network.
+// Why a network of 3 fc layers or more does not run on the model trainer's dense kernels with
+// these flags (the notebook's one-thread-per-sample kernels take it instead: 3 layers only), or "".
 std::string model_trainer_unfit(const TrainOptions& o) {
-    if (o.kernels != "auto" && o.kernels != "tc" && o.kernels != "tc-reference")
+    if (o.kernels == "ptx" || o.kernels == "reference")
         return fmt::format("--kernels {} asks for the notebook's kernels", o.kernels);
+    if (o.kernels != "auto" && o.kernels != "tc" && o.kernels != "tc-reference")
+        return fmt::format("--kernels {} is not one of its kernel sets (tc, tc-reference)", o.kernels);
     if (o.activation != "relu") return fmt::format("--activation {}: its kernels run ReLU only", o.activation);
-    for (const char* flag : {"--hidden", "--resume", "--three-launches", "--steps-per-launch", "--eval-every", "--log-steps"})
-        if (o.given(flag)) return fmt::format("{} is not taken by it yet", flag);
+    for (const char* flag : {"--three-launches", "--steps-per-launch"})
+        if (o.given(flag)) return fmt::format("{} is a flag of the 2-layer one-launch steps", flag);
     return "";
 }
 
-// ---- train --model with conv layers, and fc networks of 3 or more layers (host/train/train_cnn.hpp) ----
-int run_train_cnn(const TrainOptions& o, const Model& model) {
-    const bool conv = !model.fc_only();
-    const std::string name = o.given("--model") ? "--model " + o.model : "--layers " + layers_text(model.fc_sizes());
-    for (const char* flag : {"--hidden", "--resume", "--three-launches", "--steps-per-launch", "--eval-every"})
-        if (o.given(flag))
-            PTXLAB_THROW(InputError, "{}: {} is not taken by the model trainer (conv layers, or 3 fc layers or more) "
-                                     "yet", name, flag);
-    if (conv && o.given("--layers"))
-        PTXLAB_THROW(InputError, "--model {} and --layers both set the network: give one of them", o.model);
-    CnnTrainConfig cc;
-    cc.model = model;
-    TrainConfig& cfg = cc.base;
-    cfg.batch = o.batch;
-    cfg.seed = o.seed;
-    apply_recipe(o, cfg);
-    // The CNN's recipe where the flag is not given (train_cnn.hpp): peak lr 0.05, 4 epochs, target
-    // 99 %. A network of fc layers keeps the MLP's (lr 0.1, 5 epochs, 98 %).
-    if (conv && !o.given("--lr") && o.preset.empty()) cfg.lr = kCnnDefaultLr;
-    if (conv && !o.given("--epochs") && o.preset.empty()) cfg.epochs = kCnnDefaultEpochs;
-    if (conv && !o.given("--target") && o.preset.empty()) cfg.target = 0.99;
-    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
-        o.kernels != "tc-reference")
-        PTXLAB_THROW(InputError, "--model {} (conv layers): --kernels {}: the CNN runs on the conv and pool kernels: "
-                                 "tc (the default: the conv layers' three passes on the tensor cores, ptx/tcconv.ptx "
-                                 "and ptx/tcwgrad.ptx), ptx (all FP32), or tc-reference and reference (their "
-                                 "NVRTC twins)",
-                     o.model, o.kernels);
-    // auto: the conv layers on the tensor cores (TF32 products, as cuDNN takes them by default in
-    // PyTorch), the fc layers in FP32 (as PyTorch's default matmul); ptx: everything FP32.
-    cfg.kernels = o.kernels == "auto" ? KernelChoice{Design::Tc, KernelSource::Ptx} : parse_kernel_choice(o.kernels);
-    cfg.graphs = !o.no_graphs;
-    cfg.overlap = !o.no_overlap;
-    set_kernel_timeout(o.timeout);
-    cfg.dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
-    cfg.max_steps = o.max_steps;
-    cfg.log_csv = o.log;
-    if (!o.log_steps.empty()) PTXLAB_THROW(InputError, "--model {}: --log-steps is not written by the CNN trainer yet", o.model);
-    cc.validate_flags();
-    require_outputs(output_flags(o));
-    const std::string dir = o.data.empty() ? default_data_dir() : o.data;
-    Dataset data = load_dataset(dir);
-    Context ctx(o.device);
-    const unsigned K = static_cast<unsigned>(data.train.count / cfg.batch);
-    fmt::print("ptxlab train: --model {} ({} parameters), {} kernels{}, on {} ({})\n  {}\n", model.text(),
-               model.param_count, to_string(cfg.kernels.source),
-               conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
-               ctx.info().name, ctx.info().arch(), model.shapes_text());
-    fmt::print("  a step: {}, {}{}\n", cnn_step_kernels(model, conv_kernels_of(cfg.kernels), cfg.batch),
-               optimizer_entry(cfg.optim.kind),
-               conv ? "" : " (no one-launch step: fused_step and tc_step take networks of 2 fc layers)");
-    fmt::print("  {}\n", recipe_text(cfg, K));
-    std::cout.flush();
-    if (!o.save_init.empty())
-        save_model_safetensors(o.save_init, model, init_model_params(model, cfg.init, cfg.seed),
-                               {{"init", to_string(cfg.init)}, {"seed", std::to_string(cfg.seed)}});
-    CnnTrainResult r;
-    {
-        SigintScope ctrl_c;
-        r = train_cnn(ctx, data, cc, std::cout);
-    }
-    fmt::print("summary: {}\n  final test accuracy {:.2f} % after {} steps in {} epochs; training {}\n", r.stop_reason,
-               100.0 * r.accuracy, r.steps, r.epochs, format_ms(r.train_ms));
-    if (r.reached)
-        fmt::print("  target {:.2f} % first reached at step {}, after {} of training\n", 100.0 * cfg.target,
-                   r.target_step, format_ms(r.train_ms_to_target));
-    if (!o.save.empty()) {
-        save_model_safetensors(o.save, model, r.params,
-                               {{"recipe", recipe_text(cfg, K)}, {"steps", std::to_string(r.steps)},
-                                {"test_accuracy", fmt::format("{:.6f}", r.accuracy)}, {"train.activation", "relu"}});
-        fmt::print("  saved {} (safetensors, nn.Sequential's names: conv1.weight, ...)\n", o.save);
-    }
-    if (r.diverged) {
-        fmt::print(stderr, "ptxlab: error: {}\n", r.stop_reason);
-        return kExitFailure;
-    }
-    return r.interrupted ? kExitInterrupted : kExitOk;
-}
-
-int run_train(const TrainOptions& o) {
-    if (o.given("--model") && !o.given("--layers") && !o.given("--hidden"))
-        if (const Model m = parse_model(o.model); !m.fc_only()) return run_train_cnn(o, m);
-    TrainConfig cfg;
+// The network the flags name, into cfg: a --model with conv layers, or fc layers (--layers,
+// --hidden, or an fc-only --model). Networks of 2 fc layers run on the MLP's kernel sets, larger
+// ones and every --model with conv layers on the model trainer's step (cfg.model), except that a
+// 3-layer network with a flag that trainer does not take runs on the notebook's kernels: then the
+// returned note says why.
+std::string set_network(const TrainOptions& o, TrainConfig& cfg) {
     if (o.given("--model") && (o.given("--layers") || o.given("--hidden")))
         PTXLAB_THROW(InputError, "--model and --{} both set the network: give one of them",
                      o.given("--layers") ? "layers" : "hidden");
-    cfg.layers = o.given("--model") ? trainable_layers(o.model) : parse_layers(o.layers);
-    // Three fc layers or more: the model trainer on the dense kernels (fused_forward, fc_bwd_data,
-    // tc_grad_weights, fused_output, fused_grad), where it takes the flags; else the notebook's
-    // one-thread-per-sample design (--kernels ptx), saying why.
-    const std::string unfit = cfg.layers.size() >= 4 ? model_trainer_unfit(o) : "";
-    if (cfg.layers.size() >= 4 && unfit.empty()) {
-        std::string spec;
-        for (size_t i = 1; i < cfg.layers.size(); ++i) spec += fmt::format("{}fc{}", i > 1 ? "," : "", cfg.layers[i]);
-        return run_train_cnn(o, parse_model(spec));
+    if (o.given("--model")) {
+        const Model m = parse_model(o.model);
+        cfg.layers = m.fc_only() ? m.fc_sizes() : std::vector<unsigned>{};
+        if (!m.fc_only()) cfg.model = m;
+    } else {
+        cfg.layers = parse_layers(o.layers);
     }
-    if (o.given("--model") && cfg.layers.size() != 3 && cfg.layers.size() != 4)
-        PTXLAB_THROW(InputError,
-                     "--model {} has {} fc layer{}; the MLP trainer takes 2 or 3 fc layers (e.g. fc128,fc10 or "
-                     "fc256,fc128,fc10; the input 784 is implied), and models with conv layers (e.g. cnn, "
-                     "conv16k5,pool,conv32,pool,fc64,fc10) train on the CNN trainer",
-                     o.model, cfg.layers.size() - 1, cfg.layers.size() == 2 ? "" : "s");
     if (o.given("--hidden")) {
         if (o.given("--layers"))
             PTXLAB_THROW(InputError, "--hidden {} and --layers {} both set the network: give one of them", o.hidden,
@@ -271,12 +187,88 @@ int run_train(const TrainOptions& o) {
         if (o.hidden == 0) PTXLAB_THROW(InputError, "--hidden must be at least 1");
         cfg.layers[1] = o.hidden;
     }
+    if (!cfg.model && cfg.layers.size() < 3)
+        PTXLAB_THROW(InputError, "--model {} has 1 fc layer; a network takes 2 fc layers or more (e.g. fc128,fc10 or "
+                                 "fc256,fc128,fc10; the input 784 is implied), or conv layers (e.g. cnn)",
+                     o.model);
+    std::string note;
+    if (!cfg.model && cfg.layers.size() >= 4) {
+        note = model_trainer_unfit(o);
+        if (note.empty() || cfg.layers.size() > 4) {
+            if (!note.empty())
+                PTXLAB_THROW(InputError, "{}: networks of {} fc layers train on the model trainer's dense kernels "
+                                         "only (the notebook's kernels take 2 or 3 layers), and {}",
+                             o.given("--model") ? "--model " + o.model : "--layers " + o.layers, cfg.layers.size() - 1,
+                             note);
+            if (cfg.layers.front() != kMnistInput.size())
+                PTXLAB_THROW(InputError, "--layers {}: the model trainer takes MNIST's {}x{} images, {} inputs, not {}",
+                             o.layers, kMnistInput.h, kMnistInput.w, kMnistInput.size(), cfg.layers.front());
+            std::string spec;
+            for (size_t i = 1; i < cfg.layers.size(); ++i) spec += fmt::format("{}fc{}", i > 1 ? "," : "", cfg.layers[i]);
+            cfg.model = parse_model(spec);
+        }
+    }
+    if (cfg.model) {
+        for (const char* flag : {"--three-launches", "--steps-per-launch"})
+            if (o.given(flag))
+                PTXLAB_THROW(InputError, "--model {}: {} is a flag of the one-launch steps of 2 fc layers (fused_step, "
+                                         "tc_step)",
+                             cfg.model->text(), flag);
+        if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
+            o.kernels != "tc-reference")
+            PTXLAB_THROW(InputError, "--model {}: --kernels {}: the model trainer runs on the conv, pool and dense "
+                                     "kernels: tc (the default: the conv layers' three passes and the hidden fc "
+                                     "layers' weight gradients on the tensor cores, ptx/tcconv.ptx, ptx/tcwgrad.ptx "
+                                     "and ptx/tc.ptx), ptx (all FP32), or tc-reference and reference (their NVRTC "
+                                     "twins)",
+                         cfg.model->text(), o.kernels);
+    }
+    return note;
+}
+
+// The header of a run: the network, the kernels and the device, the data, the recipe.
+void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& data, const std::string& dir,
+                  const std::string& note) {
+    if (const Model* m = cfg.model ? &*cfg.model : nullptr) {
+        fmt::print("ptxlab train: --model {} ({} parameters), {} kernels{}, on {} ({})\n  {}\n", m->text(),
+                   m->param_count, to_string(cfg.kernels.source),
+                   conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
+                   ctx.info().name, ctx.info().arch(), m->shapes_text());
+        fmt::print("  a step: {}, {}{}\n", cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch),
+                   optimizer_entry(cfg.optim.kind),
+                   m->fc_only() ? " (no one-launch step: fused_step and tc_step take networks of 2 fc layers)" : "");
+    } else {
+        fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n", layers_text(cfg.layers), to_string(cfg.kernels),
+                   ctx.info().name, ctx.info().arch());
+    }
+    if (!note.empty())
+        fmt::print("  note: {} layers run on the notebook's one-thread-per-sample kernels (milliseconds a step), "
+                   "not the model trainer's dense kernels: {}\n",
+                   cfg.layers.size() - 1, note);
+    fmt::print("  data {} ({} train / {} test), seed {}, target {:.2f} %{}, evaluation {}\n", dir, data.train.count,
+               data.test.count, cfg.seed, 100.0 * cfg.target, cfg.stop_at_target ? " (stop there)" : "",
+               cfg.eval_every ? fmt::format("every {} steps", cfg.eval_every)
+                              : fmt::format("{} times an epoch", cfg.evals_per_epoch));
+    fmt::print("  {}\n", recipe_text(cfg, static_cast<unsigned>(data.train.count / cfg.batch)));
+}
+
+int run_train(const TrainOptions& o) {
+    TrainConfig cfg;
+    const std::string note = set_network(o, cfg);
+    const bool conv = cfg.model && !cfg.model->fc_only();
     cfg.batch = o.batch;
     cfg.seed = o.seed;
     apply_recipe(o, cfg);
-    cfg.kernels = o.kernels == "auto" ? KernelChoice{cfg.layers.size() == 3 ? Design::Fused : Design::Seed,
-                                                     KernelSource::Ptx}
-                                      : parse_kernel_choice(o.kernels);
+    // A model with conv layers: the CNN's recipe where the flag is not given (train_cnn.hpp: peak
+    // lr 0.05, 4 epochs, target 99 %); fc networks keep the MLP's (lr 0.1, 5 epochs, 98 %).
+    if (conv && !o.given("--lr") && o.preset.empty()) cfg.lr = kCnnDefaultLr;
+    if (conv && !o.given("--epochs") && o.preset.empty()) cfg.epochs = kCnnDefaultEpochs;
+    if (conv && !o.given("--target") && o.preset.empty()) cfg.target = 0.99;
+    // auto: 2 fc layers on the fused set; a --model on tc (the conv layers on the tensor cores,
+    // TF32 products as cuDNN takes them by default in PyTorch); the notebook's 3 layers on ptx.
+    if (o.kernels != "auto") cfg.kernels = parse_kernel_choice(o.kernels);
+    else if (cfg.model) cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    else cfg.kernels = {cfg.layers.size() == 3 ? Design::Fused : Design::Seed, KernelSource::Ptx};
     cfg.graphs = !o.no_graphs;
     cfg.overlap = !o.no_overlap;
     cfg.one_launch = !o.three_launches;
@@ -304,21 +296,13 @@ int run_train(const TrainOptions& o) {
     cfg.validate(data.train);
 
     Context ctx(o.device);
-    fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n", layers_text(cfg.layers), to_string(cfg.kernels),
-               ctx.info().name, ctx.info().arch());
-    if (!unfit.empty())
-        fmt::print("  note: {} layers run on the notebook's one-thread-per-sample kernels (milliseconds a step), "
-                   "not the model trainer's dense kernels: {}\n", cfg.layers.size() - 1, unfit);
-    fmt::print("  data {} ({} train / {} test), seed {}, target {:.2f} %{}, evaluation {}\n", dir, data.train.count,
-               data.test.count, cfg.seed, 100.0 * cfg.target, cfg.stop_at_target ? " (stop there)" : "",
-               cfg.eval_every ? fmt::format("every {} steps", cfg.eval_every)
-                              : fmt::format("{} times an epoch", cfg.evals_per_epoch));
+    print_header(cfg, ctx, data, dir, note);
     const unsigned steps_per_epoch = static_cast<unsigned>(data.train.count / cfg.batch);
-    fmt::print("  {}\n", recipe_text(cfg, steps_per_epoch));
     std::cout.flush();
     if (!o.save_init.empty()) {
-        save_safetensors(o.save_init, init_params(cfg.layers, cfg.init, cfg.seed),
-                         {{"init", to_string(cfg.init)}, {"seed", std::to_string(cfg.seed)}});
+        const std::map<std::string, std::string> meta = {{"init", to_string(cfg.init)}, {"seed", std::to_string(cfg.seed)}};
+        if (cfg.model) save_model_safetensors(o.save_init, *cfg.model, init_model_params(*cfg.model, cfg.init, cfg.seed), meta);
+        else save_safetensors(o.save_init, init_params(cfg.layers, cfg.init, cfg.seed), meta);
         fmt::print("  saved the initial parameters to {}\n", o.save_init);
     }
 
@@ -338,8 +322,9 @@ int run_train(const TrainOptions& o) {
                                                      {"test_accuracy", fmt::format("{:.6f}", r.accuracy)}};
     if (!o.save.empty()) {
         save_training_checkpoint(o.save, cfg, r, meta);
-        fmt::print("  saved {} (safetensors: fc1.weight, fc1.bias, ... and the optimizer's state for --resume)\n",
-                   o.save);
+        fmt::print("  saved {} (safetensors, nn.Sequential's names: {}.weight, ..., and the optimizer's state for "
+                   "--resume)\n",
+                   o.save, cfg.model ? cfg.model->layers.front().name : "fc1");
     }
     if (r.interrupted) {
         const std::string path = o.save.empty() ? "interrupted.safetensors" : o.save;

@@ -187,14 +187,4 @@ Model parse_model(const std::string& spec_in, Shape3 input) {
     return m;
 }
 
-std::vector<unsigned> trainable_layers(const std::string& spec) {
-    const Model m = parse_model(spec);
-    if (!m.fc_only())
-        PTXLAB_THROW(InputError,
-                     "--model '{}': conv and pool layers are not trained yet (#15: the conv and pool kernels are in "
-                     "`ptxlab verify`; the trainer comes next); a list of fc layers trains as --layers",
-                     spec);
-    return m.fc_sizes();
-}
-
 }  // namespace ptxlab

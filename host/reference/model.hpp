@@ -68,8 +68,4 @@ inline constexpr unsigned kMaxWidth = 1u << 20;  // the largest channel count or
 // is wrong with it. `input` is the image's shape (MNIST's; tests take smaller ones).
 Model parse_model(const std::string& spec, Shape3 input = kMnistInput);
 
-// What `ptxlab train --model SPEC` trains today: the --layers sizes of an fc-only model; a
-// model with conv or pool layers is refused (not trained yet, issue #15).
-std::vector<unsigned> trainable_layers(const std::string& spec);
-
 }  // namespace ptxlab

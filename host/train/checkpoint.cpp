@@ -14,8 +14,15 @@ namespace ptxlab {
 namespace {
 
 // The flags a resumed run must share with the run that wrote the checkpoint.
+// A --model's network as its checkpoint names it: the --layers sizes of fc-only models (whose
+// checkpoints are the MLP's), else the layer list.
+std::string network_text(const TrainConfig& cfg) {
+    if (!cfg.model) return layers_text(cfg.layers);
+    return uses_mlp_format(*cfg.model) ? layers_text(cfg.model->fc_sizes()) : cfg.model->text();
+}
+
 std::map<std::string, std::string> resume_fingerprint(const TrainConfig& cfg) {
-    return {{"layers", layers_text(cfg.layers)},
+    return {{"layers", network_text(cfg)},
             {"batch", std::to_string(cfg.batch)},
             {"lr", fmt::format("{}", cfg.lr)},
             {"epochs", std::to_string(cfg.epochs)},
@@ -45,7 +52,8 @@ void save_training_checkpoint(const std::string& path, const TrainConfig& cfg, c
     ExtraTensors extra;
     if (!e.state1.empty()) extra["optimizer.state1"] = e.state1;
     if (!e.state2.empty()) extra["optimizer.state2"] = e.state2;
-    save_safetensors(path, r.model, meta, extra);
+    if (cfg.model) save_model_safetensors(path, *cfg.model, r.params, meta, extra);
+    else save_safetensors(path, r.model, meta, extra);
 }
 
 namespace {
@@ -167,19 +175,29 @@ std::optional<ResumeState> check_checkpoint_metadata(const std::string& path,
     return r;
 }
 
-void check_checkpoint_metadata(const std::string& path, const ModelCheckpoint& ck) {
-    check_checkpoint_metadata(path, ck.metadata, ck.extra,
+std::optional<ResumeState> check_checkpoint_metadata(const std::string& path, const ModelCheckpoint& ck) {
+    return check_checkpoint_metadata(path, ck.metadata, ck.extra,
                               uses_mlp_format(ck.model) ? layers_text(ck.model.fc_sizes()) : ck.model.text(),
                               ck.params.size());
 }
 
 ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& cfg) {
-    Checkpoint ck = load_checkpoint(path);
-    size_t params = 0;
-    for (size_t l = 0; l < ck.net.layers(); ++l) params += ck.net.W[l].size() + ck.net.b[l].size();
+    // A --model run's checkpoint holds its flat parameters (model.hpp's layout), an MLP run's its W and b.
+    Checkpoint ck;
+    ModelCheckpoint mck;
+    std::optional<ResumeState> position;
     // First the file against itself, then against this run.
-    std::optional<ResumeState> position =
-        check_checkpoint_metadata(path, ck.metadata, ck.extra, layers_text(ck.net.sizes), params);
+    if (cfg.model) {
+        mck = load_model_checkpoint(path);
+        position = check_checkpoint_metadata(path, mck);
+        ck.metadata = std::move(mck.metadata);
+        ck.extra = std::move(mck.extra);
+    } else {
+        ck = load_checkpoint(path);
+        size_t params = 0;
+        for (size_t l = 0; l < ck.net.layers(); ++l) params += ck.net.W[l].size() + ck.net.b[l].size();
+        position = check_checkpoint_metadata(path, ck.metadata, ck.extra, layers_text(ck.net.sizes), params);
+    }
     auto get = [&](const std::string& key) -> const std::string& {
         auto it = ck.metadata.find(key);
         if (it == ck.metadata.end())
@@ -201,6 +219,7 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
                      path);
     ResumeState r = std::move(*position);
     r.model = std::move(ck.net);
+    r.params = std::move(mck.params);
     if (auto it = ck.extra.find("optimizer.state1"); it != ck.extra.end()) r.state1 = std::move(it->second);
     if (auto it = ck.extra.find("optimizer.state2"); it != ck.extra.end()) r.state2 = std::move(it->second);
     return r;

@@ -1,4 +1,7 @@
-// Training and evaluation of the MLP on the GPU with one kernel set.
+// Training on the GPU: one loop (train.cpp) for every network, over a step program that holds
+// the network on the GPU and launches its steps (step_program.hpp): the MLP's kernel sets for
+// `--layers` of 2 or 3 layers (mlp_program.cpp) or the model trainer's layer-by-layer step for a
+// `--model` (train_cnn.hpp). For the MLP:
 //
 // A step is forward, output deltas (the loss), the mean gradient, and one optimizer
 // launch over every parameter (the parameters, their gradient and the optimizer's state
@@ -17,6 +20,7 @@
 #include "cuda.hpp"
 #include "idx.hpp"
 #include "kernels.hpp"
+#include "model.hpp"
 #include "recipe.hpp"
 #include "reference.hpp"
 #include "safetensors.hpp"
@@ -35,7 +39,8 @@ namespace ptxlab {
 std::vector<unsigned> parse_sizes(const std::string& text, const std::string& flag, unsigned long long max,
                                   unsigned long long min = 1);
 
-// "784,128,10" -> {784, 128, 10}; 2 or 3 layers (3 or 4 numbers), each >= 1.
+// "784,128,10" -> {784, 128, 10}; 2 to kMaxLayers layers, each >= 1.
+inline constexpr size_t kMaxLayers = 16;
 std::vector<unsigned> parse_layers(const std::string& text);
 std::string layers_text(const std::vector<unsigned>& sizes);
 
@@ -43,7 +48,8 @@ std::string layers_text(const std::vector<unsigned>& sizes);
 // Where a run stands, to continue it bit for bit (train --resume); every checkpoint that train
 // --save writes holds it.
 struct ResumeState {
-    NetParams model;
+    NetParams model;                    // an MLP run's parameters (TrainConfig::model not set)
+    std::vector<float> params;          // a --model run's, flat (model.hpp's layout)
     std::vector<float> state1, state2;  // the optimizer's buffers, in the parameters' flat layout
     uint64_t step = 0;                  // steps done
     unsigned epoch = 1, k = 0;          // the epoch in progress (1-based) and its next step
@@ -55,6 +61,10 @@ struct ResumeState {
 
 struct TrainConfig {
     std::vector<unsigned> layers = {784, 128, 10};
+    // Set: the model trainer's layer-by-layer step runs this network (train_cnn.hpp; `layers`
+    // then holds its fc sizes when it has fc layers only, else is not used); not set: the MLP's
+    // kernel sets run `layers`.
+    std::optional<Model> model;
     unsigned batch = 64;
     float lr = 0.1f;            // the peak learning rate of the schedule
     unsigned epochs = 5;        // the schedule's length
@@ -76,7 +86,8 @@ struct TrainConfig {
                                 // is always launched plainly, see step.ptx)
     bool one_launch = true;     // fused set: the whole step in one launch (fused_step, step.ptx) for
                                 // batches <= 64 and I <= 800, O <= 32
-    unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design
+    unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design,
+                                // 32 for a --model
     unsigned steps_per_launch = 0;  // fused_step: steps run by one launch (0: every step of a chunk;
                                     // 1: a launch a step); the results are the same bit for bit
     KernelDirs dirs = KernelDirs::from_environment();
@@ -86,6 +97,7 @@ struct TrainConfig {
     std::string log_steps_csv;  // one row per step (its batch loss and lr)
     const ResumeState* resume = nullptr;  // continue this run (train --resume)
     void validate_flags() const;              // checks that need no data; throws InputError with the reason
+    void validate_model_flags() const;        // those of *model and its kernels (train_cnn.cpp)
     void validate(const Split& train) const;  // validate_flags() plus the checks against the data
                                               // (and *resume's network, optimizer state and position)
     void validate_resume(const Split& train) const;  // those of *resume
@@ -122,7 +134,8 @@ struct TrainResult {
     // (kernels and shuffles, no evaluation).
     unsigned target_step = 0;
     double train_ms_to_target = 0;
-    NetParams model;
+    NetParams model;            // the final parameters of an MLP run
+    std::vector<float> params;  // of a --model run, flat
     std::string stop_reason;
     std::string fault;  // set when a kernel wrote a non-finite value: which kernel, where
     // GPU time of each chunk of steps (device events around the chunk's launches) and its
@@ -175,7 +188,7 @@ std::optional<ResumeState> check_checkpoint_metadata(const std::string& path,
                                                      const ExtraTensors& extra, const std::string& network,
                                                      size_t param_count);
 // The same for a checkpoint as load_model_checkpoint reads it (eval --load).
-void check_checkpoint_metadata(const std::string& path, const ModelCheckpoint& ck);
+std::optional<ResumeState> check_checkpoint_metadata(const std::string& path, const ModelCheckpoint& ck);
 
 // Trains; writes evaluation lines and the progress bar to `out`/stderr.
 TrainResult train(const Context& ctx, const Dataset& data, const TrainConfig& cfg, std::ostream& out);

@@ -1,6 +1,8 @@
 // Training of a --model with conv layers on the GPU (see train_cnn.hpp).
 #include "train_cnn.hpp"
 
+#include "step_program.hpp"
+
 #include "tc.hpp"
 
 #include "conv.hpp"
@@ -15,7 +17,7 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -58,25 +60,20 @@ double rows_loss(Loss loss, const float* Y, const uint8_t* labels, size_t B, siz
 
 }  // namespace
 
-void CnnTrainConfig::validate_flags() const {
-    // The recipe's checks; the MLP kernel sets' own limits (the tc set's 2-layer ReLU networks)
-    // are not the CNN's, which checks its kernels' below.
-    TrainConfig recipe = base;
-    recipe.kernels.design = Design::Seed;
-    recipe.validate_flags();
-    if (base.activation != Activation::Relu)
+void TrainConfig::validate_model_flags() const {
+    const Model& m = *model;
+    if (activation != Activation::Relu)
         PTXLAB_THROW(InputError, "--model {} trains with --activation relu only (the conv kernels' epilogue has "
                                  "ReLU alone); got {}",
-                     model.text(), to_string(base.activation));
-    if (model.layers.front().in != kMnistInput)
-        PTXLAB_THROW(InputError, "--model {}: takes {}x{}x{} images; MNIST's are 1x28x28", model.text(),
-                     model.layers.front().in.c, model.layers.front().in.h, model.layers.front().in.w);
-    if (chunk == 0) PTXLAB_THROW(InputError, "the CNN trainer's chunk must be at least 1");
-    for (const LayerSpec& l : model.layers) {
+                     m.text(), to_string(activation));
+    if (m.layers.front().in != kMnistInput)
+        PTXLAB_THROW(InputError, "--model {}: takes {}x{}x{} images; MNIST's are 1x28x28", m.text(),
+                     m.layers.front().in.c, m.layers.front().in.h, m.layers.front().in.w);
+    for (const LayerSpec& l : m.layers) {
         if (l.kind == LayerKind::Pool) continue;
-        for (unsigned B : {base.batch, kEvalBatch})
+        for (unsigned B : {batch, kEvalBatch})
             if (std::string why = conv_unfit(kernel_dims(l, B)); !why.empty())
-                PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", model.text(), l.name, l.text(), why);
+                PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", m.text(), l.name, l.text(), why);
     }
 }
 
@@ -453,214 +450,211 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
                      static_cast<unsigned>(p.count), s);
 }
 
-EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
-                        ConvKernels conv) {
+CnnEvaluator::CnnEvaluator(const Model& m, const Split& test)
+    : test_(test), a_(m, kEvalBatch), X_(test.images.size() * 4, "test images"),
+      T_(test.count * kClasses * 4, "test targets"), Y_(test.count * kClasses * 4, "test logits") {
     if (test.count % kEvalBatch)
-        PTXLAB_THROW(InputError, "the CNN evaluation takes batches of {}: the test split's {} images are not a "
+        PTXLAB_THROW(InputError, "the model evaluation takes batches of {}: the test split's {} images are not a "
                                  "multiple",
                      kEvalBatch, test.count);
-    Stream stream;
-    CnnActs a(m, kEvalBatch);
-    DeviceBuffer X(test.images.size() * 4, "test images"), T(test.count * kClasses * 4, "test targets"),
-        Y(test.count * kClasses * 4, "test logits");
-    X.upload(test.images);
-    T.upload(one_hot_rows(test.labels));
-    for (size_t first = 0; first < test.count; first += kEvalBatch)
-        enqueue_cnn_forward(ks, m, p, a, at(X, first * test.dim()), at(T, first * kClasses), at(Y, first * kClasses),
-                            loss_code(loss), stream.get(), conv);
-    stream.synchronize();
-    const std::vector<float> y = Y.download_vector<float>();
+    X_.upload(test.images);
+    T_.upload(one_hot_rows(test.labels));
+}
+
+EvalResult CnnEvaluator::run(const KernelSet& ks, const Model& m, const CnnParams& p, Loss loss, ConvKernels conv,
+                             CUstream s) {
+    for (size_t first = 0; first < test_.count; first += kEvalBatch)
+        enqueue_cnn_forward(ks, m, p, a_, at(X_, first * test_.dim()), at(T_, first * kClasses),
+                            at(Y_, first * kClasses), loss_code(loss), s, conv);
+    CU(cuStreamSynchronize, s);
+    const std::vector<float> y = Y_.download_vector<float>();
     EvalResult r;
-    r.count = test.count;
+    r.count = test_.count;
     r.confusion.assign(kClasses * kClasses, 0);
     size_t correct = 0;
-    r.loss = rows_loss(loss, y.data(), test.labels.data(), test.count, &correct);
-    r.accuracy = double(correct) / double(test.count);
-    for (size_t s = 0; s < test.count; ++s) {
-        const float* row = y.data() + s * kClasses;
+    r.loss = rows_loss(loss, y.data(), test_.labels.data(), test_.count, &correct);
+    r.accuracy = double(correct) / double(test_.count);
+    for (size_t i = 0; i < test_.count; ++i) {
+        const float* row = y.data() + i * kClasses;
         const size_t best = size_t(std::max_element(row, row + kClasses) - row);
-        ++r.confusion[test.labels[s] * kClasses + best];
+        ++r.confusion[test_.labels[i] * kClasses + best];
     }
     return r;
 }
 
+EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
+                        ConvKernels conv) {
+    CnnEvaluator ev(m, test);
+    Stream stream;
+    return ev.run(ks, m, p, loss, conv, stream.get());
+}
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// The device side of a run: the training set, its per-epoch shuffle, the step table, the logits
-// log and the graphs of each chunk of steps.
-class CnnRun {
+// A --model's step for the one training loop (step_program.hpp): the parameters, optimizer state
+// and per-batch buffers on the GPU, the step as cnn_forward + cnn_backward + the optimizer.
+// enqueue_steps launches it as enqueue_cnn_step does (the weight gradients on side streams with
+// cfg.overlap); step_kernels gives the same launches one by one on one stream, each with the
+// buffers it writes, for the NaN hunt.
+class ModelProgram : public StepProgram {
 public:
-    CnnRun(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg)
-        : cfg_(cfg), c_(cfg.base), data_(data),
-          ks_(c_.kernels.source, ctx.info(), c_.dirs, cnn_training_entries(c_.optim, conv_kernels_of(c_.kernels))),
-          N_(data.train.count), I_(data.train.dim()), B_(c_.batch), K_(unsigned(N_ / B_)),
-          p_(cfg.model, init_model_params(cfg.model, c_.init, c_.seed), c_.optim), a_(cfg.model, B_),
-          X_(N_ * I_ * 4, "training images"), T_(N_ * kClasses * 4, "training targets"),
-          Xs_(N_ * I_ * 4, "shuffled images"), Ts_(N_ * kClasses * 4, "shuffled targets"), perm_(N_ * 4, "order"),
-          hyp_(K_ * sizeof(StepHyper), "step table"), Ylog_(size_t(K_) * B_ * kClasses * 4, "logits log"),
-          shuffle_rng_(c_.seed ^ 0x5eed5eed5eed5eedull), order_(N_), labels_(N_),
-          schedule_(c_.schedule_for(K_)), total_(uint64_t(c_.epochs) * K_) {
-        X_.upload(data.train.images);
-        T_.upload(one_hot_rows(data.train.labels));
-    }
-    unsigned steps_per_epoch() const { return K_; }
-    const KernelSet& kernels() const { return ks_; }
-    const CnnParams& params() const { return p_; }
-
-    // A new order and the epoch's step table (the MLP trainer's: same seed, same batches).
-    void start_epoch(unsigned epoch) {
-        for (uint32_t i = 0; i < N_; ++i) order_[i] = i;
-        shuffle_rng_.shuffle(order_);
-        for (size_t i = 0; i < N_; ++i) labels_[i] = data_.train.labels[order_[i]];
-        std::vector<StepHyper> hyp(K_);
-        lr_.resize(K_);
-        for (unsigned k = 0; k < K_; ++k) {
-            const uint64_t s = uint64_t(epoch - 1) * K_ + k;
-            lr_[k] = schedule_lr(schedule_, c_.lr, s, total_);
-            hyp[k] = step_hyper(c_.optim, lr_[k], s + 1);
+    ModelProgram(const TrainConfig& cfg, const Split& test)
+        : cfg_(cfg), m_(*cfg.model), conv_(conv_kernels_of(cfg.kernels)),
+          p_(m_, init_model_params(m_, cfg.init, cfg.seed), cfg.optim), a_(m_, cfg.batch), eval_(m_, test) {
+        // Every buffer a launch writes, by its address: the layers' outputs, argmaxes and deltas,
+        // the output deltas, and each tensor's parameters and gradient (views of the flat buffers).
+        for (size_t l = 0; l < m_.layers.size(); ++l) {
+            const LayerSpec& ly = m_.layers[l];
+            name(a_.out[l], ly.out.size());
+            if (ly.kind == LayerKind::Pool) name(a_.idx[l], ly.out.size());
+            if (l < a_.delta.size()) name(a_.delta[l], ly.out.size());
+            if (ly.kind == LayerKind::Pool) continue;
+            for (bool bias : {false, true}) {
+                const size_t off = (bias ? ly.bias_offset : ly.weight_offset) * 4;
+                const size_t bytes = (bias ? ly.bias_count() : ly.weight_count()) * 4;
+                const std::string t = fmt::format("{}.{}", ly.name, bias ? "bias" : "weight");
+                views_.push_back(std::make_unique<DeviceBuffer>(DeviceBuffer::view(p_.params, off, bytes, t)));
+                params_.push_back({t, views_.back().get(), 0});
+                views_.push_back(
+                    std::make_unique<DeviceBuffer>(DeviceBuffer::view(p_.grads, off, bytes, "grad " + t)));
+                name(*views_.back(), 0);
+            }
         }
-        perm_.upload(order_);
-        hyp_.upload(hyp);
-        const Kernel& gather = ks_.get("gather");
-        gather.launch(grid_for(N_ * I_), 256, stream_.get(), Xs_.ptr(), X_.ptr(), perm_.ptr(), unsigned(N_), unsigned(I_));
-        gather.launch(grid_for(N_ * kClasses), 256, stream_.get(), Ts_.ptr(), T_.ptr(), perm_.ptr(), unsigned(N_),
-                      kClasses);
+        name(a_.D2, kClasses);
     }
 
-    // Steps [k0, k1) of the epoch: a captured graph for a whole chunk, plain launches otherwise.
-    void run_steps(unsigned k0, unsigned k1) {
-        auto enqueue = [&](unsigned first, unsigned last) {
-            for (unsigned k = first; k < last; ++k)
-                enqueue_cnn_step(ks_, cfg_.model, p_, a_, at(Xs_, size_t(k) * B_ * I_), at(Ts_, size_t(k) * B_ * kClasses),
-                                 at(Ylog_, size_t(k) * B_ * kClasses), c_, hyp_.ptr() + k * sizeof(StepHyper),
-                                 stream_.get());
-        };
-        const unsigned chunk = cfg_.chunk;
-        if (!c_.graphs || k0 % chunk || (k1 - k0 != chunk)) {
-            enqueue(k0, k1);
-        } else {
-            const unsigned c = k0 / chunk;
-            if (graphs_.size() <= c) graphs_.resize(c + 1);
-            if (!graphs_[c]) graphs_[c] = std::make_unique<Graph>(stream_.get(), [&] { enqueue(k0, k1); });
-            graphs_[c]->launch(stream_.get());
+    std::vector<StepKernel> step_kernels(const KernelSet& ks, const StepIO& io) override;
+    void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s) override {
+        for (unsigned j = 0; j < steps; ++j) {
+            const StepIO io = first.next(j);
+            enqueue_cnn_step(ks, m_, p_, a_, io.X, io.T, io.Y, cfg_, io.hyp, s);
         }
-        stream_.synchronize();
     }
+    std::vector<const DeviceBuffer*> state() const override {
+        std::vector<const DeviceBuffer*> v = {&p_.params};
+        for (const DeviceBuffer* st : {&p_.state1, &p_.state2})
+            if (st->bytes()) v.push_back(st);
+        return v;
+    }
+    EvalResult evaluate(const KernelSet& ks, CUstream s, Loss loss, bool) override {
+        return eval_.run(ks, m_, p_, loss, conv_, s);
+    }
+    void load(const ResumeState& r) override {
+        p_.params.upload(r.params);
+        if (!r.state1.empty()) p_.state1.upload(r.state1);
+        if (!r.state2.empty()) p_.state2.upload(r.state2);
+    }
+    void store(ResumeState& e) const override {
+        e.params = p_.params.download_vector<float>();
+        if (p_.state1.bytes()) e.state1 = p_.state1.download_vector<float>();
+        if (p_.state2.bytes()) e.state2 = p_.state2.download_vector<float>();
+    }
+    unsigned default_chunk() const override { return 32; }
+    bool float_lr() const override { return false; }
 
-    // The batch losses of steps [k0, k1) from the logits log.
-    std::vector<double> losses(unsigned k0, unsigned k1) const {
-        std::vector<float> y(size_t(k1 - k0) * B_ * kClasses);
-        Ylog_.download(y.data(), y.size() * 4, size_t(k0) * B_ * kClasses * 4);
-        std::vector<double> out;
-        for (unsigned k = k0; k < k1; ++k)
-            out.push_back(rows_loss(c_.loss, y.data() + size_t(k - k0) * B_ * kClasses, labels_.data() + size_t(k) * B_,
-                                    B_, nullptr));
-        return out;
+    // What the NaN hunt reads after a launch that wrote at address p: the buffer that starts there.
+    StepKernel::Write write(CUdeviceptr p) const {
+        auto it = written_.find(p);
+        return it == written_.end() ? StepKernel::Write{"", nullptr, 0} : it->second;
     }
-    double lr(unsigned k) const { return lr_[k]; }
+    const TrainConfig& cfg() const { return cfg_; }
+    const std::vector<StepKernel::Write>& params() const { return params_; }
 
 private:
-    const CnnTrainConfig& cfg_;
-    const TrainConfig& c_;
-    const Dataset& data_;
-    Stream stream_;
-    KernelSet ks_;
-    size_t N_, I_;
-    unsigned B_, K_;
+    void name(const DeviceBuffer& b, size_t row_len) { written_[b.ptr()] = {b.name(), &b, row_len}; }
+    const TrainConfig& cfg_;
+    const Model& m_;
+    ConvKernels conv_;
     CnnParams p_;
     CnnActs a_;
-    DeviceBuffer X_, T_, Xs_, Ts_, perm_, hyp_, Ylog_;
-    Rng shuffle_rng_;
-    std::vector<uint32_t> order_;
-    std::vector<uint8_t> labels_;
-    std::vector<double> lr_;
-    ScheduleConfig schedule_;
-    uint64_t total_;
-    std::vector<std::unique_ptr<Graph>> graphs_;
+    CnnEvaluator eval_;
+    std::vector<std::unique_ptr<DeviceBuffer>> views_;
+    std::vector<StepKernel::Write> params_;
+    std::map<CUdeviceptr, StepKernel::Write> written_;
 };
 
-// The epoch-local steps after which an evaluation runs: floor(j K / n), j = 1..n.
-std::vector<unsigned> eval_points(unsigned K, unsigned n) {
-    std::vector<unsigned> v;
-    for (unsigned j = 1; j <= n; ++j)
-        if (unsigned e = unsigned(uint64_t(j) * K / n); e > 0 && (v.empty() || v.back() != e)) v.push_back(e);
+// The step's operations as StepKernels: each launches the operation alone on the stream it is
+// given (KernelOps without side streams: the same bits), and names what it writes.
+class StepKernelOps : public CnnOps {
+public:
+    StepKernelOps(const KernelSet& ks, ConvKernels conv, const ModelProgram& prog, const StepIO& io,
+                  std::vector<StepKernel>& out)
+        : ks_(ks), conv_(conv), tc_(conv == ConvKernels::Tc), prog_(prog), io_(io), out_(out) {}
+    void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
+                  CUdeviceptr idx) override {
+        add(conv_fwd_kernel(d, tc_), {Y, idx}, [=](KernelOps& k) { k.conv_fwd(d, X, Wt, b, Y, act, idx); });
+    }
+    bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
+    void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                       unsigned act) override {
+        add(conv_bwd_data_kernel(d, tc_), {dX}, [=](KernelOps& k) { k.conv_bwd_data(d, dX, dY, Y, Wt, act); });
+    }
+    void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
+                          CUdeviceptr Y, unsigned act, float scale) override {
+        add(conv_bwd_weights_kernel(d, tc_), {dW, db},
+            [=](KernelOps& k) { k.conv_bwd_weights(d, dW, db, X, dY, Y, act, scale); });
+    }
+    void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) override {
+        add("pool_fwd", {Y, idx}, [=](KernelOps& k) { k.pool_fwd(P, H, W, Y, idx, X); });
+    }
+    void pool_bwd(unsigned P, unsigned H, unsigned W, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr idx,
+                  CUdeviceptr Yp) override {
+        add("pool_bwd", {dX}, [=](KernelOps& k) { k.pool_bwd(P, H, W, dX, dY, idx, Yp); });
+    }
+    void fused_output(const FusedArgs& a) override {
+        add("fused_output", {a.D2, a.D1}, [=](KernelOps& k) { k.fused_output(a); });
+        out_.back().y_offset = io_.y_offset + 1;  // Y first, then D2 and D1
+    }
+    void fused_forward(const FusedArgs& a) override {
+        add("fused_forward", {a.A1}, [=](KernelOps& k) { k.fused_forward(a); });
+    }
+    void fused_grad(const FusedArgs& a) override {
+        add("fused_grad", {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
+    }
+    void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
+                     unsigned act) override {
+        add("fc_bwd_data", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+    }
+
+private:
+    void add(std::string name, std::initializer_list<CUdeviceptr> writes, std::function<void(KernelOps&)> op) {
+        StepKernel sk;
+        sk.name = std::move(name);
+        for (CUdeviceptr p : writes)
+            if (StepKernel::Write w = prog_.write(p); w.buf) sk.writes.push_back(w);
+        sk.launch = [&ks = ks_, conv = conv_, op = std::move(op)](CUstream s) {
+            KernelOps k(ks, s, conv);
+            op(k);
+        };
+        out_.push_back(std::move(sk));
+    }
+    const KernelSet& ks_;
+    ConvKernels conv_;
+    bool tc_;
+    const ModelProgram& prog_;
+    StepIO io_;
+    std::vector<StepKernel>& out_;
+};
+
+std::vector<StepKernel> ModelProgram::step_kernels(const KernelSet& ks, const StepIO& io) {
+    std::vector<StepKernel> v;
+    StepKernelOps ops(ks, conv_, *this, io, v);
+    const CnnBuffers b = buffers_of(p_, a_);
+    cnn_forward(ops, m_, b, io.X, io.T, io.Y, loss_code(cfg_.loss));
+    cnn_backward(ops, m_, b, io.X, grad_scale(cfg_.loss, io.B, kClasses));
+    const OptimConfig o = cfg_.optim;
+    const CUdeviceptr P = p_.params.ptr(), G = p_.grads.ptr(), M = p_.m_ptr(o), V = p_.v_ptr(o), hyp = io.hyp;
+    const unsigned n = static_cast<unsigned>(p_.count);
+    v.push_back({optimizer_entry(o.kind),
+                 [&ks, o, P, G, M, V, hyp, n](CUstream s) { launch_optimizer(ks, o, P, G, M, V, hyp, n, s); },
+                 params_, 0});
     return v;
 }
 
 }  // namespace
 
-CnnTrainResult train_cnn(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg, std::ostream& out) {
-    cfg.validate_flags();
-    cfg.base.validate(data.train);  // batch against the set; the MLP's --layers checks pass (not used)
-    CnnRun run(ctx, data, cfg);
-    const TrainConfig& c = cfg.base;
-    const unsigned K = run.steps_per_epoch();
-    CnnTrainResult r;
-    std::ofstream csv;
-    if (!c.log_csv.empty()) {
-        csv.open(c.log_csv);
-        if (!csv) PTXLAB_THROW(InputError, "--log: cannot write '{}'", c.log_csv);
-        csv << "step,epoch,train_loss,test_loss,test_accuracy,train_s,elapsed_s,lr\n";
-    }
-    double eval_ms = 0;
-    for (unsigned epoch = 1; epoch <= c.epochs && r.stop_reason.empty(); ++epoch) {
-        const auto t0 = Clock::now();
-        run.start_epoch(epoch);
-        unsigned k = 0;
-        for (unsigned point : eval_points(K, c.evals_per_epoch)) {
-            if (c.max_steps) point = std::min<unsigned>(point, k + (c.max_steps - r.steps));
-            const auto t1 = Clock::now();
-            for (unsigned k0 = k; k0 < point; k0 = std::min(point, (k0 / cfg.chunk + 1) * cfg.chunk))
-                run.run_steps(k0, std::min(point, (k0 / cfg.chunk + 1) * cfg.chunk));
-            r.train_ms += ms_since(epoch == 1 && k == 0 ? t0 : t1);
-            const std::vector<double> losses = run.losses(k, point);
-            r.step_losses.insert(r.step_losses.end(), losses.begin(), losses.end());
-            r.steps += point - k;
-            double train_loss = 0;
-            for (double l : losses) train_loss += l;
-            train_loss /= double(std::max<size_t>(1, losses.size()));
-            if (!std::isfinite(train_loss)) {
-                r.diverged = true;
-                r.stop_reason = fmt::format("training diverged: the loss is {} by step {}", train_loss, r.steps);
-                break;
-            }
-            const auto t2 = Clock::now();
-            const EvalResult e =
-                evaluate_cnn(run.kernels(), cfg.model, run.params(), data.test, c.loss, conv_kernels_of(c.kernels));
-            eval_ms += ms_since(t2);
-            r.accuracy = e.accuracy;
-            EvalPoint pt{r.steps, epoch, train_loss, e.loss, e.accuracy, r.train_ms / 1e3, (r.train_ms + eval_ms) / 1e3,
-                         run.lr(point - 1)};
-            r.curve.push_back(pt);
-            fmt::print(out, "epoch {:2d}  step {:6d}  train loss {:.5f}  test loss {:.5f}  test accuracy {:.2f} %  "
-                            "training {}\n",
-                       epoch, r.steps, train_loss, e.loss, 100.0 * e.accuracy, format_ms(r.train_ms));
-            out.flush();
-            if (csv)
-                csv << fmt::format("{},{},{:.9g},{:.9g},{:.6f},{:.6f},{:.6f},{:.9g}\n", pt.step, epoch, train_loss,
-                                   e.loss, e.accuracy, pt.train_s, pt.elapsed_s, pt.lr);
-            if (!r.reached && e.accuracy >= c.target) {
-                r.reached = true;
-                r.target_step = r.steps;
-                r.train_ms_to_target = r.train_ms;
-                if (c.stop_at_target) r.stop_reason = "the target was reached (--stop-at-target)";
-            }
-            k = point;
-            if (c.max_steps && r.steps >= c.max_steps) r.stop_reason = fmt::format("--max-steps {} reached", c.max_steps);
-            if (g_stop_requested) {
-                r.interrupted = true;
-                r.stop_reason = "interrupted (Ctrl-C)";
-            }
-            if (!r.stop_reason.empty()) break;
-        }
-        r.epochs = epoch;
-    }
-    if (r.stop_reason.empty()) r.stop_reason = fmt::format("the schedule's {} epochs are done", c.epochs);
-    r.params = run.params().params.download_vector<float>();
-    return r;
+std::unique_ptr<StepProgram> make_model_program(const TrainConfig& cfg, const Split& test) {
+    return std::make_unique<ModelProgram>(cfg, test);
 }
 
 }  // namespace ptxlab

@@ -1,5 +1,7 @@
-// Training of a --model with conv layers on the GPU (issue #15); tests/gpu/test_cnn_train.cpp
-// holds the device checks (BENCHMARKS.md: `train --model cnn` reaches 99.31 % on an H100).
+// The model trainer's step: any --model (conv, pool and fc layers) on the GPU, layer by layer,
+// run by the one training loop (train.hpp, step_program.hpp: make_model_program);
+// tests/gpu/test_cnn_train.cpp holds the device checks (BENCHMARKS.md: `train --model cnn`
+// reaches 99.31 % on an H100).
 //
 // One step on a batch X [B][C*H*W] (NCHW) with one-hot targets T [B][10]:
 //   forward   every layer but the last: conv -> conv_fwd (bias and ReLU in the epilogue, act 1;
@@ -43,16 +45,6 @@
 #include <vector>
 
 namespace ptxlab {
-
-// What `train --model` with conv layers runs: the MLP trainer's flags (batch, lr, epochs, seed,
-// init, loss, optimizer, schedule, kernel source, evaluation, logs; `layers` and the kernel
-// design are not used) and the model.
-struct CnnTrainConfig {
-    TrainConfig base;
-    Model model;
-    unsigned chunk = 32;  // steps a CUDA graph holds
-    void validate_flags() const;  // what the CNN trainer cannot run (activation, kernel shapes): InputError
-};
 
 // The defaults of `train --model cnn` where the flag is not given (ptx-notes.md's anchors:
 // CE, Nesterov 0.9, one-cycle from 0 with 20 % warm-up, batch 64, peak lr 0.05; 99.12 % after
@@ -175,21 +167,21 @@ void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& 
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s);
 
-struct CnnTrainResult {
-    bool reached = false, diverged = false, interrupted = false;
-    unsigned steps = 0, epochs = 0;
-    double accuracy = 0, train_ms = 0, train_ms_to_target = 0;
-    unsigned target_step = 0;
-    std::vector<double> step_losses;
-    std::vector<EvalPoint> curve;
-    std::vector<float> params;  // the final parameters, flat
-    std::string stop_reason;
+// A --model's evaluation on a split (batches of 500): the split's images and targets uploaded
+// once, the per-batch buffers kept, for the evaluations of a run.
+class CnnEvaluator {
+public:
+    CnnEvaluator(const Model& m, const Split& test);  // InputError when the split is not a multiple of 500
+    EvalResult run(const KernelSet& ks, const Model& m, const CnnParams& p, Loss loss, ConvKernels conv, CUstream s);
+
+private:
+    const Split& test_;
+    CnnActs a_;
+    DeviceBuffer X_, T_, Y_;
 };
 
 // Test accuracy and mean loss of the flat parameters on a split (batches of 500 on the GPU).
 EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
                         ConvKernels conv = ConvKernels::Fp32);
-
-CnnTrainResult train_cnn(const Context& ctx, const Dataset& data, const CnnTrainConfig& cfg, std::ostream& out);
 
 }  // namespace ptxlab

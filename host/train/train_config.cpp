@@ -37,8 +37,10 @@ std::vector<unsigned> parse_sizes(const std::string& text, const std::string& fl
 
 std::vector<unsigned> parse_layers(const std::string& text) {
     std::vector<unsigned> v = parse_sizes(text, "--layers", 1u << 20);
-    if (v.size() != 3 && v.size() != 4)
-        PTXLAB_THROW(InputError, "--layers: '{}' has {} sizes; give 3 (I,H,O) or 4 (I,H1,H2,O)", text, v.size());
+    if (v.size() < 3 || v.size() > kMaxLayers + 1)
+        PTXLAB_THROW(InputError, "--layers: '{}' has {} sizes; give 3 to {}: the input, the hidden widths, the output "
+                                 "(784,128,10 or 784,256,128,10)",
+                     text, v.size(), kMaxLayers + 1);
     return v;
 }
 
@@ -60,6 +62,7 @@ void TrainConfig::validate_flags() const {
         PTXLAB_THROW(InputError, "--step-every must be a number of epochs >= 0, got {}", step_every_epochs);
     optim.validate();
     schedule_for(1).validate();
+    if (model) return validate_model_flags();
     if (layers.size() != 3 && layers.size() != 4)
         PTXLAB_THROW(InputError, "the network needs 3 or 4 layer sizes, got {}", layers.size());
     for (auto w : layers)
@@ -84,6 +87,13 @@ void TrainConfig::validate(const Split& train) const {
     validate_flags();
     if (batch > train.count)
         PTXLAB_THROW(InputError, "--batch {} is larger than the training set ({} samples)", batch, train.count);
+    if (model) {
+        if (model->layers.front().in.size() != train.dim())
+            PTXLAB_THROW(InputError, "--model {} takes {} inputs but the images have {}x{} = {} pixels", model->text(),
+                         model->layers.front().in.size(), train.rows, train.cols, train.dim());
+        if (resume) validate_resume(train);
+        return;
+    }
     if (layers.front() != train.dim())
         PTXLAB_THROW(InputError, "the network takes {} inputs but the images have {}x{} = {} pixels (--layers {})",
                      layers.front(), train.rows, train.cols, train.dim(), layers_text(layers));
@@ -95,11 +105,18 @@ void TrainConfig::validate(const Split& train) const {
 
 void TrainConfig::validate_resume(const Split& train) const {
     const ResumeState& r = *resume;
-    if (r.model.sizes != layers)
-        PTXLAB_THROW(InputError, "--resume: the checkpoint's network is {}, this run's {}", layers_text(r.model.sizes),
-                     layers_text(layers));
     size_t params = 0;
-    for (size_t l = 0; l + 1 < layers.size(); ++l) params += size_t(layers[l + 1]) * layers[l] + layers[l + 1];
+    if (model) {
+        params = model->param_count;
+        if (r.params.size() != params)
+            PTXLAB_THROW(InputError, "--resume: the checkpoint holds {} parameters; --model {} has {}", r.params.size(),
+                         model->text(), params);
+    } else {
+        if (r.model.sizes != layers)
+            PTXLAB_THROW(InputError, "--resume: the checkpoint's network is {}, this run's {}",
+                         layers_text(r.model.sizes), layers_text(layers));
+        for (size_t l = 0; l + 1 < layers.size(); ++l) params += size_t(layers[l + 1]) * layers[l] + layers[l + 1];
+    }
     const std::vector<float>* state[2] = {&r.state1, &r.state2};
     for (unsigned i = 0; i < 2; ++i) {
         const size_t need = i < optim.state_buffers() ? params : 0;

@@ -166,8 +166,8 @@ expect "flags: --model conv after fc"     2 "layer 2 'conv8' comes after an fc l
 expect "flags: --model odd pool"          2 "layer 3 'pool' gets 1x7x7"                      $nogpu "$P" train --model pool,pool,pool,fc10
 expect "flags: --model trailing comma"    2 "layer 3 is empty"                               $nogpu "$P" train --model fc64,fc10,
 expect "flags: --model cnn, not relu"     2 "trains with --activation relu only"             $nogpu "$P" train --model cnn --activation tanh
-expect "flags: --model cnn --resume"      2 "--resume is not taken by the model trainer"     $nogpu "$P" train --model cnn --resume x.safetensors
-expect "flags: --model cnn --kernels"     2 "the CNN runs on the conv and pool kernels"      $nogpu "$P" train --model cnn --kernels fused
+expect "flags: --model cnn --three-launches" 2 "is a flag of the one-launch steps of 2 fc layers" $nogpu "$P" train --model cnn --three-launches
+expect "flags: --model cnn --kernels"     2 "the model trainer runs on the conv, pool and dense kernels"      $nogpu "$P" train --model cnn --kernels fused
 expect "flags: --model with --layers"     2 "--model and --layers both set the network"      $nogpu "$P" train --model fc64,fc10 --layers 784,64,10
 expect "flags: train --optimizer"       2 "unknown optimizer 'lbfgs'"                       $nogpu "$P" train --optimizer lbfgs
 expect "flags: train --warmup 1"        2 "--warmup"                                        $nogpu "$P" train --warmup 1
@@ -224,7 +224,7 @@ expect "flags: verify FILE --quick"     2 "--quick picks a smaller set of the bu
 expect "flags: bench FILE --sets"       2 "--sets does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --sets fused
 expect "flags: bench FILE --json"       2 "--json does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
 expect "flags: verify FILE --list"      0 "leaky_relu    N=1"                                $nogpu "$P" verify "$src/ptx/lessons/01_predicates.ptx" --list
-expect "flags: --model fc10 names it"   2 "--model fc10 has 1 fc layer; the MLP trainer takes 2 or 3 fc layers" $nogpu "$P" train --model fc10
+expect "flags: --model fc10 names it"   2 "--model fc10 has 1 fc layer; a network takes 2 fc layers or more" $nogpu "$P" train --model fc10
 # Paths given as "" are refused, not read as "the default".
 expect "paths: train --save \"\""       2 "--save: is an empty path"                         $nogpu "$P" train --save ""
 expect "paths: train --data \"\""       2 "--data: is an empty path"                         $nogpu "$P" train --data ""
@@ -434,6 +434,8 @@ resume=("$P" train --layers 4,3,10 --batch 1 --data "$t/data" --resume)
 eval_=("$P" eval --data "$t/data" --load)
 expect "ckpt2: train, a good one"         3 "no NVIDIA driver found"                            $nogpu "${resume[@]}" "$t/ck_ok.safetensors"
 expect "ckpt2: eval, a good one"          3 "no NVIDIA driver found"                            $nogpu "${eval_[@]}" "$t/ck_ok.safetensors"
+expect "ckpt2: --model cnn resumes a 4,3,10" 2 "was trained with layers 4,3,10, this run asks for layers conv32,pool" $nogpu "$P" train --model cnn --batch 1 --epochs 5 --lr 0.1 --target 0.98 --data "$t/data" --resume "$t/ck_ok.safetensors"
+expect "ckpt2: 4 fc layers resume a 4,3,10" 2 "was trained with layers 4,3,10, this run asks for layers fc64,fc32,fc16,fc10" $nogpu "$P" train --layers 784,64,32,16,10 --batch 1 --data "$t/data" --resume "$t/ck_ok.safetensors"
 expect "ckpt2: eval, layers vs tensors"   2 "its metadata 'layers' is '4,8,10' but its tensors hold the network 4,3,10" $nogpu "${eval_[@]}" "$t/ck_layers.safetensors"
 expect "ckpt2: train, layers vs tensors"  2 "its metadata 'layers' is '4,8,10' but its tensors hold the network 4,3,10" $nogpu "${resume[@]}" "$t/ck_layers.safetensors"
 expect "ckpt2: eval, 784-16-10 as 128"    2 "its metadata 'layers' is '784,128,10' but its tensors hold the network 784,16,10" $nogpu "${eval_[@]}" "$t/ck_784.safetensors"

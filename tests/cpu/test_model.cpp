@@ -82,14 +82,8 @@ TEST_CASE("model: an fc-only list is the MLP of --layers") {
     CHECK(m.fc_sizes() == std::vector<unsigned>{784, 128, 10});
     CHECK(m.layers[0].weight_dims == std::vector<unsigned>{128, 784});
     CHECK(m.param_count == 101770);  // W1, b1, W2, b2 of 784-128-10
-    CHECK(trainable_layers("fc128,fc64,fc10") == std::vector<unsigned>{784, 128, 64, 10});
-    // conv and pool are not trained yet: refused with the number.
-    try {
-        trainable_layers("cnn");
-        FAIL("cnn was accepted for training");
-    } catch (const InputError& e) {
-        CHECK(std::string(e.what()).find("not trained yet (#15") != std::string::npos);
-    }
+    CHECK(parse_model("fc128,fc64,fc10").fc_sizes() == std::vector<unsigned>{784, 128, 64, 10});
+    CHECK_FALSE(parse_model("cnn").fc_only());
 }
 
 TEST_CASE("model: bad specs are refused, naming the layer") {

@@ -400,14 +400,14 @@ TEST_CASE("train: a resumed state is checked against the run and its data before
                        "of 5 steps (10 training samples in batches of 2)");
     rs.k = 4;
     CHECK(refusal().empty());
-    rs = {rs.model, rs.state1, {}, 25, 5, 5};  // the whole schedule done
+    rs = {rs.model, {}, rs.state1, {}, 25, 5, 5};  // the whole schedule done
     CHECK(refusal().empty());
     rs.k = 6;
     rs.step = 26;
     CHECK(refusal().find("--resume: the checkpoint's position (epoch 5, step 6 of 5, 26 steps done)") == 0);
-    rs = {rs.model, rs.state1, {}, 30, 6, 5};
+    rs = {rs.model, {}, rs.state1, {}, 30, 6, 5};
     CHECK(refusal().find("--resume: the checkpoint's position (epoch 6, step 5 of 5") == 0);
-    rs = {rs.model, rs.state1, {}, 8, 2, 3};
+    rs = {rs.model, {}, rs.state1, {}, 8, 2, 3};
     rs.model.sizes = {4, 5, 10};
     CHECK(refusal() == "--resume: the checkpoint's network is 4,5,10, this run's 4,3,10");
     rs.model.sizes = cfg.layers;

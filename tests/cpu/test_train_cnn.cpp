@@ -113,18 +113,18 @@ struct HostOps : CnnOps {
 }  // namespace
 
 TEST_CASE("train_cnn: the flags it takes and those it refuses, with the reason") {
-    CnnTrainConfig c;
+    TrainConfig c;
     c.model = parse_model("cnn");
     CHECK_NOTHROW(c.validate_flags());
-    c.base.activation = Activation::Tanh;
+    c.activation = Activation::Tanh;
     CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("trains with --activation relu only"), InputError);
-    c.base.activation = Activation::Relu;
-    c.base.batch = 0;
+    c.activation = Activation::Relu;
+    c.batch = 0;
     CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("--batch must be at least 1"), InputError);
-    c.base.batch = 64;
-    c.chunk = 0;
-    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("chunk must be at least 1"), InputError);
-    c.chunk = 32;
+    c.batch = 64;
+    // The MLP's layer checks are not a model's: its `layers` are not used.
+    c.layers = {};
+    CHECK_NOTHROW(c.validate_flags());
     c.model = parse_model("conv4,pool,fc10", Shape3{1, 8, 8});
     CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("takes 1x8x8 images; MNIST's are 1x28x28"), InputError);
     // Every conv and pool layer of a 28x28 model fits the kernels, 5x5 included.

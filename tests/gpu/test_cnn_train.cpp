@@ -5,16 +5,19 @@
 #include "common.hpp"
 #include "error.hpp"
 #include "model.hpp"
+#include "ptx_text.hpp"
 #include "recipe.hpp"
 #include "ref_model.hpp"
 #include "rng.hpp"
 #include "safetensors.hpp"
+#include "train.hpp"
 #include "train_cnn.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 using namespace ptxlab;
@@ -84,16 +87,17 @@ Steps ptx_steps_as_twins(const Model& m, const std::vector<float>& init, const T
 
 // A 300-step run of `model` (the CNN's default lr, one epoch) on `kernels`; overlap: the weight
 // gradients on a second stream (train's default) or all on one (--no-overlap).
-CnnTrainResult short_run(const Dataset& data, const char* model, KernelChoice kernels, bool overlap = true) {
-    CnnTrainConfig cfg;
+TrainResult short_run(const Dataset& data, const char* model, KernelChoice kernels, bool overlap = true) {
+    TrainConfig cfg;
     cfg.model = parse_model(model);
-    cfg.base.lr = kCnnDefaultLr;
-    cfg.base.epochs = 1;
-    cfg.base.max_steps = 300;
-    cfg.base.kernels = kernels;
-    cfg.base.overlap = overlap;
+    cfg.lr = kCnnDefaultLr;
+    cfg.epochs = 1;
+    cfg.max_steps = 300;
+    cfg.kernels = kernels;
+    cfg.overlap = overlap;
+    cfg.progress = false;
     std::ostringstream out;
-    CnnTrainResult r = train_cnn(gpu(), data, cfg, out);
+    TrainResult r = train(gpu(), data, cfg, out);
     MESSAGE(out.str());
     return r;
 }
@@ -160,7 +164,7 @@ TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the 
 
 TEST_CASE("cnn: train --model conv8,pool,fc10 learns MNIST in 300 steps, the PTX and the twins alike") {
     const Dataset data = load_dataset(default_data_dir());
-    const CnnTrainResult res[2] = {short_run(data, "conv8,pool,fc10", {Design::Fused, KernelSource::Ptx}),
+    const TrainResult res[2] = {short_run(data, "conv8,pool,fc10", {Design::Fused, KernelSource::Ptx}),
                                    short_run(data, "conv8,pool,fc10", {Design::Fused, KernelSource::Reference})};
     CHECK(res[0].steps == 300);
     CHECK(res[0].accuracy >= 0.90);
@@ -184,7 +188,7 @@ TEST_CASE("cnn: --kernels tc runs the conv layers on the tensor cores, learns li
     // Two conv layers, so both tc_conv_fwd and tc_conv_bwd_data (conv2 back to pool1) run.
     const Dataset data = load_dataset(default_data_dir());
     const char* model = "conv8,pool,conv16,pool,fc10";
-    const CnnTrainResult res[3] = {short_run(data, model, {Design::Tc, KernelSource::Ptx}),
+    const TrainResult res[3] = {short_run(data, model, {Design::Tc, KernelSource::Ptx}),
                                    short_run(data, model, {Design::Tc, KernelSource::Reference}),
                                    short_run(data, model, {Design::Seed, KernelSource::Ptx})};
     CHECK(res[0].steps == 300);
@@ -242,17 +246,19 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
 TEST_CASE("cnn: train --layers 784,256,128,10 learns on the dense kernels in 300 steps, the PTX as its twins") {
     const Dataset data = load_dataset(default_data_dir());
     auto run = [&](KernelSource src) {
-        CnnTrainConfig cfg;
+        TrainConfig cfg;
         cfg.model = parse_model("fc256,fc128,fc10");
-        cfg.base.epochs = 1;
-        cfg.base.max_steps = 300;
-        cfg.base.kernels = {Design::Tc, src};
+        cfg.layers = cfg.model->fc_sizes();
+        cfg.epochs = 1;
+        cfg.max_steps = 300;
+        cfg.kernels = {Design::Tc, src};
+        cfg.progress = false;
         std::ostringstream out;
-        CnnTrainResult r = train_cnn(gpu(), data, cfg, out);
+        TrainResult r = train(gpu(), data, cfg, out);
         MESSAGE(out.str());
         return r;
     };
-    const CnnTrainResult ptx = run(KernelSource::Ptx), twin = run(KernelSource::Reference);
+    const TrainResult ptx = run(KernelSource::Ptx), twin = run(KernelSource::Reference);
     CHECK(ptx.steps == 300);
     CHECK(ptx.accuracy >= 0.90);  // 92.44 % on an H200 (300 steps, still in the warm-up)
     CHECK(ptx.step_losses == twin.step_losses);
@@ -266,10 +272,90 @@ TEST_CASE("cnn: --model cnn with its weight gradients on a second stream (the de
     const Dataset data = load_dataset(default_data_dir());
     for (KernelChoice k : {KernelChoice{Design::Tc, KernelSource::Ptx}, KernelChoice{Design::Seed, KernelSource::Ptx}}) {
         CAPTURE(to_string(k));
-        const CnnTrainResult on = short_run(data, "cnn", k, true), off = short_run(data, "cnn", k, false);
+        const TrainResult on = short_run(data, "cnn", k, true), off = short_run(data, "cnn", k, false);
         CHECK(on.steps == 300);
         CHECK(on.accuracy >= 0.95);
         CHECK(on.step_losses == off.step_losses);
         CHECK(same_bits(on.params, off.params));
     }
+}
+
+TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends bit for bit where an uninterrupted one does") {
+    // The one training loop (train.cpp) runs every --model: Ctrl-C, the checkpoint (the flat
+    // parameters, the optimizer's state and the position) and --resume as for the MLP.
+    const Dataset data = load_dataset(default_data_dir());
+    struct Run {
+        const char* model;
+        OptimKind optim;
+        float lr;
+    };
+    for (const Run& run : {Run{"conv8,pool,fc10", OptimKind::Nesterov, kCnnDefaultLr},
+                           Run{"fc256,fc128,fc10", OptimKind::Adam, 1e-3f}}) {
+        CAPTURE(run.model);
+        TrainConfig cfg;
+        cfg.model = parse_model(run.model);
+        if (cfg.model->fc_only()) cfg.layers = cfg.model->fc_sizes();
+        cfg.optim.kind = run.optim;
+        cfg.lr = run.lr;
+        cfg.epochs = 1;
+        cfg.max_steps = 200;
+        cfg.kernels = {Design::Tc, KernelSource::Ptx};
+        cfg.progress = false;
+        std::ostringstream out;
+        const TrainResult whole = train(gpu(), data, cfg, out);
+        REQUIRE(whole.steps == 200);
+        g_stop_requested = true;  // Ctrl-C: training stops after the first chunk (32 steps)
+        const TrainResult part = train(gpu(), data, cfg, out);
+        g_stop_requested = false;
+        REQUIRE(part.interrupted);
+        REQUIRE(part.steps < 200);
+        TempDir t;
+        save_training_checkpoint(t.file("c.safetensors"), cfg, part);
+        ResumeState rs = load_training_checkpoint(t.file("c.safetensors"), cfg);
+        CHECK(rs.step == part.steps);
+        CHECK(rs.params.size() == cfg.model->param_count);
+        TrainConfig again = cfg;
+        again.resume = &rs;
+        const TrainResult rest = train(gpu(), data, again, out);
+        CHECK(rest.steps == 200);
+        CHECK(same_bits(rest.params, whole.params));
+        CHECK(rest.accuracy == whole.accuracy);
+        REQUIRE(rest.step_losses.size() == 200 - part.steps);
+        CHECK(std::equal(rest.step_losses.begin(), rest.step_losses.end(), whole.step_losses.begin() + part.steps));
+        // The checkpoint evaluates as the run reported (eval --load reads it as a model).
+        const ModelCheckpoint ck = load_model_checkpoint(t.file("c.safetensors"));
+        CHECK(same_bits(ck.params, part.params));
+    }
+}
+
+TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the element") {
+    // A fault planted in fc_bwd_data (ptx/fc.ptx): unit 3 of every sample's deltas becomes NaN.
+    // The loop replays the failing steps one launch at a time, names the kernel and the buffer,
+    // and blames the PTX because its twins stay finite.
+    TempDir t;
+    std::filesystem::copy(std::string(PTXLAB_SOURCE_DIR) + "/ptx", t.path, std::filesystem::copy_options::recursive);
+    std::string src = read_source_file(t.file("fc.ptx")).text;
+    const std::string at = "STORE:\n";
+    REQUIRE(src.find(at) != std::string::npos);
+    src.replace(src.find(at), at.size(),
+                at + "    {\n    .reg .pred nan_at;\n    setp.eq.u32     nan_at, i, 3;\n"
+                     "    @nan_at mov.f32 acc0, 0f7FFFFFFF;\n    }\n");
+    write_text(t.file("fc.ptx"), src);
+    const Dataset data = load_dataset(default_data_dir());
+    TrainConfig cfg;
+    cfg.model = parse_model("fc256,fc128,fc10");
+    cfg.layers = cfg.model->fc_sizes();
+    cfg.epochs = 1;
+    cfg.max_steps = 100;
+    cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
+    cfg.progress = false;
+    std::ostringstream out;
+    const TrainResult r = train(gpu(), data, cfg, out);
+    CHECK(r.diverged);
+    CAPTURE(r.fault);
+    CHECK(r.fault.find("kernel 'fc_bwd_data'") != std::string::npos);
+    CHECK(r.fault.find("fc1 deltas[") != std::string::npos);
+    CHECK(r.fault.find("][3] = nan") != std::string::npos);
+    CHECK(r.fault.find("twins stay finite") != std::string::npos);
 }
