@@ -235,7 +235,9 @@ void setup_check(CLI::App& app, Command& chosen) {
                                    "Assemble PTX offline (nvJitLink, no GPU needed) and report per entry point the "
                                    "registers, stack, shared memory and spills; compare each entry's parameter list "
                                    "(count, order, type and size) with its CUDA C twin (NAME.cu in the reference "
-                                   "directory, compiled by NVRTC) and with what the host launches. Every file is "
+                                   "directory, compiled by NVRTC) and with what the host launches; qualifiers that "
+                                   "change nothing the host passes (.ptr, .align N, which NVRTC writes for sm_100 and "
+                                   "later) are not compared. A file without a .entry is an error. Every file is "
                                    "checked; errors go to stderr as file:line: error: with the source line, then a "
                                    "summary line; exit 1 when any file fails. A contract header (// @contract) is "
                                    "checked against the entry and its twin; ld.param of the wrong width is a warning.");
