@@ -44,6 +44,81 @@ void diag(const std::string& text) {
     if (!text.empty() && text.back() != '\n') fmt::print(stderr, "\n");
 }
 
+// Compiles the twin with NVRTC into `twin` and checks the contract's parameter types against it;
+// returns the number of errors.
+int compile_twin(const std::string& path, const std::string& twin_path, const SourceFile& src,
+                 const ContractParse& contract, const CheckOptions& o, PtxInfo& twin, bool& have_twin) {
+    int errors = 0;
+    std::string why = unusable_file_reason(twin_path);
+    if (!why.empty()) {
+        diag(fmt::format("{}: error: no CUDA C twin: {} {} (twins come from $PTXLAB_REFERENCE_DIR, else "
+                         "$PTXLAB_PTX_DIR/reference, else the tree's ptx/reference; --no-twins skips them)\n",
+                         path, twin_path, why));
+        return 1;
+    }
+    try {
+        NvrtcOutput out = nvrtc_compile(read_source_file(twin_path), virtual_arch_of(o.arch));
+        if (!out.log.empty()) diag(fmt::format("{}: warning: NVRTC log:\n{}\n", twin_path, out.log));
+        twin = parse_ptx(out.ptx);
+        have_twin = true;
+        if (contract.contract)
+            for (const auto& d : check_contract_twin(*contract.contract, twin, twin_path)) {
+                diag(format_diagnostic(src, d));
+                ++errors;
+            }
+    } catch (const InputError& e) {
+        diag(tag_error(e.what(), twin_path));
+        ++errors;
+    }
+    return errors;
+}
+
+// The per-entry report (resources, and the parameter list against the twin's when there is one);
+// returns the number of errors.
+int report_entries(const std::string& path, const PtxInfo& info, const AssemblyResult& res, const PtxInfo* twin,
+                   const std::string& twin_path) {
+    int errors = 0;
+    const bool have_twin = twin != nullptr;
+    for (const auto& e : info.entries) {
+        const EntryResources* r = nullptr;
+        for (const auto& x : res.entries)
+            if (x.name == e.name) r = &x;
+        std::string twin_note = "no twin";
+        if (have_twin) {
+            const PtxEntry* t = twin->find(e.name);
+            if (!t) {
+                twin_note = "MISSING in twin";
+                diag(fmt::format("{}:{}: error: entry '{}' has no counterpart in the twin {}\n", path, e.line, e.name,
+                                 twin_path));
+                ++errors;
+            } else if (t->signature() != e.signature()) {
+                twin_note = "DIFFERS from twin";
+                diag(fmt::format("{}:{}: error: entry '{}' takes {} parameters {}\n"
+                                 "{}: note: the twin's '{}' takes {} parameters {}\n",
+                                 path, e.line, e.name, e.params.size(), e.signature(), twin_path, e.name,
+                                 t->params.size(), t->signature()));
+                ++errors;
+            } else {
+                twin_note = "= twin";
+            }
+        }
+        if (r)
+            fmt::print("  {:<10} regs {:>3}  stack {:>4}  smem {:>5}  lmem {:>4}  spill st/ld {}/{}  params {:>2} {}\n",
+                       e.name, r->registers, r->stack, r->shared, r->local, r->spill_stores, r->spill_loads,
+                       e.params.size(), twin_note);
+        else
+            fmt::print("  {:<10} params {:>2} {}\n", e.name, e.params.size(), twin_note);
+    }
+    if (have_twin)
+        for (const auto& t : twin->entries)
+            if (!info.find(t.name)) {
+                diag(fmt::format("{}: error: the twin {} has entry '{}' which this file lacks\n", path, twin_path,
+                                 t.name));
+                ++errors;
+            }
+    return errors;
+}
+
 // Checks one PTX file; returns the number of errors.
 int check_file(const std::string& path, std::string twin_path, const CheckOptions& o) {
     int errors = 0;
@@ -97,68 +172,9 @@ int check_file(const std::string& path, std::string twin_path, const CheckOption
     PtxInfo twin;
     bool have_twin = false;
     // A broken contract header names no twin that can be trusted: its errors come first.
-    if (!o.no_twin && (contract.contract || contract.problems.empty())) {
-        std::string why = unusable_file_reason(twin_path);
-        if (!why.empty()) {
-            diag(fmt::format("{}: error: no CUDA C twin: {} {} (twins come from $PTXLAB_REFERENCE_DIR, else "
-                             "$PTXLAB_PTX_DIR/reference, else the tree's ptx/reference; --no-twins skips them)\n",
-                             path, twin_path, why));
-            ++errors;
-        } else {
-            try {
-                NvrtcOutput out = nvrtc_compile(read_source_file(twin_path), virtual_arch_of(o.arch));
-                if (!out.log.empty()) diag(fmt::format("{}: warning: NVRTC log:\n{}\n", twin_path, out.log));
-                twin = parse_ptx(out.ptx);
-                have_twin = true;
-                if (contract.contract)
-                    for (const auto& d : check_contract_twin(*contract.contract, twin, twin_path)) {
-                        diag(format_diagnostic(src, d));
-                        ++errors;
-                    }
-            } catch (const InputError& e) {
-                diag(tag_error(e.what(), twin_path));
-                ++errors;
-            }
-        }
-    }
-
-    for (const auto& e : info.entries) {
-        const EntryResources* r = nullptr;
-        for (const auto& x : res.entries)
-            if (x.name == e.name) r = &x;
-        std::string twin_note = "no twin";
-        if (have_twin) {
-            const PtxEntry* t = twin.find(e.name);
-            if (!t) {
-                twin_note = "MISSING in twin";
-                diag(fmt::format("{}:{}: error: entry '{}' has no counterpart in the twin {}\n", path, e.line, e.name,
-                                 twin_path));
-                ++errors;
-            } else if (t->signature() != e.signature()) {
-                twin_note = "DIFFERS from twin";
-                diag(fmt::format("{}:{}: error: entry '{}' takes {} parameters {}\n"
-                                 "{}: note: the twin's '{}' takes {} parameters {}\n",
-                                 path, e.line, e.name, e.params.size(), e.signature(), twin_path, e.name,
-                                 t->params.size(), t->signature()));
-                ++errors;
-            } else {
-                twin_note = "= twin";
-            }
-        }
-        if (r)
-            fmt::print("  {:<10} regs {:>3}  stack {:>4}  smem {:>5}  lmem {:>4}  spill st/ld {}/{}  params {:>2} {}\n",
-                       e.name, r->registers, r->stack, r->shared, r->local, r->spill_stores, r->spill_loads,
-                       e.params.size(), twin_note);
-        else
-            fmt::print("  {:<10} params {:>2} {}\n", e.name, e.params.size(), twin_note);
-    }
-    if (have_twin)
-        for (const auto& t : twin.entries)
-            if (!info.find(t.name)) {
-                diag(fmt::format("{}: error: the twin {} has entry '{}' which this file lacks\n", path, twin_path,
-                                 t.name));
-                ++errors;
-            }
+    if (!o.no_twin && (contract.contract || contract.problems.empty()))
+        errors += compile_twin(path, twin_path, src, contract, o, twin, have_twin);
+    errors += report_entries(path, info, res, have_twin ? &twin : nullptr, twin_path);
     fmt::print("{}: {} ({} entr{}, {})\n", path, errors ? "FAIL" : "ok", info.entries.size(),
                info.entries.size() == 1 ? "y" : "ies", o.arch);
     return errors;
@@ -219,7 +235,9 @@ void setup_check(CLI::App& app, Command& chosen) {
                                    "Assemble PTX offline (nvJitLink, no GPU needed) and report per entry point the "
                                    "registers, stack, shared memory and spills; compare each entry's parameter list "
                                    "(count, order, type and size) with its CUDA C twin (NAME.cu in the reference "
-                                   "directory, compiled by NVRTC) and with what the host launches. Every file is "
+                                   "directory, compiled by NVRTC) and with what the host launches; qualifiers that "
+                                   "change nothing the host passes (.ptr, .align N, which NVRTC writes for sm_100 and "
+                                   "later) are not compared. A file without a .entry is an error. Every file is "
                                    "checked; errors go to stderr as file:line: error: with the source line, then a "
                                    "summary line; exit 1 when any file fails. A contract header (// @contract) is "
                                    "checked against the entry and its twin; ld.param of the wrong width is a warning.");

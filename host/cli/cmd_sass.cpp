@@ -194,14 +194,19 @@ void setup_sass(CLI::App& app, Command& chosen) {
         "sass",
         "Show the machine code (SASS) ptxas makes of a PTX file: assemble it in process (nvJitLink, with line info, "
         "no GPU needed), disassemble the cubin with the CUDA toolkit's nvdisasm, and print each entry's SASS under "
-        "the PTX lines it came from, then a summary per entry: registers, barriers, stack, spills, shared and local "
+        "the PTX lines it came from (a PTX line comes back wherever ptxas moved its instructions), then a summary "
+        "per entry: registers, barriers, stack, spills, shared and local "
         "memory, and instruction counts by class (FFMA, FADD, FMUL, HMMA, IMAD, LDG, STG, LDS, STS, LDL/STL, BAR, "
-        "SHFL, MUFU, BRA, CALL, other; the class is the opcode before its first '.'). --diff OTHER.ptx compares two "
-        "versions instead: the counts side by side with the difference, then a unified listing of the opcodes "
-        "(no registers or addresses), each with its PTX line, for every entry and every device function (.func) "
+        "SHFL, MUFU, BRA, CALL, other, its opcodes listed by name; the class is the opcode before its first '.'; "
+        "the closing self-branch and the NOP padding are not counted). --diff OTHER.ptx compares two "
+        "versions instead: the counts side by side with the difference, with the registers and spills, then a "
+        "unified listing of the opcodes "
+        "(no registers or addresses; - only in FILE, + only in OTHER), each with its PTX line, for every entry and "
+        "every device function (.func) "
         "ptxas kept apart (an edit inside a called .func shows there, not in its callers). nvdisasm is looked for in $PTXLAB_NVDISASM, else "
-        "$CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, then $PATH; without it sass says where it looked "
-        "and exits 1. A PTX error gets the same file:line diagnostics as check (exit 2).");
+        "$CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, the toolkit ptxlab was built with, then $PATH; "
+        "without it sass says where it looked and exits 1. The file is checked first: a missing file, an unknown "
+        "ENTRY (the entries are listed) or a PTX error (the same file:line diagnostics as check) exits 2.");
     sub->add_option("target", o->target, "FILE.ptx, or FILE.ptx:ENTRY for one entry point")->required();
     sub->add_option("--arch", o->arch, "target architecture (sm_NN; those this nvJitLink accepts)")->capture_default_str();
     sub->add_option("--diff", o->diff,

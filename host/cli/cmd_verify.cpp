@@ -129,9 +129,10 @@ void setup_verify(CLI::App& app, Command& chosen) {
         "verify",
         "Run every hand-written PTX kernel and its NVRTC twin on identical fresh random inputs over a set of shapes "
         "(batch 1, 63, 64, 1000; widths 1, 100, 128, 300; odd sizes). Outputs are poisoned with NaN before each "
-        "launch. Kernels that sum in another order than the float64 reference (the fused set) are held to a bound that "
+        "launch, and every tensor lies between guard bands of 4096 words (a write past a tensor's end is named with "
+        "how far it went). Kernels that sum in another order than the float64 reference (the fused set) are held to a bound that "
         "grows with the sum length (gamma_n, n = terms + extra roundings). One line per kernel and shape: max abs difference, max ULP distance, unwritten elements, the "
-        "float64 check, PASS/FAIL; the first mismatches with their coordinates. `verify FILE.ptx` runs any kernel with a contract header "
+        "float64 check, PASS/FAIL; the first 10 mismatches with their coordinates and both values; exit 1 on any FAIL. `verify FILE.ptx` runs any kernel with a contract header "
         "(// @contract ... // @end) against its twin instead. Needs a GPU.");
     sub->add_option("file", o->file,
                     "a .ptx file with a contract header (// @contract): run it and its twin on the contract's shapes "

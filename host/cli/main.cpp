@@ -49,12 +49,10 @@ bool standard_streams_open() {
     return true;
 }
 
-int run(int argc, char** argv) {
+// The commands and their options, the footer (exit codes, environment) and CLI11's refusals in
+// ptxlab's form.
+void configure(CLI::App& app, ptxlab::cli::Command& chosen) {
     using namespace ptxlab;
-    CLI::App app{
-        "ptxlab: a PTX-first kernel lab. Hand-written PTX kernels for an MNIST MLP, each proven equal\n"
-        "to a CUDA C twin compiled by NVRTC, and a trainer that runs them.\n\n"
-        "Typical loop: edit ptx/NAME.ptx, run `ptxlab check` (no GPU needed), then `ptxlab verify`."};
     app.footer(
         "Exit codes: 0 success; 1 a check, verification or run failed; 2 bad flags or input files;\n"
         "3 the command needs an NVIDIA GPU and none is usable; 4 a kernel ran past --timeout;\n"
@@ -62,7 +60,9 @@ int run(int argc, char** argv) {
         "Environment: PTXLAB_PTX_DIR (kernel directory), PTXLAB_DATA_DIR (dataset directory),\n"
         "PTXLAB_REFERENCE_DIR (the CUDA C twins; default $PTXLAB_PTX_DIR/reference or the tree's\n"
         "ptx/reference), PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1),\n"
-        "PTXLAB_NVDISASM (the nvdisasm that `ptxlab sass` runs; default: $CUDA_HOME/bin, then PATH).");
+        "PTXLAB_NVDISASM (the nvdisasm that `ptxlab sass` runs; where it looks otherwise: ptxlab sass --help).\n"
+        "CUDA_CACHE_DISABLE: ptxlab sets it to 1 unless you set it, so that the driver's JIT always runs ptxas\n"
+        "and its info log (registers, spills) is never empty.");
     app.require_subcommand(1);
     app.set_version_flag("--version", "ptxlab 0.1.0");
     app.add_flag("--verbose", g_verbose, "with an error, also print where in ptxlab's source it was raised");
@@ -75,7 +75,6 @@ int run(int argc, char** argv) {
         return fmt::format("ptxlab: error: {}\n        (see {})\n", e.what(), help);
     });
 
-    cli::Command chosen;
     cli::setup_check(app, chosen);
     cli::setup_data(app, chosen);
     cli::setup_verify(app, chosen);
@@ -84,8 +83,11 @@ int run(int argc, char** argv) {
     cli::setup_bench(app, chosen);
     cli::setup_new(app, chosen);
     cli::setup_sass(app, chosen);
+}
 
-    // An unknown first word: name it and list the commands (CLI11 would say only that one is required).
+// An unknown first word: name it and list the commands (CLI11 would say only that one is
+// required). Returns true when it refused one.
+bool refuse_unknown_command(CLI::App& app, int argc, char** argv) {
     if (argc > 1 && argv[1][0] != '-') {
         std::string names;
         bool known = false;
@@ -95,9 +97,21 @@ int run(int argc, char** argv) {
         }
         if (!known) {
             say("ptxlab: error: unknown command '{}' (commands: {}; see ptxlab --help)\n", argv[1], names);
-            return kExitUsage;
+            return true;
         }
     }
+    return false;
+}
+
+int run(int argc, char** argv) {
+    using namespace ptxlab;
+    CLI::App app{
+        "ptxlab: a PTX-first kernel lab. Hand-written PTX kernels for an MNIST MLP, each proven equal\n"
+        "to a CUDA C twin compiled by NVRTC, and a trainer that runs them.\n\n"
+        "Typical loop: edit ptx/NAME.ptx, run `ptxlab check` (no GPU needed), then `ptxlab verify`."};
+    cli::Command chosen;
+    configure(app, chosen);
+    if (refuse_unknown_command(app, argc, argv)) return kExitUsage;
 
     auto report = [](const char* kind, const Error& e) {
         say("ptxlab: {}{}\n", kind, e.what());

@@ -327,6 +327,37 @@ RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsign
     return f;
 }
 
+namespace {
+// The delta one layer down and its bound: d_below[c] = (sum_r W[r][c] d[r]) * f'(z[c]), the sum
+// from 0 in row order; z, ez (GELU) and a, ea are the layer below's pre-activations and outputs,
+// and a unit at the ReLU kink (kink[c]) is not comparable.
+void delta_below(const float* W, const double* dl, const double* edl, unsigned rows, unsigned cols, unsigned act,
+                 const double* z, const double* ez, const double* a, const double* ea, const char* kink, double* db,
+                 double* edb) {
+    for (unsigned c = 0; c < cols; ++c) {
+        double sum = 0.0, mag = 0.0, prop = 0.0;
+        for (unsigned r = 0; r < rows; ++r) {
+            double w = W[size_t(r) * cols + c];
+            sum += w * dl[r];
+            mag += prod(std::fabs(w), std::fabs(dl[r]) + edl[r]);
+            prop += prod(std::fabs(w), edl[r]);
+        }
+        if (act != 0) {
+            // fl(sum * f'), f' from the bounded a (or z, GELU) of the layer below.
+            double gv = 0.0, eg = 0.0;
+            act_grad_bounded(act, z[c], ez[c], a[c], ea[c], gv, eg);
+            db[c] = sum * gv;
+            edb[c] = product_bound(sum, gamma(rows) * mag + prop, gv, eg);
+        } else {
+            const bool active = a[c] > 0.0;
+            db[c] = active ? sum : 0.0;
+            edb[c] = active ? gamma(rows) * mag + prop : 0.0;
+        }
+        if (kink[c]) edb[c] = kInf;  // the mask itself is uncertain
+    }
+}
+}  // namespace
+
 RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
                  unsigned loss, unsigned act) {
     RefGrad g;
@@ -383,31 +414,9 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
                     egw[size_t(r) * cols + c] = product_bound(dl[r], edl[r], a[l][c], ea[l][c]);
                 }
             if (l == 0) break;
-            // d_below[c] = (sum_r W[r][c] d[r]) * [a[c] > 0], the sum from 0 in row order.
-            double* db = g.gb[l - 1].v.data() + size_t(s) * cols;
-            double* edb = g.gb[l - 1].e.data() + size_t(s) * cols;
-            const float* W = net.W[l].data();
-            for (unsigned c = 0; c < cols; ++c) {
-                double sum = 0.0, mag = 0.0, prop = 0.0;
-                for (unsigned r = 0; r < rows; ++r) {
-                    double w = W[size_t(r) * cols + c];
-                    sum += w * dl[r];
-                    mag += prod(std::fabs(w), std::fabs(dl[r]) + edl[r]);
-                    prop += prod(std::fabs(w), edl[r]);
-                }
-                if (act != 0) {
-                    // fl(sum * f'), f' from the bounded a (or z, GELU) of the layer below.
-                    double gv = 0.0, eg = 0.0;
-                    act_grad_bounded(act, zs[l - 1][c], ezs[l - 1][c], a[l][c], ea[l][c], gv, eg);
-                    db[c] = sum * gv;
-                    edb[c] = product_bound(sum, gamma(rows) * mag + prop, gv, eg);
-                } else {
-                    const bool active = a[l][c] > 0.0;
-                    db[c] = active ? sum : 0.0;
-                    edb[c] = active ? gamma(rows) * mag + prop : 0.0;
-                }
-                if (kink[l - 1][c]) edb[c] = kInf;  // the mask itself is uncertain
-            }
+            delta_below(net.W[l].data(), dl, edl, rows, cols, act, zs[l - 1].data(), ezs[l - 1].data(), a[l], ea[l],
+                        kink[l - 1].data(), g.gb[l - 1].v.data() + size_t(s) * cols,
+                        g.gb[l - 1].e.data() + size_t(s) * cols);
         }
     }
     return g;

@@ -146,6 +146,32 @@ void require_supported_arch(const std::string& arch) {
                  all.empty() ? "?" : all.front(), all.empty() ? "?" : all.back(), list);
 }
 
+namespace {
+// A failed assembly: what in the text explains it (BOM, non-ASCII, no .version, a huge line),
+// then nvJitLink's own log, whole, unless its errors were read with their lines already.
+void explain_failure(AssemblyResult& res, const SourceFile& ptx, nvJitLinkResult failed) {
+    std::vector<Diagnostic> found = ptx_text_problems(ptx.text);
+    bool has_line = false;
+    for (const auto& d : res.diagnostics) has_line |= d.line > 0 && d.severity != "warning";
+    if (!has_line) {
+        std::string log = res.error_log;
+        while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
+        std::string code = jitlink_result_name(failed);
+        res.diagnostics.erase(std::remove_if(res.diagnostics.begin(), res.diagnostics.end(),
+                                             [](const Diagnostic& d) { return d.line == 0 && d.severity != "warning"; }),
+                              res.diagnostics.end());
+        res.diagnostics.push_back(
+            {0, "error",
+             log.empty() ? fmt::format("nvJitLink rejected the file ({}) and wrote no error log", code)
+                         : fmt::format("nvJitLink rejected the file ({}); its error log:\n{}", code, log)});
+    }
+    if (has_line)  // the log names the lines: the notes (a long line) would only distract
+        found.erase(std::remove_if(found.begin(), found.end(), [](const Diagnostic& d) { return d.severity == "note"; }),
+                    found.end());
+    res.diagnostics.insert(res.diagnostics.begin(), found.begin(), found.end());
+}
+}  // namespace
+
 AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, const AssembleOptions& o) {
     require_supported_arch(arch);  // validates the name and names the supported range
     AssemblyResult res;
@@ -201,29 +227,7 @@ AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, 
         if (d.severity == "fatal") d.severity = "error";  // "error:" tags, as compilers write them
     for (const auto& d : parse_ptxas_log(res.info_log))
         if (d.severity == "warning") res.diagnostics.push_back(d);
-    if (!res.ok) {
-        // What in the text explains the failure (BOM, non-ASCII, no .version, a huge line), then
-        // nvJitLink's own log, whole, unless its errors were read with their lines above.
-        std::vector<Diagnostic> found = ptx_text_problems(ptx.text);
-        bool has_line = false;
-        for (const auto& d : res.diagnostics) has_line |= d.line > 0 && d.severity != "warning";
-        if (!has_line) {
-            std::string log = res.error_log;
-            while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
-            std::string code = jitlink_result_name(add != NVJITLINK_SUCCESS ? add : done);
-            res.diagnostics.erase(std::remove_if(res.diagnostics.begin(), res.diagnostics.end(),
-                                                 [](const Diagnostic& d) { return d.line == 0 && d.severity != "warning"; }),
-                                  res.diagnostics.end());
-            res.diagnostics.push_back(
-                {0, "error",
-                 log.empty() ? fmt::format("nvJitLink rejected the file ({}) and wrote no error log", code)
-                             : fmt::format("nvJitLink rejected the file ({}); its error log:\n{}", code, log)});
-        }
-        if (has_line)  // the log names the lines: the notes (a long line) would only distract
-            found.erase(std::remove_if(found.begin(), found.end(), [](const Diagnostic& d) { return d.severity == "note"; }),
-                        found.end());
-        res.diagnostics.insert(res.diagnostics.begin(), found.begin(), found.end());
-    }
+    if (!res.ok) explain_failure(res, ptx, add != NVJITLINK_SUCCESS ? add : done);
     res.entries = parse_resource_log(res.info_log);
     if (res.ok && o.cubin) {
         size_t n = 0;

@@ -96,15 +96,15 @@ const PtxEntry* PtxInfo::find(std::string_view name) const {
     return nullptr;
 }
 
-PtxInfo parse_ptx(std::string_view raw) {
-    const std::string text = strip_comments(raw);
-    PtxInfo info;
+namespace {
 
-    // Tokens: identifiers/directives, numbers, and single punctuation characters.
-    struct Tok {
-        std::string s;
-        size_t pos;
-    };
+// Tokens: identifiers/directives, numbers, string literals and single punctuation characters.
+struct Tok {
+    std::string s;
+    size_t pos;
+};
+
+std::vector<Tok> tokenize(const std::string& text) {
     std::vector<Tok> toks;
     for (size_t i = 0; i < text.size();) {
         char c = text[i];
@@ -125,6 +125,47 @@ PtxInfo parse_ptx(std::string_view raw) {
             ++i;
         }
     }
+    return toks;
+}
+
+// One parameter from its words: the last word is the name unless it is an array bound or a
+// directive; .ptr, the state space after it and .align N are qualifiers, not the type.
+void read_param_words(const std::vector<std::string>& parts, PtxParam& p) {
+    std::string name;
+    std::string type, quals;
+    bool after_ptr = false;
+    for (size_t q = 0; q < parts.size(); ++q) {
+        const std::string& w = parts[q];
+        if (w == ".param") continue;
+        bool space = after_ptr && (w == ".global" || w == ".shared" || w == ".const" || w == ".local");
+        if (w == ".ptr" || space || w == ".align") {
+            after_ptr = after_ptr || w == ".ptr";
+            quals += (quals.empty() ? "" : " ") + w;
+            if (w == ".align" && q + 1 < parts.size() && std::isdigit(static_cast<unsigned char>(parts[q + 1][0])))
+                quals += " " + parts[++q];
+            continue;
+        }
+        if (w[0] == '.' || w == "[" || w == "]" || std::isdigit(static_cast<unsigned char>(w[0]))) {
+            if (w == "]" || w == "[") {
+                type += w;
+            } else {
+                type += (type.empty() || type.back() == '[' ? "" : " ") + w;
+            }
+        } else {
+            name = w;
+        }
+    }
+    p.type = type;
+    p.qualifiers = quals;
+    p.name = name;
+}
+
+}  // namespace
+
+PtxInfo parse_ptx(std::string_view raw) {
+    const std::string text = strip_comments(raw);
+    PtxInfo info;
+    const std::vector<Tok> toks = tokenize(text);
 
     // Line numbers by binary search over the newline offsets: counting from the start for every
     // parameter was quadratic (minutes for a 6 MB parameter list).
@@ -156,37 +197,7 @@ PtxInfo parse_ptx(std::string_view raw) {
                     const std::string& u = toks[j].s;
                     if (u == "," || u == ")") {
                         if (!parts.empty()) {
-                            // The last word is the name unless it is an array bound or a directive.
-                            std::string name;
-                            std::string type, quals;
-                            bool after_ptr = false;
-                            for (size_t q = 0; q < parts.size(); ++q) {
-                                const std::string& w = parts[q];
-                                if (w == ".param") continue;
-                                // .ptr, the state space after it, and .align N: qualifiers, not the type.
-                                bool space = after_ptr && (w == ".global" || w == ".shared" || w == ".const" ||
-                                                           w == ".local");
-                                if (w == ".ptr" || space || w == ".align") {
-                                    after_ptr = after_ptr || w == ".ptr";
-                                    quals += (quals.empty() ? "" : " ") + w;
-                                    if (w == ".align" && q + 1 < parts.size() &&
-                                        std::isdigit(static_cast<unsigned char>(parts[q + 1][0])))
-                                        quals += " " + parts[++q];
-                                    continue;
-                                }
-                                if (w[0] == '.' || w == "[" || w == "]" || std::isdigit(static_cast<unsigned char>(w[0]))) {
-                                    if (w == "]" || w == "[") {
-                                        type += w;
-                                    } else {
-                                        type += (type.empty() || type.back() == '[' ? "" : " ") + w;
-                                    }
-                                } else {
-                                    name = w;
-                                }
-                            }
-                            p.type = type;
-                            p.qualifiers = quals;
-                            p.name = name;
+                            read_param_words(parts, p);
                             e.params.push_back(p);
                         }
                         parts.clear();

@@ -1,0 +1,141 @@
+// Contract values at a shape: whole numbers within a launch's limits (`eval_whole`, `launch_shape`, `check_contract_values`).
+#include "contract.hpp"
+
+#include "error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+
+namespace ptxlab {
+
+namespace {
+// " at N=1000 M=3", or "" for an expression over no variables.
+std::string at_shape(const ShapeVars& vars) { return vars.empty() ? "" : " at " + shape_text(vars); }
+}  // namespace
+
+int64_t eval_whole(const std::string& text, const ShapeVars& vars, const std::string& what, int64_t lo, int64_t hi,
+                   const std::string& limit) {
+    Rational v;
+    try {
+        v = eval_expr(text, vars);
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{} = `{}`: {}{}", what, text, e.what(), at_shape(vars));
+    }
+    if (v.den != 1)
+        PTXLAB_THROW(InputError, "{} = `{}` is {}/{}, not a whole number{}; write ceil({}) or floor({})", what, text,
+                     v.num, v.den, at_shape(vars), text, text);
+    if (v.num < lo || v.num > hi)
+        PTXLAB_THROW(InputError, "{} = `{}` is {}{}, outside [{}, {}]{}", what, text, v.num, at_shape(vars), lo, hi,
+                     limit.empty() ? "" : " (" + limit + ")");
+    return v.num;
+}
+
+// ---- Values at a shape ------------------------------------------------------------------
+
+namespace {
+
+const char* const kAxis[] = {"x", "y", "z"};
+
+// The limits of a launch on every GPU ptxlab runs on (sm_80 and newer), as the CUDA
+// programming guide lists them; a launch past them fails in the driver with a bare error code.
+unsigned grid_dim(const Contract& c, int i, const ShapeVars& s) {
+    return unsigned(eval_whole(c.grid[i], s, fmt::format("grid.{}", kAxis[i]), 1, i ? 65535 : 2147483647,
+                               i ? "grid.y and grid.z take at most 65535" : "grid.x takes at most 2^31 - 1"));
+}
+unsigned block_dim(const Contract& c, int i, const ShapeVars& s) {
+    return unsigned(eval_whole(c.block[i], s, fmt::format("block.{}", kAxis[i]), 1, i == 2 ? 64 : 1024,
+                               i == 2 ? "block.z takes at most 64" : "a block has at most 1024 threads"));
+}
+void check_threads(const std::array<unsigned, 3>& b, const ShapeVars& s) {
+    const uint64_t threads = uint64_t(b[0]) * b[1] * b[2];
+    if (threads > 1024)
+        PTXLAB_THROW(InputError, "block {}x{}x{} has {} threads{}; a block has at most 1024 threads", b[0], b[1], b[2],
+                     threads, at_shape(s));
+}
+unsigned shared_bytes(const Contract& c, const ShapeVars& s) {
+    return unsigned(eval_whole(c.shared, s, "shared", 0, kMaxContractShared,
+                               "48 KiB: the dynamic shared memory a launch gets without opting in to more, as "
+                               "verify and bench launch"));
+}
+
+}  // namespace
+
+LaunchShape launch_shape(const Contract& c, const ShapeVars& s) {
+    LaunchShape l;
+    for (int i = 0; i < 3; ++i) l.grid[i] = grid_dim(c, i, s);
+    for (int i = 0; i < 3; ++i) l.block[i] = block_dim(c, i, s);
+    check_threads(l.block, s);
+    l.shared = shared_bytes(c, s);
+    return l;
+}
+
+size_t buffer_length(const Contract& c, const ContractParam& p, const ShapeVars& s) {
+    (void)c;
+    return size_t(eval_whole(p.length, s, fmt::format("the length of '{}'", p.name), 1, kMaxContractElements,
+                             "overflows the 2^32 elements a buffer may have"));
+}
+
+uint32_t scalar_bits(const Contract& c, const ContractParam& p, const ShapeVars& s) {
+    (void)c;
+    const std::string what = fmt::format("parameter '{}'", p.name);
+    if (p.type == ElemType::U32) return uint32_t(eval_whole(p.value, s, what, 0, UINT32_MAX, "out of u32 range"));
+    if (p.type == ElemType::S32)
+        return uint32_t(int32_t(eval_whole(p.value, s, what, INT32_MIN, INT32_MAX, "out of s32 range")));
+    // An f32 needs no range check: a rational over 64-bit integers is below 2^63, far inside float's range.
+    try {
+        return std::bit_cast<uint32_t>(float(eval_expr(p.value, s).value()));
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{} = `{}`: {}{}", what, p.value, e.what(), at_shape(s));
+    }
+}
+
+double contract_amount(const std::string& text, const std::string& what, const ShapeVars& s) {
+    double v = 0;
+    try {
+        v = eval_expr(text, s).value();
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{} = `{}`: {}{}", what, text, e.what(), at_shape(s));
+    }
+    if (v < 0) PTXLAB_THROW(InputError, "{} = `{}` is {:g}{}: a count of bytes or operations is never negative", what, text, v, at_shape(s));
+    return v;
+}
+
+std::vector<Diagnostic> check_contract_values(const Contract& c, const std::vector<ShapeVars>& shapes) {
+    std::vector<Diagnostic> out;
+    // One key at a time, at every shape; its first failure is reported at its line (the
+    // @contract line for a key left at its default).
+    auto key = [&](int line, auto&& eval) {
+        for (const auto& s : shapes) {
+            try {
+                eval(s);
+            } catch (const InputError& e) {
+                out.push_back({line ? line : c.line, "error", e.what()});
+                return;
+            }
+        }
+    };
+    key(c.grid_line, [&](const ShapeVars& s) {
+        for (int i = 0; i < 3; ++i) grid_dim(c, i, s);
+    });
+    key(c.block_line, [&](const ShapeVars& s) {
+        std::array<unsigned, 3> b{};
+        for (int i = 0; i < 3; ++i) b[size_t(i)] = block_dim(c, i, s);
+        check_threads(b, s);
+    });
+    key(c.shared_line, [&](const ShapeVars& s) { shared_bytes(c, s); });
+    for (const auto& p : c.params)
+        key(p.line, [&](const ShapeVars& s) {
+            if (p.buffer()) buffer_length(c, p, s);
+            else scalar_bits(c, p, s);
+        });
+    if (!c.bytes.empty()) key(c.bytes_line, [&](const ShapeVars& s) { contract_amount(c.bytes, "bytes", s); });
+    if (!c.flops.empty()) key(c.flops_line, [&](const ShapeVars& s) { contract_amount(c.flops, "flops", s); });
+    std::stable_sort(out.begin(), out.end(), [](const Diagnostic& a, const Diagnostic& b) { return a.line < b.line; });
+    return out;
+}
+
+std::vector<Diagnostic> check_contract_values(const Contract& c) { return check_contract_values(c, c.shapes); }
+
+}  // namespace ptxlab
