@@ -1,4 +1,4 @@
-// ptxlab train: train the MLP on MNIST with the hand-written PTX kernels.
+// ptxlab train: train a network (the MLP of --layers, or a --model) on MNIST with the hand-written PTX kernels.
 #include "commands.hpp"
 #include "flags.hpp"
 #include "files.hpp"
@@ -252,9 +252,10 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
     fmt::print("  {}\n", recipe_text(cfg, static_cast<unsigned>(data.train.count / cfg.batch)));
 }
 
-int run_train(const TrainOptions& o) {
+// The run's configuration from the flags (the network by set_network, whose note it returns).
+TrainConfig configure(const TrainOptions& o, std::string& note) {
     TrainConfig cfg;
-    const std::string note = set_network(o, cfg);
+    note = set_network(o, cfg);
     const bool conv = cfg.model && !cfg.model->fc_only();
     cfg.batch = o.batch;
     cfg.seed = o.seed;
@@ -279,6 +280,42 @@ int run_train(const TrainOptions& o) {
     cfg.progress = !o.no_progress;
     cfg.log_csv = o.log;
     cfg.log_steps_csv = o.log_steps;
+    return cfg;
+}
+
+// The checkpoints of a run that stopped: --save's, or interrupted.safetensors after Ctrl-C; the
+// exit code.
+int finish(const TrainOptions& o, const TrainConfig& cfg, const TrainResult& r, unsigned steps_per_epoch) {
+    const std::map<std::string, std::string> meta = {{"kernels", to_string(cfg.kernels)},
+                                                     {"recipe", recipe_text(cfg, steps_per_epoch)},
+                                                     {"steps", std::to_string(r.steps)},
+                                                     {"test_accuracy", fmt::format("{:.6f}", r.accuracy)}};
+    if (!o.save.empty()) {
+        save_training_checkpoint(o.save, cfg, r, meta);
+        fmt::print("  saved {} (safetensors, nn.Sequential's names: {}.weight, ..., and the optimizer's state for "
+                   "--resume)\n",
+                   o.save, cfg.model ? cfg.model->layers.front().name : "fc1");
+    }
+    if (r.interrupted) {
+        const std::string path = o.save.empty() ? "interrupted.safetensors" : o.save;
+        if (o.save.empty()) save_training_checkpoint(path, cfg, r, meta);
+        fmt::print(stderr,
+                   "ptxlab: interrupted after step {}. {} holds the weights, the optimizer's state and the position: "
+                   "continue with the same flags and --resume {}\n",
+                   r.steps, path, path);
+    }
+    if (r.diverged) {
+        fmt::print(stderr, "ptxlab: error: {}\n", r.stop_reason);
+        if (!o.save.empty()) fmt::print(stderr, "        (the checkpoint holds the parameters after the failing step)\n");
+        return kExitFailure;
+    }
+    if (r.interrupted) return kExitInterrupted;
+    return kExitOk;
+}
+
+int run_train(const TrainOptions& o) {
+    std::string note;
+    TrainConfig cfg = configure(o, note);
 
     // Everything that needs no GPU is checked first: the flags, the output paths, then the data
     // and the checkpoint to resume.
@@ -316,31 +353,7 @@ int run_train(const TrainOptions& o) {
         fmt::print("  resumed from {} at step {} (epoch {}, step {} of it)\n", o.resume, resume.step, resume.epoch,
                    resume.k);
     print_summary(cfg, r, load_ms);
-    const std::map<std::string, std::string> meta = {{"kernels", to_string(cfg.kernels)},
-                                                     {"recipe", recipe_text(cfg, steps_per_epoch)},
-                                                     {"steps", std::to_string(r.steps)},
-                                                     {"test_accuracy", fmt::format("{:.6f}", r.accuracy)}};
-    if (!o.save.empty()) {
-        save_training_checkpoint(o.save, cfg, r, meta);
-        fmt::print("  saved {} (safetensors, nn.Sequential's names: {}.weight, ..., and the optimizer's state for "
-                   "--resume)\n",
-                   o.save, cfg.model ? cfg.model->layers.front().name : "fc1");
-    }
-    if (r.interrupted) {
-        const std::string path = o.save.empty() ? "interrupted.safetensors" : o.save;
-        if (o.save.empty()) save_training_checkpoint(path, cfg, r, meta);
-        fmt::print(stderr,
-                   "ptxlab: interrupted after step {}. {} holds the weights, the optimizer's state and the position: "
-                   "continue with the same flags and --resume {}\n",
-                   r.steps, path, path);
-    }
-    if (r.diverged) {
-        fmt::print(stderr, "ptxlab: error: {}\n", r.stop_reason);
-        if (!o.save.empty()) fmt::print(stderr, "        (the checkpoint holds the parameters after the failing step)\n");
-        return kExitFailure;
-    }
-    if (r.interrupted) return kExitInterrupted;
-    return kExitOk;
+    return finish(o, cfg, r, steps_per_epoch);
 }
 
 // The recipe's flags (train's help lists them in this order).
@@ -359,8 +372,9 @@ void add_recipe_flags(CLI::App* sub, TrainOptions& opts) {
                     "0.5|y-t|^2 per sample, averaged over the batch")->capture_default_str();
     sub->add_option("--activation", o->activation,
                     "the hidden layers' activation: relu, leaky-relu (slope 0.01), tanh, sigmoid, gelu (the exact "
-                    "erf form, nn.GELU()); every kernel set (the one-launch fused_step is ReLU only: other "
-                    "activations run the fused set's separate launches)")->capture_default_str();
+                    "erf form, nn.GELU()) on the 2-layer kernel sets (fused, fast, ptx: fused_step takes every one; tc and "
+                    "tc-bf16: ReLU only) and the notebook's 3-layer kernels; the model trainer (--model, 3 fc layers "
+                    "or more) runs ReLU only. A checkpoint records it and eval uses it")->capture_default_str();
     sub->add_option("--optimizer", o->optimizer,
                     "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, rmsprop: PyTorch's update rules; the "
                     "state buffers start at zero")->capture_default_str();
@@ -383,28 +397,107 @@ void add_recipe_flags(CLI::App* sub, TrainOptions& opts) {
 
 }  // namespace
 
+// The flags of the kernels a run launches and how.
+void add_kernel_flags(CLI::App* sub, TrainOptions& opts) {
+    sub->add_option("--kernels", opts.kernels,
+                    "kernel set: fused (batch gradients computed directly: fused_forward, fused_output, fused_grad, "
+                    "then the optimizer kernel; for batches up to 64 the whole step, any loss and optimizer, in one "
+                    "launch, ptx/step.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads "
+                    "per sample: fused_forward, fused_output, outer, batch_mean, optimizer; 2-layer networks, "
+                    "sm_90), tc (tensor cores, TF32 mma.sync with FP32 sums: for batches up to 64 the whole step "
+                    "in one launch of one 16-block cluster, tc_step, ptx/tcstep.ptx; otherwise tc_forward for "
+                    "the hidden layer, fused_output, tc_grad_weights for both layers' gradients, optimizer, "
+                    "ptx/tc.ptx; 2-layer ReLU networks, sm_90), tc-bf16 (tc's kernels on BF16 inputs, "
+                    "m16n8k16 mma.sync with FP32 sums and FP32 weights: tc_forward_bf16, fused_output, "
+                    "tc_grad_weights_bf16, optimizer, one launch each at any batch, ptx/tcbf16.ptx), ptx (the "
+                    "notebook's design: one thread per sample, ptx/grad.ptx, batch_mean, optimizer), or their NVRTC "
+                    "twins fused-reference, fast-reference, tc-reference, tc-bf16-reference and reference; auto = fused "
+                    "for 2 layers, tc (the model trainer) for 3 or more. The model trainer (--model, 3 fc layers or "
+                    "more) takes tc, ptx and their twins: tc (auto) runs the hidden fc layers' weight gradients "
+                    "on tc_grad_weights and the conv layers' forward passes and both gradients on the tensor cores (ptx/tcconv.ptx, ptx/tcwgrad.ptx: TF32 "
+                    "products, FP32 sums, as cuDNN does by default in PyTorch; passes over fewer than 8 channels "
+                    "and the fc layers in FP32), ptx runs everything in FP32 (ptx/conv.ptx); tc-reference and "
+                    "reference are the twins")
+        ->capture_default_str();
+    sub->add_flag("--no-graphs", opts.no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
+    sub->add_flag("--no-overlap", opts.no_overlap,
+                  "fused set: each kernel starts when the previous one has finished (no programmatic dependent "
+                  "launches); --model: the weight gradients on the main stream, not on side streams (same bits)");
+    sub->add_flag("--three-launches", opts.three_launches,
+                  "fused and tc sets: run the step as separate launches (fused_forward or tc_forward, "
+                  "fused_output, fused_grad or tc_grad_weights, the optimizer kernel) instead of the one-launch "
+                  "fused_step (ptx/step.ptx) or tc_step (ptx/tcstep.ptx)");
+    sub->add_option("--steps-per-launch", opts.steps_per_launch,
+                    "fused and tc sets, one-launch step: steps that one launch of fused_step or tc_step runs back "
+                    "to back, with no "
+                    "launch between them (0: every step of a chunk of 128; 1: a launch a step); the same results "
+                    "bit for bit")
+        ->capture_default_str();
+    sub->add_option("--timeout", opts.timeout,
+                    "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
+                    "this many seconds; 0: no limit")
+        ->capture_default_str();
+    sub->add_option("--ptx-dir", opts.ptx_dir,
+                    "read the PTX from this directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/); the twins "
+                    "stay in the reference directory, as in check and verify")->check(kNonEmptyPath);
+}
+
+// The files a run writes and reads back, and its stopping flags.
+void add_output_flags(CLI::App* sub, TrainOptions& opts) {
+    sub->add_option("--log", opts.log,
+                    "write one CSV row per evaluation: step, epoch, train_loss, test_loss, test_accuracy, train_s, "
+                    "elapsed_s, lr (tools/plot_curves.py draws it)")->check(kNonEmptyPath);
+    sub->add_option("--log-steps", opts.log_steps, "write one CSV row per step: step, epoch, loss, lr")->check(kNonEmptyPath);
+    sub->add_option("--save", opts.save,
+                    "save the trained weights as a .safetensors file in nn.Sequential's names (fc1.weight [H][I], "
+                    "fc1.bias, ...; conv1.weight [K][C][k][k] for a --model), the optimizer's state "
+                    "(optimizer.state1, optimizer.state2) and, in its metadata, the recipe, the step, the schedule "
+                    "position and the shuffle state, so that --resume can continue; eval --load reads it")->check(kNonEmptyPath);
+    sub->add_option("--resume", opts.resume,
+                    "continue the run a --save checkpoint (or Ctrl-C's interrupted.safetensors) stopped: weights, "
+                    "optimizer state, step, schedule position and shuffle order, for the MLP and any --model; give "
+                    "the same network and recipe flags (a difference is refused, naming the flag). A checkpoint "
+                    "that disagrees with itself or the data is refused before the GPU is looked for. The result is "
+                    "the same, bit for bit, as a run that was not interrupted")->check(kNonEmptyPath);
+    sub->add_option("--save-init", opts.save_init,
+                    "save the initial weights as a .safetensors file (tools/torch_reference.py --init-from)")->check(kNonEmptyPath);
+    sub->add_option("--max-steps", opts.max_steps, "stop after this many steps (0: no limit)");
+    sub->add_flag("--no-progress", opts.no_progress, "no progress bar");
+}
+
 void setup_train(CLI::App& app, Command& chosen) {
     auto o = std::make_shared<TrainOptions>();
     auto* sub = app.add_subcommand(
         "train",
-        "Train the MLP on MNIST with the hand-written PTX kernels. The default recipe is the one PyTorch users "
+        "Train a network on MNIST with the hand-written PTX kernels: the MLP of --layers, or any --model. "
+        "One loop runs every network: 2 fc layers on the MLP's kernel sets (--kernels), 3 fc layers or more and "
+        "every --model with conv layers on the model trainer's layer-by-layer step (it prints the kernels a step "
+        "launches). The default recipe is the one PyTorch users "
         "run: softmax cross-entropy, SGD with Nesterov momentum 0.9, a one-cycle schedule (linear warm-up from 0 "
         "over the first 20 % of the steps to the peak lr 0.1, then linear decay to 0), nn.Linear's init, ReLU, "
         "784-128-10, batch 64, 5 epochs, the fused kernels. The run goes through its whole schedule, evaluating "
         "20 times an epoch, and reports the step and training time at which the test accuracy first reached the "
         "target (98 %) and the final accuracy. Steps run in chunks replayed as CUDA graphs; Ctrl-C stops after the "
-        "current chunk, writes a checkpoint (--save, else interrupted.safetensors) that --resume continues, and exits with 130. A non-finite loss is replayed with the PTX and "
-        "then with the NVRTC twins from the same state, to tell a diverging recipe from a wrong kernel.");
+        "current chunk (128 steps for 2 fc layers, 32 for a --model; chunks end at the evaluations; the graphs are "
+        "captured before the clock starts and their capture time is reported apart), writes a checkpoint (--save, "
+        "else interrupted.safetensors) that --resume continues, and exits with 130. A non-finite loss is "
+        "replayed one kernel at a time with the PTX and then with the NVRTC twins from the same state, to tell a "
+        "diverging recipe from a wrong kernel, naming the kernel and the first non-finite element.");
     o->sub = sub;
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)")->check(kNonEmptyPath);
-    sub->add_option("--layers", o->layers, "layer sizes: I,H,O or I,H1,H2,O")->capture_default_str();
+    sub->add_option("--layers", o->layers,
+                    "layer sizes: the input, the hidden widths, the output (784,128,10; 784,256,128,10; up to 16 "
+                    "layers). 2 layers run on --kernels' set; 3 or more on the model trainer's dense kernels "
+                    "(as --model fc256,fc128,fc10), except that 3 layers with --kernels ptx or reference, an "
+                    "--activation other than relu, --three-launches or --steps-per-launch run on the notebook's "
+                    "one-thread-per-sample kernels (train says why)")->capture_default_str();
     sub->add_option("--model", o->model,
                     "the network as a layer list: conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, "
                     "K = 1, 3, 5), pool (2x2 max, stride 2), fc<N> (dense; the first flattens); the last is fc10, "
                     "without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. An fc list trains as --layers "
                     "(fc128,fc10 is --layers 784,128,10); a list with conv layers trains on the conv and pool "
                     "kernels (ReLU; defaults lr 0.05, 4 epochs, target 99 %, the conv layers on the tensor cores: "
-                    "see --kernels; #15)");
+                    "see --kernels)");
     sub->add_option("--hidden", o->hidden, "hidden width of the 2-layer network (shorthand for --layers 784,N,10)");
     sub->add_option("--batch", o->batch, "batch size")->capture_default_str();
     sub->add_option("--lr", o->lr, "the learning rate; the peak of the schedule")->capture_default_str();
@@ -418,60 +511,8 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_option("--eval-every", o->eval_every, "evaluate every N steps instead (overrides --evals-per-epoch)");
     add_seed_option(sub, o->seed, "seed for initialisation and shuffling");
     add_recipe_flags(sub, *o);
-    sub->add_option("--kernels", o->kernels,
-                    "kernel set: fused (batch gradients computed directly: fused_forward, fused_output, fused_grad, "
-                    "then the optimizer kernel; for batches up to 64 the whole step, any loss and optimizer, in one "
-                    "launch, ptx/step.ptx; 2-layer networks, sm_90), fast (per-sample gradients with many threads "
-                    "per sample: fused_forward, fused_output, outer, batch_mean, optimizer; 2-layer networks, "
-                    "sm_90), tc (tensor cores, TF32 mma.sync with FP32 sums: for batches up to 64 the whole step "
-                    "in one launch of one 16-block cluster, tc_step, ptx/tcstep.ptx; otherwise tc_forward for "
-                    "the hidden layer, fused_output, tc_grad_weights for both layers' gradients, optimizer, "
-                    "ptx/tc.ptx; 2-layer ReLU networks, sm_90), tc-bf16 (tc's kernels on BF16 inputs, "
-                    "m16n8k16 mma.sync with FP32 sums and FP32 weights: tc_forward_bf16, fused_output, "
-                    "tc_grad_weights_bf16, optimizer, one launch each at any batch, ptx/tcbf16.ptx), ptx (the "
-                    "notebook's design: one thread per sample, ptx/grad.ptx, batch_mean, optimizer), or their NVRTC "
-                    "twins fused-reference, fast-reference, tc-reference, tc-bf16-reference and reference; auto = fused for 2 layers, ptx for 3. With --model conv layers: tc (auto) runs "
-                    "their forward passes and both gradients on the tensor cores (ptx/tcconv.ptx, ptx/tcwgrad.ptx: TF32 "
-                    "products, FP32 sums, as cuDNN does by default in PyTorch; passes over fewer than 8 channels "
-                    "and the fc layers in FP32), ptx runs everything in FP32 (ptx/conv.ptx); tc-reference and "
-                    "reference are the twins")
-        ->capture_default_str();
-    sub->add_flag("--no-graphs", o->no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
-    sub->add_flag("--no-overlap", o->no_overlap,
-                  "fused set: each kernel starts when the previous one has finished (no programmatic dependent "
-                  "launches); --model: the weight gradients on the main stream, not on side streams (same bits)");
-    sub->add_flag("--three-launches", o->three_launches,
-                  "fused and tc sets: run the step as separate launches (fused_forward or tc_forward, "
-                  "fused_output, fused_grad or tc_grad_weights, the optimizer kernel) instead of the one-launch "
-                  "fused_step (ptx/step.ptx) or tc_step (ptx/tcstep.ptx)");
-    sub->add_option("--steps-per-launch", o->steps_per_launch,
-                    "fused and tc sets, one-launch step: steps that one launch of fused_step or tc_step runs back "
-                    "to back, with no "
-                    "launch between them (0: every step of a chunk of 128; 1: a launch a step); the same results "
-                    "bit for bit")
-        ->capture_default_str();
-    sub->add_option("--timeout", o->timeout,
-                    "watchdog: fail (exit 4) naming the kernel when the GPU has not finished a chunk of work within "
-                    "this many seconds; 0: no limit")
-        ->capture_default_str();
-    sub->add_option("--ptx-dir", o->ptx_dir,
-                    "read the PTX from this directory (default: $PTXLAB_PTX_DIR or the source tree's ptx/); the twins "
-                    "stay in the reference directory, as in check and verify")->check(kNonEmptyPath);
-    sub->add_option("--log", o->log,
-                    "write one CSV row per evaluation: step, epoch, train_loss, test_loss, test_accuracy, train_s, "
-                    "elapsed_s, lr (tools/plot_curves.py draws it)")->check(kNonEmptyPath);
-    sub->add_option("--log-steps", o->log_steps, "write one CSV row per step: step, epoch, loss, lr")->check(kNonEmptyPath);
-    sub->add_option("--save", o->save,
-                    "save the trained weights as a .safetensors file (PyTorch's nn.Linear names), with the "
-                    "optimizer's state and the position, so that --resume can continue")->check(kNonEmptyPath);
-    sub->add_option("--resume", o->resume,
-                    "continue the run a --save checkpoint (or Ctrl-C's interrupted.safetensors) stopped: weights, "
-                    "optimizer state, step, schedule position and shuffle order; give the same recipe flags. The "
-                    "result is the same, bit for bit, as a run that was not interrupted")->check(kNonEmptyPath);
-    sub->add_option("--save-init", o->save_init,
-                    "save the initial weights as a .safetensors file (tools/torch_reference.py --init-from)")->check(kNonEmptyPath);
-    sub->add_option("--max-steps", o->max_steps, "stop after this many steps (0: no limit)");
-    sub->add_flag("--no-progress", o->no_progress, "no progress bar");
+    add_kernel_flags(sub, *o);
+    add_output_flags(sub, *o);
     add_device_option(sub, o->device);
     sub->callback([o, &chosen] { chosen = [o] { return run_train(*o); }; });
 }

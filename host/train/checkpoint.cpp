@@ -74,6 +74,32 @@ OptimKind optimizer_named(const std::string& path, const std::string& text) {
     }
 }
 
+// The optimizer's state against the optimizer a checkpoint's "train.optimizer" names.
+void check_optimizer_state(const std::string& path, const std::string& optimizer, const ExtraTensors& extra,
+                           size_t param_count) {
+    // The optimizer's state: optimizer.state1 (m, or RMSprop's v) and optimizer.state2 (Adam's v),
+    // each in the parameters' flat layout; nothing else named optimizer.*.
+    const OptimKind kind = optimizer_named(path, optimizer);
+    const unsigned buffers = unsigned(optim_uses_m(kind)) + unsigned(optim_uses_v(kind));
+    for (unsigned i = 1; i <= buffers; ++i) {
+        const std::string name = fmt::format("optimizer.state{}", i);
+        auto it = extra.find(name);
+        if (it == extra.end())
+            PTXLAB_THROW(InputError, "{}: its optimizer {} keeps {} state buffer{} of {} floats, but it has no "
+                                     "tensor '{}'",
+                         path, to_string(kind), buffers, buffers == 1 ? "" : "s", param_count, name);
+        if (it->second.size() != param_count)
+            PTXLAB_THROW(InputError, "{}: tensor '{}' holds {} floats; its optimizer {} keeps one per parameter, {}",
+                         path, name, it->second.size(), to_string(kind), param_count);
+    }
+    for (const auto& [name, v] : extra) {
+        const bool kept = (name == "optimizer.state1" && buffers >= 1) || (name == "optimizer.state2" && buffers >= 2);
+        if (!kept)
+            PTXLAB_THROW(InputError, "{}: tensor '{}' is not a state buffer of its optimizer {} (which keeps {})",
+                         path, name, to_string(kind), buffers);
+    }
+}
+
 }  // namespace
 
 std::optional<ResumeState> check_checkpoint_metadata(const std::string& path,
@@ -88,30 +114,7 @@ std::optional<ResumeState> check_checkpoint_metadata(const std::string& path,
         PTXLAB_THROW(InputError, "{}: its metadata 'train.layers' is '{}' but its tensors hold the network {}", path,
                      *layers, network);
 
-    // The optimizer's state: optimizer.state1 (m, or RMSprop's v) and optimizer.state2 (Adam's v),
-    // each in the parameters' flat layout; nothing else named optimizer.*.
-    if (const std::string* optimizer = find("train.optimizer")) {
-        const OptimKind kind = optimizer_named(path, *optimizer);
-        const unsigned buffers = unsigned(optim_uses_m(kind)) + unsigned(optim_uses_v(kind));
-        for (unsigned i = 1; i <= buffers; ++i) {
-            const std::string name = fmt::format("optimizer.state{}", i);
-            auto it = extra.find(name);
-            if (it == extra.end())
-                PTXLAB_THROW(InputError, "{}: its optimizer {} keeps {} state buffer{} of {} floats, but it has no "
-                                         "tensor '{}'",
-                             path, to_string(kind), buffers, buffers == 1 ? "" : "s", param_count, name);
-            if (it->second.size() != param_count)
-                PTXLAB_THROW(InputError, "{}: tensor '{}' holds {} floats; its optimizer {} keeps one per parameter, {}",
-                             path, name, it->second.size(), to_string(kind), param_count);
-        }
-        for (const auto& [name, v] : extra) {
-            const bool kept = (name == "optimizer.state1" && buffers >= 1) || (name == "optimizer.state2" && buffers >= 2);
-            if (!kept)
-                PTXLAB_THROW(InputError, "{}: tensor '{}' is not a state buffer of its optimizer {} (which keeps {})",
-                             path, name, to_string(kind), buffers);
-        }
-    }
-
+    if (const std::string* optimizer = find("train.optimizer")) check_optimizer_state(path, *optimizer, extra, param_count);
     bool any = false;
     for (const char* key : kResumeKeys) any = any || find(key);
     if (!any) return std::nullopt;
