@@ -88,6 +88,11 @@ struct BenchResult {
     std::vector<TargetTiming> targets;
 };
 
+// The entries timed for a kernel set at the MNIST sizes (each has its bench shape and work in
+// the registry, registry.hpp), and those timed at the CNN's layers.
+std::vector<std::string> bench_entries(const KernelChoice& k);
+std::vector<std::string> bench_cnn_entries();
+
 BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out);
 // The results as JSON (bench --json): device, copy_gbps, fma_gflops and target, then one object
 // a row of each table (kernels, steps, to_target), the numbers rounded as the tables show them.
