@@ -377,7 +377,9 @@ std::vector<KernelRow> conv_rows() {
     std::vector<KernelRow> rows;
     rows.push_back(conv_row(
         "conv_fwd", true, [](const VerifyCase& c) { validate_conv(c, conv_unfit); },
-        [](const VerifyCase& c, Rng& rng) { return make_conv_fwd(dims_of(c), c.shape[6], ConvArith::Fp32, pooled(c), rng); },
+        [](const VerifyCase& c, Rng& rng) {
+            return make_conv_fwd(dims_of(c), c.shape[6], ConvArith::Fp32, pooled(c), rng);
+        },
         Pass::Fwd));
     rows.push_back(conv_row(
         "conv_bwd_data", false, [](const VerifyCase& c) { validate_conv(c, conv_unfit); },
@@ -390,14 +392,18 @@ std::vector<KernelRow> conv_rows() {
     rows.push_back({.entry = "fc_bwd_data", .shape = "B,I,O,act", .act_named = false, .validate = validate_fc,
                     .harness = make_fc_bwd_data, .work = fc_work});
     rows.push_back({.entry = "pool_fwd", .shape = "N,C,H,W", .validate = validate_pool,
-                    .harness = [](const VerifyCase& c, Rng& rng) { return make_pool(c, rng, false); }, .work = pool_work});
+                    .harness = [](const VerifyCase& c, Rng& rng) { return make_pool(c, rng, false); },
+                    .work = pool_work});
     rows.push_back({.entry = "pool_bwd", .shape = "N,C,H,W,mask", .validate = validate_pool,
-                    .harness = [](const VerifyCase& c, Rng& rng) { return make_pool(c, rng, true); }, .work = pool_work});
+                    .harness = [](const VerifyCase& c, Rng& rng) { return make_pool(c, rng, true); },
+                    .work = pool_work});
     // The tensor-core twins of conv_fwd and conv_bwd_data (tcconv.hpp): the same tensors and
     // launch arguments, TF32 bounds; tc_conv_bwd_weights: conv_bwd_weights' (tcwgrad.hpp).
     rows.push_back(conv_row(
         "tc_conv_fwd", true, [](const VerifyCase& c) { validate_conv(c, tcconv_unfit); },
-        [](const VerifyCase& c, Rng& rng) { return make_conv_fwd(dims_of(c), c.shape[6], ConvArith::Tf32, pooled(c), rng); },
+        [](const VerifyCase& c, Rng& rng) {
+            return make_conv_fwd(dims_of(c), c.shape[6], ConvArith::Tf32, pooled(c), rng);
+        },
         Pass::Fwd));
     rows.push_back(conv_row(
         "tc_conv_bwd_data", false, [](const VerifyCase& c) { validate_conv(c, tcconv_unfit); },

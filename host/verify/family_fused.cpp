@@ -153,7 +153,7 @@ const KernelFamily& fused_family() {
           .shape = "B,I,H,act",
           .validate = validate_named_shape,
           .harness = make_fused_forward,
-          .bench_shape = [](unsigned B) -> std::optional<std::vector<unsigned>> {
+          .bench_shape = [](unsigned B) -> BenchShape {
               return std::vector<unsigned>{B, kBenchI, kBenchH, kActRelu};
           },
           .work = fused_forward_work},
@@ -161,7 +161,7 @@ const KernelFamily& fused_family() {
           .shape = "B,H,O,loss,act",
           .validate = validate_named_shape,
           .harness = make_fused_output,
-          .bench_shape = [](unsigned B) -> std::optional<std::vector<unsigned>> {
+          .bench_shape = [](unsigned B) -> BenchShape {
               return std::vector<unsigned>{B, kBenchH, kBenchO, kLossSoftmax, kActRelu};
           },
           .work = fused_output_work},
@@ -169,7 +169,7 @@ const KernelFamily& fused_family() {
           .shape = "B,I,H,O",
           .validate = validate_named_shape,
           .harness = make_fused_grad,
-          .bench_shape = [](unsigned B) -> std::optional<std::vector<unsigned>> {
+          .bench_shape = [](unsigned B) -> BenchShape {
               return std::vector<unsigned>{B, kBenchI, kBenchH, kBenchO};
           },
           .work = fused_grad_work}},

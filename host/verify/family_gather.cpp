@@ -37,7 +37,7 @@ std::vector<VerifyCase> gather_default_cases() {
 std::vector<VerifyCase> gather_quick_cases() { return {{"gather", {63, 784, 100}}}; }
 
 // bench: one batch of images from the 60000 of MNIST's training set.
-std::optional<std::vector<unsigned>> gather_bench_shape(unsigned B) { return std::vector<unsigned>{B, kBenchI, 60000}; }
+BenchShape gather_bench_shape(unsigned B) { return std::vector<unsigned>{B, kBenchI, 60000}; }
 
 std::pair<double, double> gather_work(const VerifyCase& c) {
     const double B = c.shape[0], I = kBenchI;

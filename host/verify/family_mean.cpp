@@ -33,7 +33,7 @@ std::vector<VerifyCase> mean_default_cases() {
 std::vector<VerifyCase> mean_quick_cases() { return {{"batch_mean", {10, 63}}, {"batch_mean", {1000, 64}}}; }
 
 // bench: the W1 mean gradient of one step; B adds and the scale an element.
-std::optional<std::vector<unsigned>> mean_bench_shape(unsigned B) { return std::vector<unsigned>{kBenchH * kBenchI, B}; }
+BenchShape mean_bench_shape(unsigned B) { return std::vector<unsigned>{kBenchH * kBenchI, B}; }
 
 std::pair<double, double> mean_work(const VerifyCase& c) {
     const double B = c.shape[1], I = kBenchI, H = kBenchH;

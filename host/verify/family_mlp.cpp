@@ -112,7 +112,8 @@ std::pair<double, double> forward2_work(const VerifyCase& c) {
     return {4 * (B * I + params + B * H + B * O), 2 * B * (I * H + H * O)};
 }
 
-std::pair<double, double> grad2_work(const VerifyCase& c) {  // forward, deltas, and the per-sample gradients written out
+// Forward, deltas, and the per-sample gradients written out.
+std::pair<double, double> grad2_work(const VerifyCase& c) {
     const double B = c.shape[0];
     const double I = kBenchI, H = kBenchH, O = kBenchO, params = H * I + H + O * H + O;
     return {4 * (B * I + B * O + params + B * (H + O) + B * params), 2 * B * (I * H + 2 * H * O) + B * params};
@@ -131,7 +132,7 @@ const KernelFamily& mlp_family() {
           .shape = "B,I,H,O,act",
           .validate = validate_named_shape,
           .harness = forward_harness,
-          .bench_shape = [](unsigned B) -> std::optional<std::vector<unsigned>> {
+          .bench_shape = [](unsigned B) -> BenchShape {
               return std::vector<unsigned>{B, kBenchI, kBenchH, kBenchO, kActRelu};
           },
           .work = forward2_work},
@@ -139,12 +140,18 @@ const KernelFamily& mlp_family() {
           .shape = "B,I,H,O,loss,act",
           .validate = validate_named_shape,
           .harness = grad_harness,
-          .bench_shape = [](unsigned B) -> std::optional<std::vector<unsigned>> {
+          .bench_shape = [](unsigned B) -> BenchShape {
               return std::vector<unsigned>{B, kBenchI, kBenchH, kBenchO, kLossSoftmax, kActRelu};
           },
           .work = grad2_work},
-         {.entry = "forward3", .shape = "B,I,H1,H2,O,act", .validate = validate_named_shape, .harness = forward_harness},
-         {.entry = "grad3", .shape = "B,I,H1,H2,O,loss,act", .validate = validate_named_shape, .harness = grad_harness}},
+         {.entry = "forward3",
+          .shape = "B,I,H1,H2,O,act",
+          .validate = validate_named_shape,
+          .harness = forward_harness},
+         {.entry = "grad3",
+          .shape = "B,I,H1,H2,O,loss,act",
+          .validate = validate_named_shape,
+          .harness = grad_harness}},
         mlp_default_cases,
         mlp_quick_cases};
     return f;

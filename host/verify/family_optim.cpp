@@ -97,7 +97,7 @@ const KernelFamily& optim_family() {
           .validate = validate_named_shape,
           .harness = [](const VerifyCase& c, Rng& rng) { return make_optim_harness(c, rng, Rule::Sgd); },
           // Nesterov: reads P, G, M, writes P, M; mul, add and two fmas an element.
-          .bench_shape = [](unsigned) -> std::optional<std::vector<unsigned>> { return std::vector<unsigned>{kBenchParams, 2}; },
+          .bench_shape = [](unsigned) -> BenchShape { return std::vector<unsigned>{kBenchParams, 2}; },
           .work = [](const VerifyCase&) -> std::pair<double, double> {
               const double params = bench_params();
               return {4 * 5 * params, 6 * params};
@@ -108,7 +108,7 @@ const KernelFamily& optim_family() {
           .validate = validate_named_shape,
           .harness = [](const VerifyCase& c, Rng& rng) { return make_optim_harness(c, rng, Rule::Adam); },
           // Adam: reads P, G, M, V, writes P, M, V; 3 fmas, 3 subs, 2 muls, add, sqrt, 2 divs (each 1 here).
-          .bench_shape = [](unsigned) -> std::optional<std::vector<unsigned>> { return std::vector<unsigned>{kBenchParams, 0}; },
+          .bench_shape = [](unsigned) -> BenchShape { return std::vector<unsigned>{kBenchParams, 0}; },
           .work = [](const VerifyCase&) -> std::pair<double, double> {
               const double params = bench_params();
               return {4 * 7 * params, 15 * params};

@@ -32,7 +32,7 @@ std::vector<VerifyCase> outer_default_cases() {
 std::vector<VerifyCase> outer_quick_cases() { return {{"outer", {63, 128, 784}}, {"outer", {9, 7, 13}}}; }
 
 // bench: gW1 of one step.
-std::optional<std::vector<unsigned>> outer_bench_shape(unsigned B) { return std::vector<unsigned>{B, kBenchH, kBenchI}; }
+BenchShape outer_bench_shape(unsigned B) { return std::vector<unsigned>{B, kBenchH, kBenchI}; }
 
 std::pair<double, double> outer_work(const VerifyCase& c) {
     const double B = c.shape[0], I = kBenchI, H = kBenchH;

@@ -13,6 +13,40 @@
 
 namespace ptxlab::verify_detail {
 
+namespace {
+
+// The optimizer's constants, random in their ranges, with weight decay for momentum, adam,
+// adamw and rmsprop (sgd and nesterov run without).
+OptimConfig random_optim(OptimKind kind, Rng& rng) {
+    OptimConfig o;
+    o.kind = kind;
+    o.momentum = rng.uniform(0.5f, 0.99f);
+    o.beta1 = rng.uniform(0.8f, 0.95f);
+    o.beta2 = rng.uniform(0.9f, 0.9999f);
+    o.eps = rng.uniform(1e-8f, 1e-6f);
+    o.alpha = rng.uniform(0.9f, 0.999f);
+    const bool wd_on = o.kind != OptimKind::Sgd && o.kind != OptimKind::Nesterov;
+    o.weight_decay = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
+    return o;
+}
+
+// The parameters W1, b1, W2, b2 in one flat array P (the layout the kernel takes), the
+// reference's gradient G in the same layout, and the parts' names and shapes.
+void flatten(const NetParams& net, const RefFusedStep& r, unsigned I, unsigned H, unsigned O, std::vector<float>& P,
+             Bounded& G, std::vector<Tensor::Part>& parts) {
+    const Bounded* grads[] = {&r.GW1, &r.Gb1, &r.GW2, &r.Gb2};
+    const std::vector<float>* params[] = {&net.W[0], &net.b[0], &net.W[1], &net.b[1]};
+    const std::vector<std::vector<size_t>> dims = {{H, I}, {H}, {O, H}, {O}};
+    for (int t = 0; t < 4; ++t) {
+        parts.push_back({t % 2 ? fmt::format("b{}", t / 2 + 1) : fmt::format("W{}", t / 2 + 1), P.size(), dims[t]});
+        P.insert(P.end(), params[t]->begin(), params[t]->end());
+        G.v.insert(G.v.end(), grads[t]->v.begin(), grads[t]->v.end());
+        G.e.insert(G.e.end(), grads[t]->e.begin(), grads[t]->e.end());
+    }
+}
+
+}  // namespace
+
 // fused_step: a random network, batch, optimizer state and step record; the parameters and
 // the state each in one flat array (W1, b1, W2, b2: the layout the kernel takes). Yp
 // (scratch) starts as poison, the grid barrier's 64-bit count as 0 (as train sets it). The
@@ -25,15 +59,7 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc) {
     const unsigned act = tc ? kActRelu : c.shape[6];
     if (!tc && !fused_step_fits(I, O))
         PTXLAB_THROW(InputError, "fused_step takes I <= 800 and O <= 32, got I = {}, O = {}", I, O);
-    OptimConfig o;
-    o.kind = static_cast<OptimKind>(c.shape[5]);
-    o.momentum = rng.uniform(0.5f, 0.99f);
-    o.beta1 = rng.uniform(0.8f, 0.95f);
-    o.beta2 = rng.uniform(0.9f, 0.9999f);
-    o.eps = rng.uniform(1e-8f, 1e-6f);
-    o.alpha = rng.uniform(0.9f, 0.999f);
-    const bool wd_on = o.kind != OptimKind::Sgd && o.kind != OptimKind::Nesterov;
-    o.weight_decay = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
+    const OptimConfig o = random_optim(static_cast<OptimKind>(c.shape[5]), rng);
     const StepHyper hy = step_hyper(o, rng.uniform(0.01f, 0.5f), 1 + rng.below(1000));
     const float scale = grad_scale(loss == kLossSoftmax ? Loss::Ce : Loss::Mse, B, O);
     NetParams net = random_net(rng, {I, H, O});
@@ -46,15 +72,7 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc) {
     std::vector<float> P;
     Bounded G;
     std::vector<Tensor::Part> parts;
-    const Bounded* grads[] = {&r.GW1, &r.Gb1, &r.GW2, &r.Gb2};
-    const std::vector<float>* params[] = {&net.W[0], &net.b[0], &net.W[1], &net.b[1]};
-    const std::vector<std::vector<size_t>> dims = {{H, I}, {H}, {O, H}, {O}};
-    for (int t = 0; t < 4; ++t) {
-        parts.push_back({t % 2 ? fmt::format("b{}", t / 2 + 1) : fmt::format("W{}", t / 2 + 1), P.size(), dims[t]});
-        P.insert(P.end(), params[t]->begin(), params[t]->end());
-        G.v.insert(G.v.end(), grads[t]->v.begin(), grads[t]->v.end());
-        G.e.insert(G.e.end(), grads[t]->e.begin(), grads[t]->e.end());
-    }
+    flatten(net, r, I, H, O, P, G, parts);
     const size_t N = P.size();
     const bool use_m = o.state_buffers() == 2 || o.kind == OptimKind::Momentum || o.kind == OptimKind::Nesterov;
     const bool use_v = o.state_buffers() == 2 || o.kind == OptimKind::RmsProp;
@@ -176,7 +194,7 @@ const KernelFamily& step_family() {
           .validate = validate_named_shape,
           .harness = [](const VerifyCase& c, Rng& rng) { return make_step_harness(c, rng, false); },
           // bench: the default recipe's step (cross-entropy, Nesterov, ReLU).
-          .bench_shape = [](unsigned B) -> std::optional<std::vector<unsigned>> {
+          .bench_shape = [](unsigned B) -> BenchShape {
               return std::vector<unsigned>{B, kBenchI, kBenchH, kBenchO, kLossSoftmax,
                                                optim_code(OptimKind::Nesterov), kActRelu};
           },

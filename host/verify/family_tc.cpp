@@ -1,7 +1,7 @@
 // The tensor-core kernels (ptx/tc.ptx, and their BF16 versions in ptx/tcbf16.ptx: one module,
-// as they share their harnesses and shapes): fresh random inputs, the float64 reference with its TF32 (BF16) bound and the
-// launch (tc.hpp). Shapes: tc_forward[_bf16] takes B,I,H,act, tc_grad_input[_bf16] and
-// tc_grad_weights[_bf16] B,I,O,act (act 0 none, 1 ReLU).
+// as they share their harnesses and shapes): fresh random inputs, the float64 reference with
+// its TF32 (BF16) bound and the launch (tc.hpp). Shapes: tc_forward[_bf16] takes B,I,H,act,
+// tc_grad_input[_bf16] and tc_grad_weights[_bf16] B,I,O,act (act 0 none, 1 ReLU).
 #include "registry.hpp"
 #include "tc.hpp"
 
@@ -125,10 +125,10 @@ std::vector<VerifyCase> tc_quick_cases() {
 // with ReLU's epilogue; dX from D1 (the input's gradient, which a deeper network would need) and
 // GW1 from D1, which fused_output has masked already (act 0, as fused_grad reads it). Each reads
 // its two matrices once and writes one; the _bf16 versions do the same work.
-std::optional<std::vector<unsigned>> forward_bench_shape(unsigned B) {
+BenchShape forward_bench_shape(unsigned B) {
     return std::vector<unsigned>{B, kBenchI, kBenchH, kTcActRelu};
 }
-std::optional<std::vector<unsigned>> grad_bench_shape(unsigned B) {
+BenchShape grad_bench_shape(unsigned B) {
     return std::vector<unsigned>{B, kBenchI, kBenchH, kTcActNone};
 }
 

@@ -31,7 +31,7 @@ std::vector<VerifyCase> tcstep_default_cases() {
 std::vector<VerifyCase> tcstep_quick_cases() { return {{"tc_step", {37, 300, 72, 7, 1, 5}}}; }
 
 // bench: the default recipe's step (cross-entropy, Nesterov) at batches up to 64 (one cluster).
-std::optional<std::vector<unsigned>> tcstep_bench_shape(unsigned B) {
+BenchShape tcstep_bench_shape(unsigned B) {
     if (!tc_step_unfit(B, kBenchI, kBenchH, kBenchO).empty()) return std::nullopt;
     return std::vector<unsigned>{B, kBenchI, kBenchH, kBenchO, kLossSoftmax, optim_code(OptimKind::Nesterov)};
 }

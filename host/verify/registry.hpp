@@ -21,6 +21,9 @@
 
 namespace ptxlab {
 
+// bench: the shape a kernel is timed at, or nothing.
+using BenchShape = std::optional<std::vector<unsigned>>;
+
 struct KernelRow {
     std::string entry;
     // The shape's fields, as shape_names() gives them ("B,I,H,O,loss,act"). `shape_alt`: another
@@ -37,7 +40,7 @@ struct KernelRow {
     verify_detail::Harness (*harness)(const VerifyCase&, Rng&) = nullptr;
     // bench: the shape timed at batch B on the MNIST network (784-128-10); nothing where the
     // kernel takes no such batch (tc_step above 64). Null for kernels bench times only as a CNN layer.
-    std::optional<std::vector<unsigned>> (*bench_shape)(unsigned B) = nullptr;
+    BenchShape (*bench_shape)(unsigned B) = nullptr;
     // bench: the least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) of a case.
     std::pair<double, double> (*work)(const VerifyCase&) = nullptr;
 };
