@@ -45,6 +45,12 @@ void flatten(const NetParams& net, const RefFusedStep& r, unsigned I, unsigned H
     }
 }
 
+// The parts of a state array (M, V): the parameters' parts, named "M(W1)" and so on.
+std::vector<Tensor::Part> state_parts(std::vector<Tensor::Part> parts, const char* name) {
+    for (auto& p : parts) p.name = fmt::format("{}({})", name, p.name);
+    return parts;
+}
+
 }  // namespace
 
 // fused_step: a random network, batch, optimizer state and step record; the parameters and
@@ -82,11 +88,6 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc) {
 
     Harness h;
     h.expected = {{"A", std::move(r.A)}, {"Y", std::move(r.Y)}, {"P", std::move(after.P)}};
-    auto state_parts = [&parts](const char* name) {
-        std::vector<Tensor::Part> v = parts;
-        for (auto& p : v) p.name = fmt::format("{}({})", name, p.name);
-        return v;
-    };
     const std::vector<float> sync = {0.0f, 0.0f};
     // The outputs in data-flow order (verify lists mismatches in this order): A, Y, then the
     // updated parameters and state.
@@ -107,12 +108,12 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc) {
     if (use_m) {
         h.expected["M"] = std::move(after.M);
         h.tensors.push_back({"M", {N}, Role::InOut, std::move(M)});
-        h.tensors.back().parts = state_parts("M");
+        h.tensors.back().parts = state_parts(parts, "M");
     }
     if (use_v) {
         h.expected["V"] = std::move(after.V);
         h.tensors.push_back({"V", {N}, Role::InOut, std::move(V)});
-        h.tensors.back().parts = state_parts("V");
+        h.tensors.back().parts = state_parts(parts, "V");
     }
     h.launch = [=](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
         const CUdeviceptr dP = ptr(m, "P");
