@@ -4,9 +4,8 @@
 #include "recipe.hpp"
 #include "model.hpp"
 #include "optim.hpp"
+#include "registry.hpp"
 #include "rng.hpp"
-#include "tc.hpp"
-#include "tcstep.hpp"
 #include "train_cnn.hpp"
 #include "train.hpp"
 #include "verify.hpp"
@@ -18,15 +17,10 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace ptxlab {
-
-namespace {
-
-constexpr unsigned kI = 784, kH = 128, kO = 10;
-
-}  // namespace
 
 BenchSet parse_bench_set(const std::string& full) {
     std::string name = full, recipe;
@@ -67,66 +61,39 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// The shape each entry is timed at, for a batch of B on the MNIST network.
-VerifyCase bench_case(const std::string& entry, unsigned B) {
-    if (entry == "batch_mean") return {entry, {kH * kI, B}};       // the W1 mean gradient of one step
-    // The optimizers on every parameter at once (independent of the batch): Nesterov, Adam.
-    if (entry == "optim_sgd") return {entry, {kH * kI + kH + kO * kH + kO, 2}};
-    if (entry == "optim_adam") return {entry, {kH * kI + kH + kO * kH + kO, 0}};
-    if (entry == "gather") return {entry, {B, kI, 60000}};         // one batch of images
-    // The default recipe's loss (ce) and activation (relu).
-    if (entry == "fused_forward") return {entry, {B, kI, kH, kActRelu}};
-    if (entry == "fused_output") return {entry, {B, kH, kO, kLossSoftmax, kActRelu}};
-    if (entry == "grad2") return {entry, {B, kI, kH, kO, kLossSoftmax, kActRelu}};
-    if (entry == "forward2") return {entry, {B, kI, kH, kO, kActRelu}};
-    if (entry == "outer") return {entry, {B, kH, kI}};               // gW1 of one step
-    // The hidden layer's three products (B,I,H,act or B,I,O,act) as training runs them: A1 with
-    // ReLU's epilogue; dX from D1 (the input's gradient, which a deeper network would need) and
-    // GW1 from D1, which fused_output has masked already (act 0, as fused_grad reads it).
-    const std::string_view base = tc_base_entry(entry);  // and their _bf16 versions
-    if (base == "tc_forward") return {entry, {B, kI, kH, kTcActRelu}};
-    if (base == "tc_grad_input" || base == "tc_grad_weights") return {entry, {B, kI, kH, kTcActNone}};
-    // The default recipe's step: cross-entropy, Nesterov.
-    if (entry == "fused_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov), kActRelu}};
-    if (entry == "tc_step") return {entry, {B, kI, kH, kO, kLossSoftmax, optim_code(OptimKind::Nesterov)}};
-    return {entry, {B, kI, kH, kO}};                                // fused_grad
+// The case an entry is timed at, for a batch of B on the MNIST network (its row's bench
+// shape, registry.hpp); nothing where it takes no such batch.
+std::optional<VerifyCase> bench_case(const std::string& entry, unsigned B) {
+    const KernelRow& row = kernel_row(entry);
+    if (!row.bench_shape) PTXLAB_THROW(Error, "kernel '{}' has no bench shape (registry.hpp)", entry);
+    std::optional<std::vector<unsigned>> shape = row.bench_shape(B);
+    if (!shape) return std::nullopt;
+    return VerifyCase{entry, std::move(*shape)};
 }
 
-// The least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) an entry must do.
-std::pair<double, double> kernel_work(const std::string& entry, double B) {
-    const std::string e(tc_base_entry(entry));  // the _bf16 versions do the same work
-    const double I = kI, H = kH, O = kO, params = H * I + H + O * H + O;
-    if (e == "forward2") return {4 * (B * I + params + B * H + B * O), 2 * B * (I * H + H * O)};
-    if (e == "grad2")  // forward, deltas, and the per-sample gradients written out
-        return {4 * (B * I + B * O + params + B * (H + O) + B * params), 2 * B * (I * H + 2 * H * O) + B * params};
-    if (e == "batch_mean") return {4 * (B * H * I + H * I), B * H * I + H * I};  // B adds and the scale
-    // Nesterov: reads P, G, M, writes P, M; mul, add and two fmas an element.
-    if (e == "optim_sgd") return {4 * 5 * params, 6 * params};
-    // Adam: reads P, G, M, V, writes P, M, V; 3 fmas, 3 subs, 2 muls, add, sqrt, 2 divs (each 1 here).
-    if (e == "optim_adam") return {4 * 7 * params, 15 * params};
-    if (e == "gather") return {4 * (2 * B * I + B), 0};
-    if (e == "fused_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
-    if (e == "fused_output") return {4 * (2 * B * H + O * H + O + 3 * B * O), 4 * B * H * O};
-    if (e == "outer") return {4 * (B * H + B * I + B * H * I), B * H * I};
-    if (e == "fused_step" || e == "tc_step")  // reads X, T, the parameters and m, writes A, Y, the parameters and m (Nesterov)
-        return {4 * (B * I + B * O + 4 * params + B * H + B * O),
-                2 * B * (I * H + 2 * H * O) + 2 * B * ((I + 1) * H + (H + 1) * O) + 7 * params};
-    if (e == "fused_grad")  // reads X, A, D1, D2 once, writes the gradients; one multiply by the scale each
-        return {4 * (B * I + 2 * B * H + B * O + params), 2 * B * ((I + 1) * H + (H + 1) * O) + params};
-    // The hidden layer's products at B,I,H: each reads its two matrices once and writes one.
-    if (e == "tc_forward") return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
-    if (e == "tc_grad_input") return {4 * (B * H + H * I + B * I), 2 * B * I * H};  // reads D1 (act 0: no Y), W
-    if (e == "tc_grad_weights") return {4 * (B * H + B * I + H * I + H), 2 * B * I * H + B * H};
-    return {0, 0};
+// The least memory traffic (bytes) and the arithmetic (flops, an FMA = 2) a case must do.
+std::pair<double, double> case_work(const VerifyCase& c) {
+    const KernelRow& row = kernel_row(c.entry);
+    if (!row.work) PTXLAB_THROW(Error, "kernel '{}' has no work formula (registry.hpp)", c.entry);
+    return row.work(c);
 }
 
-std::vector<std::string> set_entries(const KernelChoice& k) {
+}  // namespace
+
+std::vector<std::string> bench_entries(const KernelChoice& k) {
     if (k.design == Design::Fused) return {"fused_step", "fused_forward", "fused_output", "fused_grad"};
     if (k.design == Design::Fast) return {"outer"};  // its other kernels are timed with the fused and seed sets
     if (k.design == Design::Tc && k.bf16) return {"tc_forward_bf16", "tc_grad_input_bf16", "tc_grad_weights_bf16"};
     if (k.design == Design::Tc) return {"tc_step", "tc_forward", "tc_grad_input", "tc_grad_weights"};
     return {"forward2", "grad2", "batch_mean", "gather", "optim_sgd", "optim_adam"};
 }
+
+std::vector<std::string> bench_cnn_entries() {
+    return {"conv_fwd",    "conv_bwd_data",    "conv_bwd_weights",    "pool_fwd",     "pool_bwd",
+            "fc_bwd_data", "tc_conv_fwd",      "tc_conv_bwd_data",    "tc_conv_bwd_weights", "tc_grad_input"};
+}
+
+namespace {
 
 // `ptxlab train`'s defaults with the bench set's kernels and launch mode, quiet.
 TrainConfig train_config(const std::string& set, const BenchOptions& opt) {
@@ -234,26 +201,6 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
             {"conv2", {"tc_conv_bwd_weights", conv2b}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}}};
 }
 
-// Least traffic (bytes) and arithmetic (flops, an FMA = 2) of a conv or pool case; the
-// backward passes with act 1 read the layer's output Y for the ReLU mask, pool_bwd with the
-// mask the pooled maxima.
-std::pair<double, double> cnn_work(const VerifyCase& c) {
-    const auto& z = c.shape;
-    if (c.entry == "fc_bwd_data" || c.entry == "tc_grad_input") {  // B,I,O: read dY, Y, W; write dX
-        const double B = z[0], I = z[1], O = z[2];
-        return {4 * (2 * B * O + O * I + B * I), 2 * B * I * O};
-    }
-    const double N = z[0], C = z[1], H = z[2], W = z[3];
-    if (c.entry == "pool_fwd") return {4 * (N * C * H * W + 2 * N * C * (H / 2) * (W / 2)), 0};
-    if (c.entry == "pool_bwd") return {4 * (N * C * H * W + (2 + z[4]) * N * C * (H / 2) * (W / 2)), 0};
-    const double K = z[4], T = double(z[5]) * z[5], x = N * C * H * W, y = N * K * H * W, w = K * C * T;
-    const double macs = 2 * N * K * C * H * W * T, ry = z[6] == 1 ? 2 : 1;  // dY, and Y for the mask
-    if (z.size() == 8 && z[7] == 1) return {4 * (x + w + K + y / 2), macs + y};  // (tc_)conv_fwd: Y, idx pooled
-    if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") return {4 * (x + w + K + y), macs + y};
-    if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data") return {4 * (ry * y + w + x), macs};
-    return {4 * (x + ry * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db
-}
-
 // The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch kCnnBatch)
 // as the trainer runs it: kCnnChunk steps a CUDA graph, replayed; GPU time a step, the median
 // over replays. Random images in [0, 1) and labels; the FP32 conv kernels and the tensor cores.
@@ -309,26 +256,28 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
     }
 }
 
+// Times case `c` on `kern` (fresh inputs from `seed`): t's time, work, rates and roofline.
+void time_case(KernelTiming& t, const VerifyCase& c, const Kernel& kern, uint64_t seed, const BenchResult& r,
+               CUstream s) {
+    PreparedCase pc(c, seed);
+    t.us = 1e3 * time_launches([&](CUstream st) { pc.launch(kern, st); }, s);
+    std::tie(t.bytes, t.flops) = case_work(c);
+    t.gbps = t.bytes / (t.us * 1e-6) / 1e9;
+    t.gflops = t.flops / (t.us * 1e-6) / 1e9;
+    const double attainable = std::min(r.fma_gflops, t.flops / t.bytes * r.copy_gbps);
+    t.roofline_pct = t.flops > 0 ? 100.0 * t.gflops / attainable : 100.0 * t.gbps / r.copy_gbps;
+}
+
 void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
     fmt::print(out, "CNN kernels (--model cnn's layers, batch {}; GFLOP/s against the FMA loop's {:.0f})\n",
                kCnnBatch, r.fma_gflops);
     fmt::print(out, "{:<16} {:<17} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set:layer", "kernel", "batch", "us", "GB/s",
                "GFLOP/s", "roofline");
-    const std::vector<std::string> entries = {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd",
-                                              "fc_bwd_data", "tc_conv_fwd", "tc_conv_bwd_data", "tc_conv_bwd_weights",
-                                              "tc_grad_input"};
     for (const KernelSource src : {KernelSource::Ptx, KernelSource::Reference}) {
-        KernelSet ks(src, ctx.info(), opt.dirs, entries);
+        KernelSet ks(src, ctx.info(), opt.dirs, bench_cnn_entries());
         for (const auto& [layer, c] : cnn_cases(kCnnBatch)) {
-            PreparedCase pc(c, opt.seed);
-            const Kernel& kern = ks.get(c.entry);
             KernelTiming t{fmt::format("cnn-{}:{}", to_string(src), layer), c.entry, kCnnBatch};
-            t.us = 1e3 * time_launches([&](CUstream st) { pc.launch(kern, st); }, s);
-            std::tie(t.bytes, t.flops) = cnn_work(c);
-            t.gbps = t.bytes / (t.us * 1e-6) / 1e9;
-            t.gflops = t.flops / (t.us * 1e-6) / 1e9;
-            const double attainable = std::min(r.fma_gflops, t.flops / t.bytes * r.copy_gbps);
-            t.roofline_pct = t.flops > 0 ? 100.0 * t.gflops / attainable : 100.0 * t.gbps / r.copy_gbps;
+            time_case(t, c, ks.get(c.entry), opt.seed, r, s);
             fmt::print(out, "{:<16} {:<17} {:>6} {:>10.2f} {:>9.1f} {:>10.1f} {:>8.2f}%\n", t.set, t.entry, t.batch,
                        t.us, t.gbps, t.gflops, t.roofline_pct);
             out.flush();
@@ -337,6 +286,94 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
     }
     fmt::print(out, "\n");
     bench_model_steps(ctx, opt, r, out, s);
+}
+
+// Each plain set's kernels (bench_entries) at each batch on the MNIST sizes, then the CNN's.
+void bench_kernels(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
+    fmt::print(out, "kernels (784-128-10; median per launch; roofline = achieved / min(FMA peak, intensity x copy "
+                    "bandwidth))\n");
+    fmt::print(out, "{:<16} {:<14} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set", "kernel", "batch", "us", "GB/s",
+               "GFLOP/s", "roofline");
+    for (const auto& set : opt.sets) {
+        const BenchSet bs = parse_bench_set(set);
+        if (!bs.overlap || !bs.one_launch || bs.steps_per_launch || !bs.recipe.empty())
+            continue;  // the same kernels as the plain set
+        const KernelChoice k = bs.kernels;
+        const auto entries = bench_entries(k);
+        KernelSet ks(k.source, ctx.info(), opt.dirs, entries);
+        for (const auto& e : entries) {
+            for (unsigned B : opt.kernel_batches) {
+                const std::optional<VerifyCase> c = bench_case(e, B);
+                if (!c) continue;  // tc_step: one batch of <= 64
+                KernelTiming t{set, e, B};
+                time_case(t, *c, ks.get(e), opt.seed, r, s);
+                fmt::print(out, "{:<16} {:<14} {:>6} {:>10.2f} {:>9.1f} {:>10.1f} {:>8.2f}%\n", set, e, B, t.us,
+                           t.gbps, t.gflops, t.roofline_pct);
+                out.flush();
+                r.kernels.push_back(t);
+            }
+        }
+    }
+    fmt::print(out, "\n");
+    bench_cnn_kernels(ctx, opt, r, out, s);
+}
+
+// `ptxlab train`'s loop on each set at each batch: GPU time per step (the median over full
+// chunks) and wall time per step.
+void bench_steps(const Context& ctx, const BenchOptions& opt, const Dataset& data, BenchResult& r, std::ostream& out) {
+    std::ostringstream quiet;
+    fmt::print(out, "training steps (`ptxlab train`'s loop: chunks of steps replayed as CUDA graphs)\n");
+    fmt::print(out, "{:<16} {:>6} {:>7} {:>14} {:>16}\n", "set", "batch", "steps", "GPU us/step", "wall us/step");
+    for (const auto& set : opt.sets) {
+        for (unsigned B : opt.step_batches) {
+            TrainConfig cfg = train_config(set, opt);
+            cfg.batch = B;
+            cfg.target = 1.0;
+            cfg.epochs = 1;
+            cfg.evals_per_epoch = 1;
+            if (cfg.kernels.design == Design::Seed) cfg.max_steps = opt.seed_steps;
+            TrainResult tr = train(ctx, data, cfg, quiet);
+            StepTiming st{set, B, tr.steps};
+            std::vector<double> per;
+            const unsigned full = *std::max_element(tr.chunk_steps.begin(), tr.chunk_steps.end());
+            for (size_t i = 0; i < tr.chunk_gpu_ms.size(); ++i)
+                if (tr.chunk_steps[i] == full) per.push_back(1e3 * tr.chunk_gpu_ms[i] / tr.chunk_steps[i]);
+            st.us_per_step = median(per);
+            double loop_ms = 0;
+            for (double e : tr.epoch_ms) loop_ms += e;
+            st.host_us_per_step = 1e3 * loop_ms / std::max(1u, tr.steps);
+            fmt::print(out, "{:<16} {:>6} {:>7} {:>14.2f} {:>16.2f}\n", set, B, st.steps, st.us_per_step,
+                       st.host_us_per_step);
+            out.flush();
+            r.steps.push_back(st);
+        }
+    }
+    fmt::print(out, "\n");
+}
+
+// A full training run of each target set: the time until the first evaluation at the target.
+void bench_to_target(const Context& ctx, const BenchOptions& opt, const Dataset& data, double data_ms, BenchResult& r,
+                     std::ostream& out) {
+    std::ostringstream quiet;
+    fmt::print(out, "time to {:.2f} % test accuracy (`ptxlab train`'s default recipe over {} epochs; training "
+                    "time until the first evaluation at the target, evaluation not counted; data loading and "
+                    "JIT apart)\n",
+               100.0 * opt.target, opt.epochs);
+    fmt::print(out, "{:<16} {:>9} {:>14} {:>7} {:>10} {:>12} {:>9} {:>9}\n", "set", "reached", "train ms", "epochs",
+               "accuracy", "ms/epoch", "JIT ms", "data ms");
+    for (const auto& set : opt.target_sets) {
+        TrainConfig cfg = train_config(set, opt);
+        cfg.target = opt.target;
+        cfg.epochs = opt.epochs;
+        TrainResult tr = train(ctx, data, cfg, quiet);
+        TargetTiming t{set, tr.reached, tr.reached ? tr.train_ms_to_target : tr.train_ms, tr.accuracy, tr.epochs,
+                       tr.steps, median(tr.epoch_ms), tr.jit_ms, data_ms};
+        fmt::print(out, "{:<16} {:>9} {:>14.1f} {:>7} {:>9.2f}% {:>12.2f} {:>9.1f} {:>9.1f}\n", set,
+                   t.reached ? "yes" : "no", t.ms_to_target, t.epochs, 100.0 * t.accuracy, t.median_epoch_ms,
+                   t.jit_ms, t.data_ms);
+        out.flush();
+        r.targets.push_back(t);
+    }
 }
 
 }  // namespace
@@ -355,99 +392,15 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
                r.fma_gflops);
     out.flush();
 
-    if (opt.kernels) {
-        fmt::print(out, "kernels (784-128-10; median per launch; roofline = achieved / min(FMA peak, intensity x copy "
-                        "bandwidth))\n");
-        fmt::print(out, "{:<16} {:<14} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set", "kernel", "batch", "us", "GB/s",
-                   "GFLOP/s", "roofline");
-        for (const auto& set : opt.sets) {
-            const BenchSet bs = parse_bench_set(set);
-            if (!bs.overlap || !bs.one_launch || bs.steps_per_launch || !bs.recipe.empty())
-                continue;  // the same kernels as the plain set
-            const KernelChoice k = bs.kernels;
-            const auto entries = set_entries(k);
-            KernelSet ks(k.source, ctx.info(), opt.dirs, entries);
-            for (const auto& e : entries) {
-                for (unsigned B : opt.kernel_batches) {
-                    if (e == "tc_step" && !tc_step_unfit(B, kI, kH, kO).empty()) continue;  // one batch of <= 64
-                    PreparedCase pc(bench_case(e, B), opt.seed);
-                    const Kernel& kern = ks.get(e);
-                    KernelTiming t{set, e, B};
-                    t.us = 1e3 * time_launches([&](CUstream st) { pc.launch(kern, st); }, s);
-                    std::tie(t.bytes, t.flops) = kernel_work(e, B);
-                    t.gbps = t.bytes / (t.us * 1e-6) / 1e9;
-                    t.gflops = t.flops / (t.us * 1e-6) / 1e9;
-                    const double attainable = std::min(r.fma_gflops, t.flops / t.bytes * r.copy_gbps);
-                    t.roofline_pct = t.flops > 0 ? 100.0 * t.gflops / attainable : 100.0 * t.gbps / r.copy_gbps;
-                    fmt::print(out, "{:<16} {:<14} {:>6} {:>10.2f} {:>9.1f} {:>10.1f} {:>8.2f}%\n", set, e, B, t.us,
-                               t.gbps, t.gflops, t.roofline_pct);
-                    out.flush();
-                    r.kernels.push_back(t);
-                }
-            }
-        }
-        fmt::print(out, "\n");
-        bench_cnn_kernels(ctx, opt, r, out, s);
-    }
+    if (opt.kernels) bench_kernels(ctx, opt, r, out, s);
 
     if (!opt.steps && !opt.to_target) return r;
     const std::string dir = opt.data_dir.empty() ? default_data_dir() : opt.data_dir;
     auto t0 = std::chrono::steady_clock::now();
     Dataset data = load_dataset(dir);
     const double data_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::ostringstream quiet;
-
-    if (opt.steps) {
-        fmt::print(out, "training steps (`ptxlab train`'s loop: chunks of steps replayed as CUDA graphs)\n");
-        fmt::print(out, "{:<16} {:>6} {:>7} {:>14} {:>16}\n", "set", "batch", "steps", "GPU us/step", "wall us/step");
-        for (const auto& set : opt.sets) {
-            for (unsigned B : opt.step_batches) {
-                TrainConfig cfg = train_config(set, opt);
-                cfg.batch = B;
-                cfg.target = 1.0;
-                cfg.epochs = 1;
-                cfg.evals_per_epoch = 1;
-                if (cfg.kernels.design == Design::Seed) cfg.max_steps = opt.seed_steps;
-                TrainResult tr = train(ctx, data, cfg, quiet);
-                StepTiming st{set, B, tr.steps};
-                std::vector<double> per;
-                const unsigned full = *std::max_element(tr.chunk_steps.begin(), tr.chunk_steps.end());
-                for (size_t i = 0; i < tr.chunk_gpu_ms.size(); ++i)
-                    if (tr.chunk_steps[i] == full) per.push_back(1e3 * tr.chunk_gpu_ms[i] / tr.chunk_steps[i]);
-                st.us_per_step = median(per);
-                double loop_ms = 0;
-                for (double e : tr.epoch_ms) loop_ms += e;
-                st.host_us_per_step = 1e3 * loop_ms / std::max(1u, tr.steps);
-                fmt::print(out, "{:<16} {:>6} {:>7} {:>14.2f} {:>16.2f}\n", set, B, st.steps, st.us_per_step,
-                           st.host_us_per_step);
-                out.flush();
-                r.steps.push_back(st);
-            }
-        }
-        fmt::print(out, "\n");
-    }
-
-    if (opt.to_target) {
-        fmt::print(out, "time to {:.2f} % test accuracy (`ptxlab train`'s default recipe over {} epochs; training "
-                        "time until the first evaluation at the target, evaluation not counted; data loading and "
-                        "JIT apart)\n",
-                   100.0 * opt.target, opt.epochs);
-        fmt::print(out, "{:<16} {:>9} {:>14} {:>7} {:>10} {:>12} {:>9} {:>9}\n", "set", "reached", "train ms", "epochs",
-                   "accuracy", "ms/epoch", "JIT ms", "data ms");
-        for (const auto& set : opt.target_sets) {
-            TrainConfig cfg = train_config(set, opt);
-            cfg.target = opt.target;
-            cfg.epochs = opt.epochs;
-            TrainResult tr = train(ctx, data, cfg, quiet);
-            TargetTiming t{set, tr.reached, tr.reached ? tr.train_ms_to_target : tr.train_ms, tr.accuracy, tr.epochs,
-                           tr.steps, median(tr.epoch_ms), tr.jit_ms, data_ms};
-            fmt::print(out, "{:<16} {:>9} {:>14.1f} {:>7} {:>9.2f}% {:>12.2f} {:>9.1f} {:>9.1f}\n", set,
-                       t.reached ? "yes" : "no", t.ms_to_target, t.epochs, 100.0 * t.accuracy, t.median_epoch_ms,
-                       t.jit_ms, t.data_ms);
-            out.flush();
-            r.targets.push_back(t);
-        }
-    }
+    if (opt.steps) bench_steps(ctx, opt, data, r, out);
+    if (opt.to_target) bench_to_target(ctx, opt, data, data_ms, r, out);
     return r;
 }
 

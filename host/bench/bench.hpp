@@ -5,7 +5,7 @@
 // given batches, fresh random inputs (as verify makes them), timed with device
 // events after warm-up: the median of many repetitions, each of back-to-back launches.
 // Achieved GB/s and GFLOP/s use the least traffic and the arithmetic each kernel must
-// do (see kernel_work in bench.cpp); the ceilings are a device-to-device copy and a
+// do (each kernel's row in host/verify/registry.hpp: work); the ceilings are a device-to-device copy and a
 // long FMA loop, measured on the same device in the same run.
 // Steps: `ptxlab train`'s own loop (graph-replayed chunks), the GPU time per step from
 // events around each chunk; epochs and time to target from a full training run.
@@ -87,6 +87,11 @@ struct BenchResult {
     std::vector<StepTiming> steps;
     std::vector<TargetTiming> targets;
 };
+
+// The entries timed for a kernel set at the MNIST sizes (each has its bench shape and work in
+// the registry, registry.hpp), and those timed at the CNN's layers.
+std::vector<std::string> bench_entries(const KernelChoice& k);
+std::vector<std::string> bench_cnn_entries();
 
 BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out);
 // The results as JSON (bench --json): device, copy_gbps, fma_gflops and target, then one object

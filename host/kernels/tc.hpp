@@ -1,5 +1,5 @@
 // The tensor-core kernels (ptx/tc.ptx): their launch shapes, and the float64 reference of what
-// they compute with a bound for TF32 inputs. Shared by verify (verify_tc.cpp) and the tests.
+// they compute with a bound for TF32 inputs. Shared by verify (family_tc.cpp) and the tests.
 //
 // tc_forward: A[s][h] = act(b[h] + sum_{k < I} X[s][k] W[h][k]), X [B][I], W [H][I] (nn.Linear's
 // [out][in]), b [H], A [B][H]; act 0 none, 1 ReLU. A block a 32 x 32 tile of A, four k groups of

@@ -1,6 +1,5 @@
-// The pieces of a verify case that the harness files share (verify.cpp, verify_conv.cpp,
-// verify_tc.cpp):
-// its tensors, their float64 reference, and how to launch the kernel on them.
+// The pieces of a verify case that the harness files share (verify.cpp and the family modules,
+// family_*.cpp): its tensors, their float64 reference, and how to launch the kernel on them.
 #pragma once
 
 #include "kernels.hpp"
@@ -9,9 +8,11 @@
 #include "verify.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ptxlab::verify_detail {
@@ -64,21 +65,30 @@ inline std::vector<float> relu_outputs(Rng& rng, size_t n) {
     return a;
 }
 
-// verify_conv.cpp: the conv and pool kernels (conv_fwd, conv_bwd_data, conv_bwd_weights,
-// pool_fwd, pool_bwd).
-bool is_conv_entry(const std::string& entry);
-std::string conv_shape_names(const std::string& entry, size_t count = 0);  // "N,C,H,W,K,KS,act", "N,C,H,W" or "B,I,O,act"
-void validate_conv_case(const VerifyCase& c);            // throws InputError
-std::vector<VerifyCase> conv_default_cases();
-std::vector<VerifyCase> conv_quick_cases();
-Harness make_conv_harness(const VerifyCase& c, Rng& rng);
+// A random network of the given sizes: He-uniform weights, small random biases.
+inline NetParams random_net(Rng& rng, const std::vector<unsigned>& sizes) {
+    NetParams net;
+    net.sizes = sizes;
+    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+        const float w = std::sqrt(6.0f / float(sizes[l]));
+        net.W.push_back(random_vector(rng, size_t(sizes[l + 1]) * sizes[l], -w, w));
+        net.b.push_back(random_vector(rng, sizes[l + 1], -0.1f, 0.1f));
+    }
+    return net;
+}
 
-// verify_tc.cpp: the tensor-core kernels (tc_forward, tc_grad_input, tc_grad_weights).
-bool is_tc_entry(const std::string& entry);
-std::string tc_shape_names(const std::string& entry);  // "B,I,H,act" (tc_forward) or "B,I,O,act"
-void validate_tc_case(const VerifyCase& c);            // throws InputError
-std::vector<VerifyCase> tc_default_cases();
-std::vector<VerifyCase> tc_quick_cases();
-Harness make_tc_harness(const VerifyCase& c, Rng& rng);
+// Random one-hot targets [B][O].
+inline std::vector<float> random_targets(Rng& rng, unsigned B, unsigned O) {
+    std::vector<float> t(size_t(B) * O, 0.0f);
+    for (unsigned s = 0; s < B; ++s) t[size_t(s) * O + rng.below(O)] = 1.0f;
+    return t;
+}
+
+inline CUdeviceptr ptr(const DevicePtrs& m, const char* name) { return m.at(name); }
+
+// family_step.cpp: fused_step's harness, which tc_step (family_tcstep.cpp) takes too (tc), and
+// the work of a step that bench times (at the MNIST sizes).
+Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc);
+std::pair<double, double> step_work(const VerifyCase& c);
 
 }  // namespace ptxlab::verify_detail

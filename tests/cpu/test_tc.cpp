@@ -1,4 +1,4 @@
-// The tensor-core kernels' host side (host/kernels/tc.hpp, host/verify/verify_tc.cpp): the shapes verify
+// The tensor-core kernels' host side (host/kernels/tc.hpp, host/verify/family_tc.cpp): the shapes verify
 // takes, the float64 references by hand, and their TF32 bounds: not vacuous, and wide enough for
 // a CPU model of the tensor core that truncates every addition, but not for a wrong fragment layout.
 #include "error.hpp"

@@ -1,5 +1,7 @@
-// verify harnesses of the conv and pool kernels (ptx/conv.ptx, ptx/pool.ptx, and
-// tc_conv_bwd_weights of ptx/tcwgrad.ptx, with conv_bwd_weights' shapes): fresh
+// The CNN layers' kernels: ptx/conv.ptx (conv_fwd, conv_bwd_data, conv_bwd_weights), their
+// tensor-core twins ptx/tcconv.ptx (tc_conv_fwd, tc_conv_bwd_data) and ptx/tcwgrad.ptx
+// (tc_conv_bwd_weights), ptx/pool.ptx (pool_fwd, pool_bwd) and ptx/fc.ptx (fc_bwd_data): one
+// module, as they share their harnesses, the CNN's shapes and the default set's order. Fresh
 // random inputs, the float64 reference with its bound (ref_conv.hpp), the launch (conv.hpp).
 // Shapes: conv_* take N,C,H,W,K,KS,act (act 0 none, 1 ReLU), conv_fwd also N,C,H,W,K,KS,act,pool
 // (pool 1: with its 2x2 max-pool); pool_fwd takes N,C,H,W, pool_bwd N,C,H,W,mask (mask 1: with
@@ -7,9 +9,9 @@
 #include "conv.hpp"
 #include "recipe.hpp"
 #include "ref_conv.hpp"
+#include "registry.hpp"
 #include "tcconv.hpp"
 #include "tcwgrad.hpp"
-#include "verify_harness.hpp"
 
 #include <bit>
 #include <cmath>
@@ -17,14 +19,6 @@
 namespace ptxlab::verify_detail {
 
 namespace {
-
-bool is_pool(const std::string& e) { return e == "pool_fwd" || e == "pool_bwd"; }
-bool is_fc(const std::string& e) { return e == "fc_bwd_data"; }
-// The tensor-core twins of conv_fwd and conv_bwd_data (tcconv.hpp): the same tensors and
-// launch arguments, TF32 bounds.
-bool is_tc(const std::string& e) { return e == "tc_conv_fwd" || e == "tc_conv_bwd_data"; }
-ConvArith arith_of(const std::string& e) { return is_tc(e) ? ConvArith::Tf32 : ConvArith::Fp32; }
-bool is_tcwgrad(const std::string& e) { return e == "tc_conv_bwd_weights"; }
 
 ConvDims dims_of(const VerifyCase& c) {
     const auto& z = c.shape;
@@ -180,13 +174,14 @@ std::vector<float> as_floats(const std::vector<uint32_t>& v) {
     return f;
 }
 
-Harness make_pool(const VerifyCase& c, Rng& rng) {
+// pool_fwd, or pool_bwd (backward).
+Harness make_pool(const VerifyCase& c, Rng& rng, bool backward) {
     const unsigned N = c.shape[0], C = c.shape[1], H = c.shape[2], W = c.shape[3], P = N * C;
     const size_t Ho = H / 2, Wo = W / 2;
     std::vector<float> X = tied_values(rng, size_t(P) * H * W);
     const PoolResult r = maxpool2_forward(P, H, W, {X.begin(), X.end()});
     Harness h;
-    if (c.entry == "pool_fwd") {
+    if (!backward) {
         h.expected["Y"] = exact(r.Y);
         h.expected["idx"] = exact({r.idx.begin(), r.idx.end()});
         h.tensors = {{"Y", {N, C, Ho, Wo}, Role::Out, {}},
@@ -211,59 +206,52 @@ Harness make_pool(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
-}  // namespace
+bool pooled(const VerifyCase& c) { return c.shape.size() == 8 && c.shape[7] == 1; }
 
-bool is_conv_entry(const std::string& e) {
-    return e == "conv_fwd" || e == "conv_bwd_data" || e == "conv_bwd_weights" || is_pool(e) || is_fc(e) || is_tc(e) ||
-           is_tcwgrad(e);
-}
-
-std::string conv_shape_names(const std::string& e, size_t count) {
-    if ((e == "conv_fwd" || e == "tc_conv_fwd") && count == 8) return "N,C,H,W,K,KS,act,pool";
-    return e == "pool_fwd" ? "N,C,H,W" : e == "pool_bwd" ? "N,C,H,W,mask" : is_fc(e) ? "B,I,O,act" : "N,C,H,W,K,KS,act";
-}
-
-void validate_conv_case(const VerifyCase& c) {
-    const std::string names = conv_shape_names(c.entry, c.shape.size());
-    const size_t want = c.entry == "pool_fwd" || is_fc(c.entry) ? 4
-                        : c.entry == "pool_bwd"                 ? 5
-                        : (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd") && c.shape.size() == 8 ? 8
-                                                                : 7;
+// The shape's count (conv_fwd, tc_conv_fwd: 7 numbers, or 8 with their pool) and its sizes >= 1.
+void check_count(const VerifyCase& c, size_t sizes) {
+    const KernelRow& row = kernel_row(c.entry);
+    const std::string names = shape_names(c.entry, c.shape.size());
+    const size_t want = size_t(std::count(names.begin(), names.end(), ',')) + 1;
     if (c.shape.size() != want)
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} ({} numbers{}), got {}", c.entry, names, want,
-                     c.entry == "conv_fwd" || c.entry == "tc_conv_fwd" ? "; or N,C,H,W,K,KS,act,pool: 8" : "",
-                     c.shape.size());
-    for (size_t k = 0; k < (is_fc(c.entry) ? 3u : 4u); ++k)
+                     row.shape_alt.empty() ? std::string() : fmt::format("; or {}: 8", row.shape_alt), c.shape.size());
+    for (size_t k = 0; k < sizes; ++k)
         if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
-    if (is_fc(c.entry)) {
-        if (c.shape[2] > kFcMaxOut)
-            PTXLAB_THROW(InputError, "kernel '{}': O must be <= {} (its shared memory), got {}", c.entry, kFcMaxOut,
-                         c.shape[2]);
-        if (c.shape[3] > 1)
-            PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[3]);
-        return;
-    }
-    if (is_pool(c.entry)) {
-        if (c.shape[2] < 2 || c.shape[3] < 2)
-            PTXLAB_THROW(InputError, "kernel '{}': a 2x2 pool needs H, W >= 2, got {}x{}", c.entry, c.shape[2],
-                         c.shape[3]);
-        if (c.entry == "pool_bwd" && c.shape[4] > 1)
-            PTXLAB_THROW(InputError, "kernel '{}': mask must be 0 (none) or 1 (ReLU mask from pool_fwd's Y), got {}",
-                         c.entry, c.shape[4]);
-        return;
-    }
+}
+
+// N,C,H,W,K,KS,act[,pool]: `unfit` says why the kernel cannot run the dimensions (with the
+// pool: conv_pool_unfit).
+void validate_conv(const VerifyCase& c, std::string (*unfit)(const ConvDims&)) {
+    check_count(c, 4);
     if (c.shape[6] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[6]);
     const ConvDims d = dims_of(c);
     const bool pool = c.shape.size() == 8;
     if (pool && c.shape[7] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': pool must be 0 (none) or 1 (a 2x2 max-pool), got {}", c.entry, c.shape[7]);
-    std::string why = is_tcwgrad(c.entry)        ? tcwgrad_unfit(d)
-                      : pool && c.shape[7] == 1 ? conv_pool_unfit(d)
-                      : is_tc(c.entry)          ? tcconv_unfit(d)
-                                                : conv_unfit(d);
+    std::string why = pool && c.shape[7] == 1 ? conv_pool_unfit(d) : unfit(d);
     if (!why.empty())
         PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
+}
+
+void validate_fc(const VerifyCase& c) {
+    check_count(c, 3);
+    if (c.shape[2] > kFcMaxOut)
+        PTXLAB_THROW(InputError, "kernel '{}': O must be <= {} (its shared memory), got {}", c.entry, kFcMaxOut,
+                     c.shape[2]);
+    if (c.shape[3] > 1)
+        PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[3]);
+}
+
+void validate_pool(const VerifyCase& c) {
+    check_count(c, 4);
+    if (c.shape[2] < 2 || c.shape[3] < 2)
+        PTXLAB_THROW(InputError, "kernel '{}': a 2x2 pool needs H, W >= 2, got {}x{}", c.entry, c.shape[2],
+                     c.shape[3]);
+    if (c.shape.size() == 5 && c.shape[4] > 1)  // pool_bwd's mask
+        PTXLAB_THROW(InputError, "kernel '{}': mask must be 0 (none) or 1 (ReLU mask from pool_fwd's Y), got {}",
+                     c.entry, c.shape[4]);
 }
 
 // The CNN's layers (conv1 1->32 on 28x28, conv2 32->64 on 14x14, at batch 64 and 1) and
@@ -339,16 +327,101 @@ std::vector<VerifyCase> conv_quick_cases() {
             {"tc_conv_bwd_weights", {3, 17, 9, 9, 5, 3, 1}}};
 }
 
-Harness make_conv_harness(const VerifyCase& c, Rng& rng) {
-    if (is_pool(c.entry)) return make_pool(c, rng);
-    if (is_fc(c.entry)) return make_fc_bwd_data(c, rng);
-    const ConvDims d = dims_of(c);
-    const unsigned act = c.shape[6];
-    if (c.entry == "conv_fwd" || c.entry == "tc_conv_fwd")
-        return make_conv_fwd(d, act, arith_of(c.entry), c.shape.size() == 8 && c.shape[7] == 1, rng);
-    if (c.entry == "conv_bwd_data" || c.entry == "tc_conv_bwd_data")
-        return make_conv_bwd_data(d, act, arith_of(c.entry), rng);
-    return make_conv_bwd_weights(d, act, is_tcwgrad(c.entry), rng);
+// bench: the least traffic (bytes) and arithmetic (flops, an FMA = 2) of a conv or pool case at
+// the CNN's layers; the backward passes with act 1 read the layer's output Y for the ReLU mask,
+// pool_bwd with the mask the pooled maxima.
+enum class Pass { Fwd, BwdData, BwdWeights };
+
+std::pair<double, double> conv_work(const VerifyCase& c, Pass pass) {
+    const auto& z = c.shape;
+    const double N = z[0], C = z[1], H = z[2], W = z[3];
+    const double K = z[4], T = double(z[5]) * z[5], x = N * C * H * W, y = N * K * H * W, w = K * C * T;
+    const double macs = 2 * N * K * C * H * W * T, ry = z[6] == 1 ? 2 : 1;  // dY, and Y for the mask
+    if (z.size() == 8 && z[7] == 1) return {4 * (x + w + K + y / 2), macs + y};  // (tc_)conv_fwd: Y, idx pooled
+    if (pass == Pass::Fwd) return {4 * (x + w + K + y), macs + y};
+    if (pass == Pass::BwdData) return {4 * (ry * y + w + x), macs};
+    return {4 * (x + ry * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db
+}
+
+std::pair<double, double> pool_work(const VerifyCase& c) {
+    const auto& z = c.shape;
+    const double N = z[0], C = z[1], H = z[2], W = z[3];
+    if (z.size() == 4) return {4 * (N * C * H * W + 2 * N * C * (H / 2) * (W / 2)), 0};  // pool_fwd
+    return {4 * (N * C * H * W + (2 + z[4]) * N * C * (H / 2) * (W / 2)), 0};            // pool_bwd
+}
+
+std::pair<double, double> fc_work(const VerifyCase& c) {  // B,I,O: read dY, Y, W; write dX
+    const auto& z = c.shape;
+    const double B = z[0], I = z[1], O = z[2];
+    return {4 * (2 * B * O + O * I + B * I), 2 * B * I * O};
+}
+
+// A conv-shaped row: its entry, the fields' forms, its check and harness, its work.
+KernelRow conv_row(const char* entry, bool with_pool, void (*validate)(const VerifyCase&),
+                   Harness (*harness)(const VerifyCase&, Rng&), Pass pass) {
+    KernelRow r{.entry = entry,
+                .shape = "N,C,H,W,K,KS,act",
+                .shape_alt = with_pool ? "N,C,H,W,K,KS,act,pool" : "",
+                .act_named = false,
+                .validate = validate,
+                .harness = harness};
+    switch (pass) {
+    case Pass::Fwd: r.work = [](const VerifyCase& c) { return conv_work(c, Pass::Fwd); }; break;
+    case Pass::BwdData: r.work = [](const VerifyCase& c) { return conv_work(c, Pass::BwdData); }; break;
+    case Pass::BwdWeights: r.work = [](const VerifyCase& c) { return conv_work(c, Pass::BwdWeights); }; break;
+    }
+    return r;
+}
+
+std::vector<KernelRow> conv_rows() {
+    std::vector<KernelRow> rows;
+    rows.push_back(conv_row(
+        "conv_fwd", true, [](const VerifyCase& c) { validate_conv(c, conv_unfit); },
+        [](const VerifyCase& c, Rng& rng) {
+            return make_conv_fwd(dims_of(c), c.shape[6], ConvArith::Fp32, pooled(c), rng);
+        },
+        Pass::Fwd));
+    rows.push_back(conv_row(
+        "conv_bwd_data", false, [](const VerifyCase& c) { validate_conv(c, conv_unfit); },
+        [](const VerifyCase& c, Rng& rng) { return make_conv_bwd_data(dims_of(c), c.shape[6], ConvArith::Fp32, rng); },
+        Pass::BwdData));
+    rows.push_back(conv_row(
+        "conv_bwd_weights", false, [](const VerifyCase& c) { validate_conv(c, conv_unfit); },
+        [](const VerifyCase& c, Rng& rng) { return make_conv_bwd_weights(dims_of(c), c.shape[6], false, rng); },
+        Pass::BwdWeights));
+    rows.push_back({.entry = "fc_bwd_data", .shape = "B,I,O,act", .act_named = false, .validate = validate_fc,
+                    .harness = make_fc_bwd_data, .work = fc_work});
+    rows.push_back({.entry = "pool_fwd", .shape = "N,C,H,W", .validate = validate_pool,
+                    .harness = [](const VerifyCase& c, Rng& rng) { return make_pool(c, rng, false); },
+                    .work = pool_work});
+    rows.push_back({.entry = "pool_bwd", .shape = "N,C,H,W,mask", .validate = validate_pool,
+                    .harness = [](const VerifyCase& c, Rng& rng) { return make_pool(c, rng, true); },
+                    .work = pool_work});
+    // The tensor-core twins of conv_fwd and conv_bwd_data (tcconv.hpp): the same tensors and
+    // launch arguments, TF32 bounds; tc_conv_bwd_weights: conv_bwd_weights' (tcwgrad.hpp).
+    rows.push_back(conv_row(
+        "tc_conv_fwd", true, [](const VerifyCase& c) { validate_conv(c, tcconv_unfit); },
+        [](const VerifyCase& c, Rng& rng) {
+            return make_conv_fwd(dims_of(c), c.shape[6], ConvArith::Tf32, pooled(c), rng);
+        },
+        Pass::Fwd));
+    rows.push_back(conv_row(
+        "tc_conv_bwd_data", false, [](const VerifyCase& c) { validate_conv(c, tcconv_unfit); },
+        [](const VerifyCase& c, Rng& rng) { return make_conv_bwd_data(dims_of(c), c.shape[6], ConvArith::Tf32, rng); },
+        Pass::BwdData));
+    rows.push_back(conv_row(
+        "tc_conv_bwd_weights", false, [](const VerifyCase& c) { validate_conv(c, tcwgrad_unfit); },
+        [](const VerifyCase& c, Rng& rng) { return make_conv_bwd_weights(dims_of(c), c.shape[6], true, rng); },
+        Pass::BwdWeights));
+    return rows;
+}
+
+}  // namespace
+
+const KernelFamily& conv_family() {
+    static const KernelFamily f{
+        "conv", {"conv", "tcconv", "pool", "tcwgrad", "fc"}, conv_rows(), conv_default_cases, conv_quick_cases};
+    return f;
 }
 
 }  // namespace ptxlab::verify_detail

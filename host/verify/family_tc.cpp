@@ -1,9 +1,9 @@
-// verify harness of the tensor-core kernels (ptx/tc.ptx, and their BF16 versions in
-// ptx/tcbf16.ptx): fresh random inputs, the float64 reference with its TF32 (BF16) bound and the
-// launch (tc.hpp). Shapes: tc_forward[_bf16] takes B,I,H,act, tc_grad_input[_bf16] and
-// tc_grad_weights[_bf16] B,I,O,act (act 0 none, 1 ReLU).
+// The tensor-core kernels (ptx/tc.ptx, and their BF16 versions in ptx/tcbf16.ptx: one module,
+// as they share their harnesses and shapes): fresh random inputs, the float64 reference with
+// its TF32 (BF16) bound and the launch (tc.hpp). Shapes: tc_forward[_bf16] takes B,I,H,act,
+// tc_grad_input[_bf16] and tc_grad_weights[_bf16] B,I,O,act (act 0 none, 1 ReLU).
+#include "registry.hpp"
 #include "tc.hpp"
-#include "verify_harness.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -64,26 +64,25 @@ Harness make_tc_grad_weights(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
-}  // namespace
-
-bool is_tc_entry(const std::string& e) {
-    const std::string_view b = tc_base_entry(e);
-    return b == "tc_forward" || b == "tc_grad_input" || b == "tc_grad_weights";
-}
-
-std::string tc_shape_names(const std::string& e) { return tc_base_entry(e) == "tc_forward" ? "B,I,H,act" : "B,I,O,act"; }
-
-void validate_tc_case(const VerifyCase& c) {
-    const std::string names = tc_shape_names(c.entry);
+void validate_tc(const VerifyCase& c) {
+    const std::string names = shape_names(c.entry);
     if (c.shape.size() != 4)
         PTXLAB_THROW(InputError, "kernel '{}' takes a shape {} (4 numbers), got {}", c.entry, names, c.shape.size());
     for (size_t k = 0; k < 3; ++k)
         if (c.shape[k] == 0) PTXLAB_THROW(InputError, "kernel '{}': shape sizes must be >= 1", c.entry);
     if (c.shape[3] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[3]);
-    const std::string why = tc_base_entry(c.entry) == "tc_forward"
-                                ? tc_unfit(c.shape[0], c.shape[1], c.shape[2])
-                                : tc_grad_unfit(c.entry, c.shape[0], c.shape[1], c.shape[2]);
+}
+
+void validate_tc_forward(const VerifyCase& c) {
+    validate_tc(c);
+    const std::string why = tc_unfit(c.shape[0], c.shape[1], c.shape[2]);
+    if (!why.empty()) PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
+}
+
+void validate_tc_grad(const VerifyCase& c) {
+    validate_tc(c);
+    const std::string why = tc_grad_unfit(c.entry, c.shape[0], c.shape[1], c.shape[2]);
     if (!why.empty()) PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
 
@@ -122,11 +121,55 @@ std::vector<VerifyCase> tc_quick_cases() {
             {"tc_forward_bf16", {17, 9, 5, 1}}, {"tc_grad_input_bf16", {17, 9, 5, 1}}, {"tc_grad_weights_bf16", {17, 9, 5, 1}}};
 }
 
-Harness make_tc_harness(const VerifyCase& c, Rng& rng) {
-    const std::string_view b = tc_base_entry(c.entry);
-    if (b == "tc_grad_input") return make_tc_grad_input(c, rng);
-    if (b == "tc_grad_weights") return make_tc_grad_weights(c, rng);
-    return make_tc_forward(c, rng);
+// bench: the hidden layer's three products (B,I,H,act or B,I,O,act) as training runs them: A1
+// with ReLU's epilogue; dX from D1 (the input's gradient, which a deeper network would need) and
+// GW1 from D1, which fused_output has masked already (act 0, as fused_grad reads it). Each reads
+// its two matrices once and writes one; the _bf16 versions do the same work.
+BenchShape forward_bench_shape(unsigned B) {
+    return std::vector<unsigned>{B, kBenchI, kBenchH, kTcActRelu};
+}
+BenchShape grad_bench_shape(unsigned B) {
+    return std::vector<unsigned>{B, kBenchI, kBenchH, kTcActNone};
+}
+
+std::pair<double, double> forward_work(const VerifyCase& c) {
+    const double B = c.shape[0], I = c.shape[1], H = c.shape[2];
+    return {4 * (B * I + H * I + H + B * H), 2 * B * I * H};
+}
+
+// B,I,O: reads dY (act 0: D1 alone; act 1: dY and Y for the mask) and W, writes dX. bench times
+// it on the MNIST net's hidden layer (act 0) and as the CNN's fc1 (act 1).
+std::pair<double, double> grad_input_work(const VerifyCase& c) {
+    const double B = c.shape[0], I = c.shape[1], O = c.shape[2], ry = c.shape[3] == 1 ? 2 : 1;
+    return {4 * (ry * B * O + O * I + B * I), 2 * B * I * O};
+}
+
+std::pair<double, double> grad_weights_work(const VerifyCase& c) {
+    const double B = c.shape[0], I = c.shape[1], H = c.shape[2];
+    return {4 * (B * H + B * I + H * I + H), 2 * B * I * H + B * H};
+}
+
+std::vector<KernelRow> tc_rows() {
+    std::vector<KernelRow> rows;
+    for (const std::string suffix : {"", "_bf16"}) {
+        rows.push_back({.entry = "tc_forward" + suffix, .shape = "B,I,H,act", .act_named = false,
+                        .validate = validate_tc_forward, .harness = make_tc_forward,
+                        .bench_shape = forward_bench_shape, .work = forward_work});
+        rows.push_back({.entry = "tc_grad_input" + suffix, .shape = "B,I,O,act", .act_named = false,
+                        .validate = validate_tc_grad, .harness = make_tc_grad_input,
+                        .bench_shape = grad_bench_shape, .work = grad_input_work});
+        rows.push_back({.entry = "tc_grad_weights" + suffix, .shape = "B,I,O,act", .act_named = false,
+                        .validate = validate_tc_grad, .harness = make_tc_grad_weights,
+                        .bench_shape = grad_bench_shape, .work = grad_weights_work});
+    }
+    return rows;
+}
+
+}  // namespace
+
+const KernelFamily& tc_family() {
+    static const KernelFamily f{"tc", {"tc", "tcbf16"}, tc_rows(), tc_default_cases, tc_quick_cases};
+    return f;
 }
 
 }  // namespace ptxlab::verify_detail
