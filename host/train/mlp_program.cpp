@@ -259,6 +259,14 @@ public:
     std::vector<StepKernel> step_kernels(const KernelSet& ks, const StepIO& io) override;
     void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s) override;
     std::vector<const DeviceBuffer*> state() const override { return net_.state(); }
+    std::vector<StepKernel::Write> parameters() const override {
+        std::vector<StepKernel::Write> v;
+        for (size_t l = 0; l < net_.W.size(); ++l) {
+            v.push_back({fmt::format("fc{}.weight", l + 1), &net_.W[l], sizes_[l]});
+            v.push_back({fmt::format("fc{}.bias", l + 1), &net_.b[l], 0});
+        }
+        return v;
+    }
     EvalResult evaluate(const KernelSet& ks, CUstream s, Loss loss, bool graph) override {
         return evaluator_.run(ks, net_, s, loss, graph);
     }

@@ -50,6 +50,8 @@ public:
     virtual void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s);
     // The buffers a step changes and the NaN hunt restores: parameters and optimizer state.
     virtual std::vector<const DeviceBuffer*> state() const = 0;
+    // The parameters tensor by tensor, named as in a checkpoint (the NaN hunt's messages).
+    virtual std::vector<StepKernel::Write> parameters() const = 0;
     // Test accuracy and loss of the current parameters (on stream s; `graph`: may replay a graph).
     virtual EvalResult evaluate(const KernelSet& ks, CUstream s, Loss loss, bool graph) = 0;
     // The parameters and optimizer state from a checkpoint's position, and back.

@@ -178,6 +178,8 @@ private:
     };
     BadWrite replay_until_non_finite(const KernelSet& ks, unsigned a, unsigned b);
     std::string diagnose_non_finite(unsigned a, unsigned b);
+    std::string first_non_finite_parameter() const;
+    bool parameters_finite(unsigned a, unsigned b, unsigned epoch);
     void evaluate(unsigned epoch);
     void open_logs();
     void resume_from(const ResumeState& r);
@@ -505,6 +507,40 @@ std::string Trainer::diagnose_non_finite(unsigned a, unsigned b) {
                        ptx.message, ptx.kernel);
 }
 
+// The first non-finite parameter ("fc1.weight[3][17] = nan"), or empty.
+std::string Trainer::first_non_finite_parameter() const {
+    for (const StepKernel::Write& w : prog_->parameters())
+        if (std::string hit = first_non_finite(w.name, *w.buf, w.row_len); !hit.empty()) return hit;
+    return {};
+}
+
+// Before an evaluation: the parameters may hold a NaN although every loss stayed finite, when a
+// ReLU (max.f32, which returns its other operand for a NaN) kept it from the layers above. Then
+// the run stops as diverged, and steps [a, b) are replayed as for a non-finite loss when the
+// parameters were finite at a; false when training must stop.
+bool Trainer::parameters_finite(unsigned a, unsigned b, unsigned epoch) {
+    const std::string hit = first_non_finite_parameter();
+    if (hit.empty()) return true;
+    bar_.clear();
+    res_.diverged = true;
+    stop_ = true;
+    DeviceBuffer after(saved_.bytes(), "state after the chunk");
+    save_state(after);
+    restore_state(saved_);
+    wait_for_stream(s_);
+    const std::string before = first_non_finite_parameter();
+    restore_state(after);
+    wait_for_stream(s_);
+    res_.fault = before.empty() ? diagnose_non_finite(a, b)
+                                : fmt::format("it was there before step {} of the epoch already ({}): evaluate more "
+                                              "often (--eval-every 1) to find the step",
+                                              a + 1, before);
+    res_.stop_reason = fmt::format("a parameter is non-finite after step {} (epoch {}), though every loss was finite "
+                                   "(a ReLU turns NaN into 0): {}: {}",
+                                   step_, epoch, hit, res_.fault);
+    return false;
+}
+
 // The losses of steps [k, end), from the outputs they logged; false once training must stop.
 bool Trainer::take_losses(unsigned k, unsigned end, unsigned epoch) {
     Ylog_.download(Yhost_.data(), size_t(end - k) * B_ * O_ * 4, size_t(k) * B_ * O_ * 4);
@@ -627,7 +663,9 @@ TrainResult Trainer::run() {
             }
             bar_.update(epoch, end, K_, loss_n_ ? loss_sum_ / loss_n_ : 0.0,
                         double(step_) * B_ / std::max(1e-9, res_.train_ms / 1e3));
+            const unsigned k0 = k;
             k = end;
+            if (eval_point(end) && !parameters_finite(k0, end, epoch)) break;
             if (eval_point(end)) evaluate(epoch);
             if (g_stop_requested && !stop_) {
                 stop_ = true;

@@ -514,7 +514,8 @@ public:
                 const size_t bytes = (bias ? ly.bias_count() : ly.weight_count()) * 4;
                 const std::string t = fmt::format("{}.{}", ly.name, bias ? "bias" : "weight");
                 views_.push_back(std::make_unique<DeviceBuffer>(DeviceBuffer::view(p_.params, off, bytes, t)));
-                params_.push_back({t, views_.back().get(), 0});
+                // An fc weight [out][in] by rows (a message names [o][i]); a conv weight flat.
+                params_.push_back({t, views_.back().get(), !bias && ly.kind == LayerKind::Fc ? ly.in.size() : 0});
                 views_.push_back(
                     std::make_unique<DeviceBuffer>(DeviceBuffer::view(p_.grads, off, bytes, "grad " + t)));
                 name(*views_.back(), 0);
@@ -558,7 +559,7 @@ public:
         return it == written_.end() ? StepKernel::Write{"", nullptr, 0} : it->second;
     }
     const TrainConfig& cfg() const { return cfg_; }
-    const std::vector<StepKernel::Write>& params() const { return params_; }
+    std::vector<StepKernel::Write> parameters() const override { return params_; }
 
 private:
     void name(const DeviceBuffer& b, size_t row_len) { written_[b.ptr()] = {b.name(), &b, row_len}; }

@@ -331,6 +331,8 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
 TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the element") {
     // A fault planted in fc_bwd_data (ptx/fc.ptx): every delta of the batch's first sample becomes
     // NaN (one unit would not do: a unit that is off for the whole batch passes no gradient).
+    // The NaN reaches fc1's parameters but never the loss: fc1's ReLU (max.f32) turns a NaN into 0.
+    // The check of the parameters before each evaluation (here after every step) finds it.
     // The loop replays the failing steps one launch at a time, names the kernel and the buffer,
     // and blames the PTX because its twins stay finite.
     TempDir t;
@@ -348,6 +350,7 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     cfg.layers = cfg.model->fc_sizes();
     cfg.epochs = 1;
     cfg.max_steps = 100;
+    cfg.eval_every = 1;
     cfg.kernels = {Design::Tc, KernelSource::Ptx};
     cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
     cfg.progress = false;
@@ -358,4 +361,7 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     CHECK(r.fault.find("kernel 'fc_bwd_data'") != std::string::npos);
     CHECK(r.fault.find("fc1 deltas[0][0] = nan") != std::string::npos);
     CHECK(r.fault.find("twins stay finite") != std::string::npos);
+    CHECK(r.steps == 1);
+    CHECK(r.stop_reason.find("a parameter is non-finite after step 1") != std::string::npos);
+    CHECK(r.stop_reason.find("fc1.") != std::string::npos);
 }
