@@ -7,6 +7,7 @@
 
 #include "optim.hpp"
 #include "rng.hpp"
+#include "progress.hpp"
 #include "step_program.hpp"
 
 #include <fmt/ostream.h>
@@ -75,31 +76,6 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // CUDA graphs of chunks kept at most (past that, chunks launch without one), and how many of
 // them are captured before the clock starts.
 constexpr size_t kMaxGraphs = 512, kPreparedGraphs = 64;
-
-class Progress {
-public:
-    explicit Progress(bool enabled) : enabled_(enabled && isatty(STDERR_FILENO)) {}
-    void update(unsigned epoch, unsigned done, unsigned total, double loss, double samples_per_s) {
-        if (!enabled_) return;
-        auto now = Clock::now();
-        if (done != total && now - last_ < std::chrono::milliseconds(100)) return;
-        last_ = now;
-        const int width = 30;
-        int filled = static_cast<int>(double(width) * done / std::max(1u, total));
-        fmt::print(stderr, "\repoch {:>2} [{}{}] {:>5}/{} loss {:.4f} {:>9.0f} samples/s", epoch,
-                   std::string(size_t(filled), '#'), std::string(size_t(width - filled), '.'), done, total, loss,
-                   samples_per_s);
-        dirty_ = true;
-    }
-    void clear() {
-        if (enabled_ && dirty_) fmt::print(stderr, "\r{:<100}\r", "");
-        dirty_ = false;
-    }
-
-private:
-    bool enabled_, dirty_ = false;
-    Clock::time_point last_{};
-};
 
 // The first non-finite value of a buffer: "A1[3][17] = nan", or empty.
 std::string first_non_finite(const std::string& name, const DeviceBuffer& buf, size_t row_len, size_t offset = 0,
