@@ -237,9 +237,10 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
         fmt::print("  a step: {}, {}{}\n", cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch),
                    optimizer_entry(cfg.optim.kind),
                    m->fc_only() ? " (no one-launch step: fused_step and tc_step take networks of 2 fc layers)" : "");
+        fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch));
     } else {
-        fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n", layers_text(cfg.layers), to_string(cfg.kernels),
-                   ctx.info().name, ctx.info().arch());
+        fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n  a step: {}\n", layers_text(cfg.layers),
+                   to_string(cfg.kernels), ctx.info().name, ctx.info().arch(), mlp_step_kernels(cfg));
     }
     if (!note.empty())
         fmt::print("  note: {} layers run on the notebook's one-thread-per-sample kernels (milliseconds a step), "

@@ -49,9 +49,8 @@ enum class Loss { Ce, Mse, HalfSse };
 Loss parse_loss(const std::string& name);  // "ce" | "mse" | "half-sse"
 std::string to_string(Loss l);
 
-// The output-delta code a kernel takes (its `loss` parameter):
-inline constexpr unsigned kLossDiff = 0;     // d = y - t
-inline constexpr unsigned kLossSoftmax = 1;  // d = softmax(y) - t (max-subtracted, ex2.approx)
+// The output-delta code a kernel takes (its `loss` parameter: kLossDiff, kLossSoftmax of
+// reference.hpp):
 unsigned loss_code(Loss l);                  // Ce -> kLossSoftmax, else kLossDiff
 // The factor from the batch sum of per-sample deltas (code's d) to the mean gradient:
 // 1/B for Ce and HalfSse, 2/(O B) for Mse (computed in double, rounded to float once).

@@ -25,7 +25,6 @@ constexpr double kEx2Abs = 2.5 * 0x1p-149;
 // Absolute slack of a softmax probability: ex2's subnormal error over a sum >= 1, and a
 // subnormal quotient's rounding (2^-150).
 constexpr double kSoftmaxAbs = 2 * kEx2Abs + 0x1p-149;
-static_assert(kRefLossDiff == kLossDiff && kRefLossSoftmax == kLossSoftmax, "loss codes of reference.hpp and recipe.hpp");
 
 double gamma(size_t n) { return n == 0 ? 0.0 : (double(n) * kU) / (1.0 - double(n) * kU); }
 
@@ -252,7 +251,7 @@ bool within_bound(float got, double ref, double bound) {
 void ref_output_delta(unsigned loss, const double* y, const double* ey, const float* t, unsigned O, double* d,
                       double* ed) {
     if (O == 0) return;
-    if (loss != kRefLossSoftmax) {
+    if (loss != kLossSoftmax) {
         // d = y - t: one rounding after the propagated error of y.
         for (unsigned o = 0; o < O; ++o) {
             d[o] = y[o] - double(t[o]);

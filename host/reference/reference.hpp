@@ -97,10 +97,10 @@ struct ActBound {
 ActBound act_bounded(unsigned act, double z, double ez);
 void act_grad_bounded(unsigned act, double z, double ez, double a, double ea, double& g, double& eg);
 
-// The output-delta codes of the kernels' `loss` parameter (the same values as recipe.hpp's
-// kLossDiff and kLossSoftmax, which include this header): 0 d = y - t, 1 d = softmax(y) - t.
-inline constexpr unsigned kRefLossDiff = 0;
-inline constexpr unsigned kRefLossSoftmax = 1;
+// The output-delta codes of the kernels' `loss` parameter, defined here once (recipe.hpp,
+// which includes this header, maps a --loss to one: loss_code).
+inline constexpr unsigned kLossDiff = 0;     // d = y - t
+inline constexpr unsigned kLossSoftmax = 1;  // d = softmax(y) - t (max-subtracted, ex2.approx)
 
 // The output delta of one sample with O outputs from its bounded float64 logits y (error
 // bounds ey): d = y - t (one rounding) for code 0; softmax(y) - t for code 1, bounded as in

@@ -401,6 +401,39 @@ std::unique_ptr<StepProgram> make_mlp_program(const TrainConfig& cfg, const Spli
     return std::make_unique<MlpProgram>(cfg, test);
 }
 
+std::string mlp_step_kernels(const TrainConfig& cfg) {
+    if (const std::string e = one_launch_entry(cfg); !e.empty())
+        return fmt::format("{} (the whole step in one launch, {} a launch)", e,
+                           cfg.steps_per_launch ? fmt::format("{} steps", cfg.steps_per_launch) : "every step of a chunk");
+    const std::string optim = optimizer_entry(cfg.optim.kind);
+    const bool bf16 = cfg.kernels.bf16;
+    std::string launches;
+    switch (cfg.kernels.design) {
+        case Design::Fused: launches = "fused_forward, fused_output, fused_grad, " + optim; break;
+        case Design::Fast: launches = "fused_forward, fused_output, outer, batch_mean, " + optim; break;
+        case Design::Tc:
+            launches = bf16 ? "tc_forward_bf16, fused_output, tc_grad_weights_bf16, " + optim
+                            : "tc_forward, fused_output, tc_grad_weights, " + optim;
+            break;
+        case Design::Seed:
+            launches = fmt::format("{}, batch_mean x{}, {}", cfg.layers.size() == 4 ? "grad3" : "grad2",
+                                   2 * (cfg.layers.size() - 1), optim);
+            break;
+    }
+    // Why no one-launch step runs.
+    const unsigned B = cfg.batch, I = cfg.layers[0], O = cfg.layers.back();
+    std::string why;
+    if (cfg.layers.size() != 3) why = "fused_step and tc_step take networks of 2 fc layers";
+    else if (cfg.kernels.design != Design::Fused && cfg.kernels.design != Design::Tc)
+        why = fmt::format("the {} set has none (fused and tc have)", to_string(cfg.kernels));
+    else if (!cfg.one_launch) why = "--three-launches";
+    else if (cfg.kernels.design == Design::Tc && bf16) why = "tc_step is TF32 only";
+    else if (cfg.kernels.design == Design::Tc) why = "tc_step: " + tc_step_unfit(B, I, cfg.layers[1], O);
+    else if (B > 64) why = fmt::format("fused_step takes batches up to 64 (larger ones run faster as separate launches)");
+    else why = fmt::format("fused_step takes I <= 800 and O <= 32 (here {} and {})", I, O);
+    return fmt::format("{} (no one-launch step: {})", launches, why);
+}
+
 std::vector<std::string> training_entries(const TrainConfig& cfg) {
     if (cfg.model) return cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
     const auto& sizes = cfg.layers;

@@ -75,7 +75,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 // CUDA graphs of chunks kept at most (past that, chunks launch without one), and how many of
 // them are captured before the clock starts.
-constexpr size_t kMaxGraphs = 512, kPreparedGraphs = 64;
+constexpr size_t kMaxGraphs = 512, kPreparedGraphs = 256;
 
 // The first non-finite value of a buffer: "A1[3][17] = nan", or empty.
 std::string first_non_finite(const std::string& name, const DeviceBuffer& buf, size_t row_len, size_t offset = 0,

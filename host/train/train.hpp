@@ -153,6 +153,9 @@ extern std::atomic<bool> g_stop_requested;
 std::vector<std::string> training_entries(const TrainConfig& cfg);
 std::vector<std::string> forward_entries(Design d, const std::vector<unsigned>& sizes);
 
+// The launches of an MLP run's step and, when no one-launch step runs it, why (what train prints).
+std::string mlp_step_kernels(const TrainConfig& cfg);
+
 // "48.3 ms": milliseconds with three significant digits.
 std::string format_ms(double ms);
 

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -159,33 +160,42 @@ const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
 // The kernels a step launches, by name, in order (train prints them).
 class RecordingOps : public CnnOps {
 public:
-    explicit RecordingOps(bool tc) : tc_(tc) {}
+    explicit RecordingOps(bool tc, size_t n_layers = 0) : layers(n_layers), tc_(tc) {}
     std::vector<std::string> names;
+    // By layer: the kernels of its forward pass, of its deltas to its input, of its weight gradient.
+    enum Role { kForward, kDeltas, kWeights };
+    std::vector<std::array<std::string, 3>> layers;
+    void begin_layer(size_t l) override { cur_ = l; }
     void conv_fwd(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
                   CUdeviceptr idx) override {
-        names.push_back(std::string(conv_fwd_kernel(d, tc_)) + (idx ? "+pool" : ""));
+        record(kForward, std::string(conv_fwd_kernel(d, tc_)) + (idx ? "+pool" : ""));
     }
     bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
     void conv_bwd_data(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        names.push_back(conv_bwd_data_kernel(d, tc_));
+        record(kDeltas, conv_bwd_data_kernel(d, tc_));
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
                           float) override {
-        names.push_back(conv_bwd_weights_kernel(d, tc_));
+        record(kWeights, conv_bwd_weights_kernel(d, tc_));
     }
-    void pool_fwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr) override { names.push_back("pool_fwd"); }
+    void pool_fwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr) override { record(kForward, "pool_fwd"); }
     void pool_bwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr) override {
-        names.push_back("pool_bwd");
+        record(kDeltas, "pool_bwd");
     }
-    void fused_output(const FusedArgs&) override { names.push_back("fused_output"); }
-    void fused_forward(const FusedArgs&) override { names.push_back("fused_forward"); }
-    void fused_grad(const FusedArgs&) override { names.push_back("fused_grad"); }
+    void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
+    void fused_forward(const FusedArgs&) override { record(kForward, "fused_forward"); }
+    void fused_grad(const FusedArgs&) override { record(kWeights, "fused_grad"); }
     void fc_bwd_data(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        names.push_back("fc_bwd_data");
+        record(kDeltas, "fc_bwd_data");
     }
 
 private:
+    void record(Role r, const std::string& name) {
+        names.push_back(name);
+        if (cur_ < layers.size()) layers[cur_][r] += (layers[cur_][r].empty() ? "" : ", ") + name;
+    }
     bool tc_;
+    size_t cur_ = 0;
 };
 
 class KernelOps : public CnnOps {
@@ -297,6 +307,7 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
     CUdeviceptr in = X;
     for (size_t l = 0; l + 1 < L; ++l) {
         const LayerSpec& ly = m.layers[l];
+        ops.begin_layer(l);
         if (ly.kind == LayerKind::Pool) {
             ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
         } else if (ly.kind == LayerKind::Fc) {  // A = ReLU(X W^T + b)
@@ -326,6 +337,7 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
         in = b.out[l];
     }
     // The last fc: logits, output deltas and the deltas of its input (into delta[L-2]).
+    ops.begin_layer(L - 1);
     const LayerSpec& last = m.layers.back();
     FusedArgs f{};
     f.A1 = in;
@@ -360,6 +372,7 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     auto masked_by_pool = [&](size_t l) {
         return l + 1 < L && m.layers[l].kind == LayerKind::Conv && m.layers[l + 1].kind == LayerKind::Pool;
     };
+    ops.begin_layer(L - 1);
     if (fc_pair) {
         const LayerSpec& fc = m.layers[L - 2];
         FusedArgs f{};
@@ -383,6 +396,7 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     }
     for (size_t l = L - 1; l-- > 0;) {
         const LayerSpec& ly = m.layers[l];
+        ops.begin_layer(l);
         const CUdeviceptr dY = b.delta[l], dX = l > 0 ? b.delta[l - 1] : 0;
         if (ly.kind == LayerKind::Pool) {
             if (l > 0)
@@ -401,8 +415,12 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     }
 }
 
-std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B) {
-    RecordingOps ops(conv == ConvKernels::Tc);
+namespace {
+
+// One step of `m` recorded (RecordingOps), with addresses that are never read but not 0 (0
+// means "none": a conv without its pool).
+RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B) {
+    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size());
     CnnBuffers b;
     b.B = B;
     // Addresses that are never read, but not 0 (0 means "none": a conv without its pool).
@@ -413,6 +431,36 @@ std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B) {
     }
     cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
     cnn_backward(ops, m, b, 0x100, 1.0f);
+    return ops;
+}
+
+}  // namespace
+
+std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B) {
+    const RecordingOps ops = record_step(m, conv, B);
+    std::string out = fmt::format("  {:<7} {:<28} {:<20} {}\n", "layer", "forward", "deltas to its input",
+                                  "weight gradient");
+    const size_t L = m.layers.size();
+    for (size_t l = 0; l < L; ++l) {
+        const auto& k = ops.layers[l];
+        std::string fwd = k[RecordingOps::kForward];
+        if (fwd.empty() && l > 0) fwd = fmt::format("in {}'s epilogue", m.layers[l - 1].name);
+        std::string wgt = k[RecordingOps::kWeights];
+        if (wgt.empty() && l + 2 == L && m.layers[l].kind == LayerKind::Fc && !ops.layers[l + 1][2].empty())
+            wgt = fmt::format("{} (with {})", ops.layers[l + 1][2], m.layers[l + 1].name);
+        std::string back = k[RecordingOps::kDeltas];
+        if (l + 1 == L) {
+            fwd += " (logits, loss)";
+            back = "in fused_output";
+        }
+        out += fmt::format("  {:<7} {:<28} {:<20} {}\n", m.layers[l].name, fwd, back.empty() ? "-" : back,
+                           wgt.empty() ? "-" : wgt);
+    }
+    return out;
+}
+
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B) {
+    const RecordingOps ops = record_step(m, conv, B);
     // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
     std::vector<std::pair<std::string, unsigned>> seen;
     for (const auto& n : ops.names) {

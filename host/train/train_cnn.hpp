@@ -115,6 +115,9 @@ struct CnnBuffers {
 // float64 (addresses are then host pointers), which checks the data flow below without a GPU.
 struct CnnOps {
     virtual ~CnnOps() = default;
+    // The layer whose operations follow (cnn_forward and cnn_backward say; for the NaN hunt's
+    // and train's listings).
+    virtual void begin_layer(size_t) {}
     // With idx (not 0): conv_fwd and the 2x2 max-pool above it in one launch, Y and idx the
     // pool's (launch_conv_fwd), where pools_in_conv says the kernels can.
     virtual void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y,
@@ -158,6 +161,9 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
 // first launch with its count ("fused_forward x2, fused_output, fused_grad, ..."), and then the
 // optimizer's (what `train` prints).
 std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B);
+// The same by layer, one line each: the kernels of its forward pass, of its deltas to its input
+// and of its weight gradient (a table, what `train` prints under its first line).
+std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B);
 
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,

@@ -60,7 +60,7 @@ TEST_CASE("reference: the one-launch step's reference is the hand-checked batch 
     net.W = {{1, -1, 0.5f, 0.5f}, {1, 0, -1, 2}};
     net.b = {{0, 0.5f}, {0, 0}};
     const std::vector<float> X = {1, 2, 0, 1}, T = {0, 1, 1, 0};
-    RefFusedStep r = ref_fused_step(net, X, T, 2, kRefLossDiff, 0.5f);
+    RefFusedStep r = ref_fused_step(net, X, T, 2, kLossDiff, 0.5f);
     check_all(r.A.v, {0, 2, 0, 1});
     check_all(r.Y.v, {0, 4, 0, 2});
     // The batch means of the test above, exactly (every product and sum is exact).
@@ -99,7 +99,7 @@ TEST_CASE("reference: the one-launch step's reference is the hand-checked batch 
     }
     // A pre-activation of exactly 0 sits at the kink: the W1 row and b1 of that unit are not comparable.
     net.b[0] = {1, 0.5f};  // z of unit 0 for sample 0: 1 - 2 + 1 = 0
-    RefFusedStep k = ref_fused_step(net, X, T, 2, kRefLossDiff, 0.5f);
+    RefFusedStep k = ref_fused_step(net, X, T, 2, kLossDiff, 0.5f);
     CHECK(std::isinf(k.GW1.e[0]));
     CHECK(std::isinf(k.Gb1.e[0]));
     CHECK(std::isfinite(k.GW1.e[2]));
@@ -206,7 +206,7 @@ TEST_CASE("reference: the softmax cross-entropy delta matches the hand computati
     const double y[3] = {0, 1, 2}, ey[3] = {0, 0, 0};
     const float t[3] = {0, 0, 1};
     double d[3], ed[3];
-    ref_output_delta(kRefLossSoftmax, y, ey, t, 3, d, ed);
+    ref_output_delta(kLossSoftmax, y, ey, t, 3, d, ed);
     CHECK(d[0] == doctest::Approx(0.0900305732).epsilon(1e-9));
     CHECK(d[1] == doctest::Approx(0.2447284711).epsilon(1e-9));
     CHECK(d[2] == doctest::Approx(0.6652409558 - 1.0).epsilon(1e-9));
@@ -217,13 +217,13 @@ TEST_CASE("reference: the softmax cross-entropy delta matches the hand computati
     // Softmax does not move under a common shift, and the bound stays small.
     const double ys[3] = {100, 101, 102};
     double ds[3], eds[3];
-    ref_output_delta(kRefLossSoftmax, ys, ey, t, 3, ds, eds);
+    ref_output_delta(kLossSoftmax, ys, ey, t, 3, ds, eds);
     for (int o = 0; o < 3; ++o) {
         CHECK(ds[o] == doctest::Approx(d[o]).epsilon(1e-12));
         CHECK(eds[o] < 1e-5);
     }
     // Code 0 is y - t, one rounding.
-    ref_output_delta(kRefLossDiff, y, ey, t, 3, d, ed);
+    ref_output_delta(kLossDiff, y, ey, t, 3, d, ed);
     CHECK(d[0] == 0.0);
     CHECK(d[1] == 1.0);
     CHECK(d[2] == 1.0);
@@ -231,7 +231,7 @@ TEST_CASE("reference: the softmax cross-entropy delta matches the hand computati
 
     // ref_fused_output with loss 1: H = 1, A = [1], W = [1, 1, 1], b = [-1, 0, 1] gives y = [0, 1, 2]
     // and D1 = sum_o d_o W[o][0] = sum softmax - 1 = 0.
-    RefFusedOutput r = ref_fused_output({1}, {1, 1, 1}, {-1, 0, 1}, {0, 0, 1}, 1, 1, 3, kRefLossSoftmax);
+    RefFusedOutput r = ref_fused_output({1}, {1, 1, 1}, {-1, 0, 1}, {0, 0, 1}, 1, 1, 3, kLossSoftmax);
     check_all(r.Y.v, {0, 1, 2});
     CHECK(r.D2.v[0] == doctest::Approx(0.0900305732).epsilon(1e-9));
     CHECK(r.D2.v[2] == doctest::Approx(0.6652409558 - 1.0).epsilon(1e-9));
@@ -250,7 +250,7 @@ TEST_CASE("reference: ref_grad with the softmax delta is the hand-computed per-s
     net.W = {{1, -1, 0.5f, 0.5f}, {1, 0, -1, 2}};
     net.b = {{0, 0.5f}, {0, 0}};
     const double q = 1.0 / (1.0 + std::exp(4.0));
-    RefGrad g = ref_grad(net, {1, 2}, {0, 1}, 1, kRefLossSoftmax);
+    RefGrad g = ref_grad(net, {1, 2}, {0, 1}, 1, kLossSoftmax);
     check_all(g.fwd.acts[1].v, {0, 4});
     check_all(g.gb[1].v, {q, -q});
     check_all(g.gW[1].v, {0, 2 * q, 0, -2 * q});
@@ -264,7 +264,7 @@ TEST_CASE("reference: ref_grad with the softmax delta is the hand-computed per-s
             CHECK(b->e[i] <= 1e-5 * (1.0 + std::fabs(b->v[i])));
         }
     // Code 0 on the same sample: d2 = y - t = [0, 3], as in the SGD test.
-    RefGrad g0 = ref_grad(net, {1, 2}, {0, 1}, 1, kRefLossDiff);
+    RefGrad g0 = ref_grad(net, {1, 2}, {0, 1}, 1, kLossDiff);
     check_all(g0.gb[1].v, {0, 3});
 }
 
@@ -290,7 +290,7 @@ TEST_CASE("reference: the softmax bound holds for the kernels' float32 sequence 
             std::vector<int> nudge(O);
             for (auto& n : nudge) n = int(rng.below(5)) - 2;  // -2 .. +2 ulps
             std::vector<double> d(O), ed(O);
-            ref_output_delta(kRefLossSoftmax, ys.data(), ey.data(), t.data(), O, d.data(), ed.data());
+            ref_output_delta(kLossSoftmax, ys.data(), ey.data(), t.data(), O, d.data(), ed.data());
             const auto good = softmax_delta_f32(yh, t, nudge);
             const auto no_max = softmax_delta_f32(yh, t, nudge, false);
             const auto short_sum = softmax_delta_f32(yh, t, nudge, true, true);

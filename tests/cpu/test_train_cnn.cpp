@@ -264,3 +264,53 @@ TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
     CHECK(cnn.find("conv_fwd+pool") != std::string::npos);
     CHECK(cnn.find("tc_conv_fwd+pool") != std::string::npos);
 }
+
+TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
+    const std::string cnn = cnn_layer_kernels(parse_model("cnn"), ConvKernels::Tc, 64);
+    MESSAGE(cnn);
+    auto row = [](const std::string& table, const std::string& layer) {
+        const size_t at = table.find("\n  " + layer + " ");
+        REQUIRE(at != std::string::npos);
+        return table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+    };
+    CHECK(row(cnn, "conv1").find("conv_fwd+pool") != std::string::npos);
+    CHECK(row(cnn, "conv1").find("conv_bwd_weights") != std::string::npos);
+    CHECK(row(cnn, "pool1").find("in conv1's epilogue") != std::string::npos);
+    CHECK(row(cnn, "conv2").find("tc_conv_fwd+pool") != std::string::npos);
+    CHECK(row(cnn, "conv2").find("tc_conv_bwd_data") != std::string::npos);
+    CHECK(row(cnn, "conv2").find("tc_conv_bwd_weights") != std::string::npos);
+    CHECK(row(cnn, "pool2").find("pool_bwd") != std::string::npos);
+    CHECK(row(cnn, "fc1").find("fused_forward") != std::string::npos);
+    CHECK(row(cnn, "fc1").find("fc_bwd_data") != std::string::npos);
+    CHECK(row(cnn, "fc1").find("fused_grad (with fc2)") != std::string::npos);
+    CHECK(row(cnn, "fc2").find("fused_output (logits, loss)") != std::string::npos);
+    // A hidden fc layer's weight gradient on the tensor cores; FP32 sets keep conv_bwd_weights.
+    const std::string fc3 = cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Tc, 64);
+    CHECK(row(fc3, "fc1").find("tc_grad_weights") != std::string::npos);
+    CHECK(row(fc3, "fc1").find("fc_bwd_data") == std::string::npos);  // no deltas below the first layer
+    CHECK(row(fc3, "fc2").find("fc_bwd_data") != std::string::npos);
+    CHECK(row(cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Fp32, 64), "fc1").find("conv_bwd_weights") !=
+          std::string::npos);
+}
+
+TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
+    TrainConfig c;
+    c.kernels = {Design::Fused, KernelSource::Ptx};
+    CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, every step of a chunk a launch)");
+    c.steps_per_launch = 1;
+    CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, 1 steps a launch)");
+    c.batch = 256;
+    CHECK(mlp_step_kernels(c) == "fused_forward, fused_output, fused_grad, optim_sgd (no one-launch step: fused_step "
+                                 "takes batches up to 64 (larger ones run faster as separate launches))");
+    c.batch = 64;
+    c.one_launch = false;
+    CHECK(mlp_step_kernels(c).find("(no one-launch step: --three-launches)") != std::string::npos);
+    c.one_launch = true;
+    c.kernels = {Design::Tc, KernelSource::Ptx};
+    c.layers = {784, 256, 10};
+    CHECK(mlp_step_kernels(c).find("tc_forward, fused_output, tc_grad_weights, optim_sgd (no one-launch step: tc_step: ") == 0);
+    c.layers = {784, 64, 32, 10};
+    c.kernels = {Design::Seed, KernelSource::Ptx};
+    CHECK(mlp_step_kernels(c) == "grad3, batch_mean x6, optim_sgd (no one-launch step: fused_step and tc_step take "
+                                 "networks of 2 fc layers)");
+}
