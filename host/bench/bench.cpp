@@ -285,7 +285,6 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
         }
     }
     fmt::print(out, "\n");
-    bench_model_steps(ctx, opt, r, out, s);
 }
 
 // Each plain set's kernels (bench_entries) at each batch on the MNIST sizes, then the CNN's.
@@ -393,6 +392,8 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
     out.flush();
 
     if (opt.kernels) bench_kernels(ctx, opt, r, out, s);
+    // The model trainer's steps are training steps: timed unless --no-steps, with or without the kernels.
+    if (opt.steps) bench_model_steps(ctx, opt, r, out, s);
 
     if (!opt.steps && !opt.to_target) return r;
     const std::string dir = opt.data_dir.empty() ? default_data_dir() : opt.data_dir;

@@ -54,6 +54,9 @@ int run_bench_cmd(const BenchCliOptions& o) {
     for (const auto& s : opt.sets) parse_bench_set(s);  // unknown names are an error
     for (const auto& s : opt.target_sets) parse_bench_set(s);
     if (!o.models.empty()) opt.models = o.models;
+    if (o.no_steps && o.sub->count("--models"))
+        PTXLAB_THROW(InputError, "--models names model trainer steps to time, and --no-steps skips the step timings: "
+                                 "give one of them");
     for (const auto& m : opt.models)  // a bad layer list is named before the GPU
         if (parse_model(m).layers.size() < 2)
             PTXLAB_THROW(InputError, "--models {}: the model trainer's step takes 2 layers or more", m);
@@ -118,7 +121,7 @@ void setup_bench(CLI::App& app, Command& chosen) {
                     "read the PTX from this directory; the twins stay in the reference directory, as in check and verify")->check(kNonEmptyPath);
     sub->add_option("--json", o->json, "also write the results to this file as JSON")->check(kNonEmptyPath);
     sub->add_flag("--no-kernels", o->no_kernels, "skip the per-kernel timings");
-    sub->add_flag("--no-steps", o->no_steps, "skip the training-step timings");
+    sub->add_flag("--no-steps", o->no_steps, "skip the training-step timings (the sets' and the --models')");
     sub->add_flag("--no-target", o->no_target, "skip the time-to-target runs");
     sub->add_option("--timeout", o->timeout, "watchdog seconds (0: no limit)")->capture_default_str();
     add_device_option(sub, o->device);

@@ -468,6 +468,7 @@ else
 fi
 
 expect "bench: --models, a bad layer"     2 "layer 3 'fc1o'"                                  $nogpu "$P" bench --models cnn fc256,fc128,fc1o
+expect "bench: --models with --no-steps"  2 "--no-steps skips the step timings: give one of them" $nogpu "$P" bench --no-steps --models cnn
 expect "bench: --models, one layer"       2 "--models fc10: the model trainer's step takes 2 layers or more" $nogpu "$P" bench --models fc10
 expect "bench: --models, good ones"       3 "no NVIDIA driver found"                          $nogpu "$P" bench --models cnn fc256,fc128,fc10
 echo "bad inputs: $passes ok, $fails failed, $skips skipped"
