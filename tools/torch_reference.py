@@ -3,7 +3,7 @@
 
     python3 tools/torch_reference.py [--layers 784,128,10 | --model SPEC] [--batch 64] [--lr 0.1] [--epochs 5] [--seed 1]
         [--init torch|he-uniform|he-normal|xavier|notebook] [--loss ce|mse|half-sse]
-        [--optimizer sgd|momentum|nesterov|adam|adamw|rmsprop] [--momentum 0.9] [--weight-decay 0]
+        [--optimizer sgd|momentum|nesterov|adam|adamw|rmsprop|nadam] [--momentum 0.9] [--weight-decay 0]
         [--beta1 0.9] [--beta2 0.999] [--eps 1e-8] [--alpha 0.99]
         [--schedule const|cosine|onecycle|step] [--warmup 0.2] [--step-every N] [--gamma 0.1]
         [--activation relu|leaky-relu|tanh|sigmoid|gelu] [--evals-per-epoch 20] [--target 0.98]
@@ -35,7 +35,8 @@ Recipe (the formulas of host/reference/recipe.hpp):
             half-sse = 0.5 * sum((y - t)^2) / B.
   optimizer sgd / momentum / nesterov = torch.optim.SGD (dampening 0, momentum --momentum,
             nesterov for nesterov); adam, adamw = torch.optim.Adam / AdamW (--beta1 --beta2 --eps,
-            --weight-decay, also for AdamW: default 0); rmsprop = torch.optim.RMSprop (--alpha, --eps,
+            --weight-decay, also for AdamW: default 0); nadam = torch.optim.NAdam (momentum_decay
+            0.004, --weight-decay added to the gradient); rmsprop = torch.optim.RMSprop (--alpha, --eps,
             no momentum, not centered). --weight-decay goes to every optimizer.
   schedule  W = round(warmup * S) (halves away from 0, as C++ std::round); step s (0-based) uses
             lr(s) = peak * s / W for s < W, then const: peak; onecycle: peak * (S - s) / (S - W);
@@ -254,7 +255,8 @@ def parse_args(argv):
     ap.add_argument("--init", choices=["torch", "he-uniform", "he-normal", "xavier", "notebook"], default="torch")
     ap.add_argument("--bias", choices=["zero", "torch"], help="override the biases --init draws (zero or U(+-1/sqrt(fan_in)))")
     ap.add_argument("--loss", choices=["ce", "mse", "half-sse"], default="ce")
-    ap.add_argument("--optimizer", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop"], default="nesterov")
+    ap.add_argument("--optimizer", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop", "nadam"],
+                    default="nesterov")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--beta1", type=float, default=0.9)
@@ -329,6 +331,9 @@ def build(a, torch):
             mu = 0.0 if a.optimizer == "sgd" else a.momentum
             return torch.optim.SGD(params, lr=lr, momentum=mu, dampening=0, weight_decay=wd,
                                    nesterov=a.optimizer == "nesterov")
+        if a.optimizer == "nadam":  # momentum_decay 0.004 (the default), weight decay added to the gradient
+            return torch.optim.NAdam(params, lr=lr, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=wd,
+                                     momentum_decay=4e-3, **cap)
         if a.optimizer in ("adam", "adamw"):
             cls = torch.optim.Adam if a.optimizer == "adam" else torch.optim.AdamW
             return cls(params, lr=lr, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=wd, **cap)

@@ -377,8 +377,9 @@ void add_recipe_flags(CLI::App* sub, TrainOptions& opts) {
                     "tc-bf16: ReLU only) and the notebook's 3-layer kernels; the model trainer (--model, 3 fc layers "
                     "or more) runs ReLU only. A checkpoint records it and eval uses it")->capture_default_str();
     sub->add_option("--optimizer", o->optimizer,
-                    "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, rmsprop: PyTorch's update rules; the "
-                    "state buffers start at zero")->capture_default_str();
+                    "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, nadam (torch.optim.NAdam, momentum "
+                    "decay 0.004), rmsprop: PyTorch's update rules; the state buffers start at zero. nadam runs as "
+                    "the optimizer kernel's launch (fused_step and tc_step have no nadam rule yet)")->capture_default_str();
     sub->add_option("--momentum", o->momentum, "momentum and nesterov: the momentum")->capture_default_str();
     sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay (adamw: decoupled)")->capture_default_str();
     sub->add_option("--beta1", o->beta1, "adam, adamw")->capture_default_str();

@@ -10,7 +10,8 @@ const char* optimizer_entry(OptimKind k) {
         case OptimKind::Momentum:
         case OptimKind::Nesterov: return "optim_sgd";
         case OptimKind::Adam:
-        case OptimKind::AdamW: return "optim_adam";
+        case OptimKind::AdamW:
+        case OptimKind::NAdam: return "optim_adam";
         case OptimKind::RmsProp: return "optim_rmsprop";
     }
     PTXLAB_THROW(Error, "internal error: unknown optimizer kind {}", static_cast<int>(k));
@@ -39,10 +40,12 @@ void launch_optimizer(const KernelSet& ks, const OptimConfig& o, CUdeviceptr P, 
             break;
         case OptimKind::Adam:
         case OptimKind::AdamW:
+        case OptimKind::NAdam:
             need(M, "M");
             need(V, "V");
+            // optim_adam's rule: 0 Adam, 1 AdamW, 2 NAdam.
             k.launch(grid, block, s, P, G, M, V, hyp, N, o.beta1, o.beta2, o.eps, o.weight_decay,
-                     o.kind == OptimKind::AdamW ? 1u : 0u);
+                     o.kind == OptimKind::AdamW ? 1u : o.kind == OptimKind::NAdam ? 2u : 0u);
             break;
         case OptimKind::RmsProp:
             need(V, "V");

@@ -189,16 +189,36 @@ void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy)
 
 constexpr Named<OptimKind> kOptimKindNames[] = {
     {OptimKind::Sgd, "sgd"}, {OptimKind::Momentum, "momentum"}, {OptimKind::Nesterov, "nesterov"},
-    {OptimKind::Adam, "adam"}, {OptimKind::AdamW, "adamw"}, {OptimKind::RmsProp, "rmsprop"}};
+    {OptimKind::Adam, "adam"}, {OptimKind::AdamW, "adamw"}, {OptimKind::RmsProp, "rmsprop"},
+    {OptimKind::NAdam, "nadam"}};
 OptimKind parse_optimizer(const std::string& name) { return parse_named(kOptimKindNames, name, "optimizer"); }
 std::string to_string(OptimKind k) { return name_of(kOptimKindNames, k); }
 
 
 namespace {
 bool uses_m(OptimKind k) {
-    return k == OptimKind::Momentum || k == OptimKind::Nesterov || k == OptimKind::Adam || k == OptimKind::AdamW;
+    return k == OptimKind::Momentum || k == OptimKind::Nesterov || k == OptimKind::Adam || k == OptimKind::AdamW ||
+           k == OptimKind::NAdam;
 }
-bool uses_v(OptimKind k) { return k == OptimKind::Adam || k == OptimKind::AdamW || k == OptimKind::RmsProp; }
+bool uses_v(OptimKind k) {
+    return k == OptimKind::Adam || k == OptimKind::AdamW || k == OptimKind::NAdam || k == OptimKind::RmsProp;
+}
+
+// NAdam's momentum coefficient mu_t = b1 (1 - 0.96^(0.004 t) / 2) (torch.optim.NAdam's
+// momentum_decay 0.004) and the product mu_1 ... mu_t. The trainer asks for t, t + 1, ... in
+// turn: the last product is kept (per thread: the next epoch's table is made on another one).
+double nadam_mu(double b1, uint64_t t) { return b1 * (1.0 - 0.5 * std::pow(0.96, double(t) * 0.004)); }
+double nadam_mu_product(double b1, uint64_t t) {
+    thread_local double last_b1 = -1, last_product = 1;
+    thread_local uint64_t last_t = 0;
+    if (last_b1 != b1 || last_t > t) {
+        last_b1 = b1;
+        last_t = 0;
+        last_product = 1;
+    }
+    for (; last_t < t; ++last_t) last_product *= nadam_mu(b1, last_t + 1);
+    return last_product;
+}
 }  // namespace
 
 bool optim_uses_m(OptimKind k) { return uses_m(k); }
@@ -215,6 +235,7 @@ std::string OptimConfig::describe() const {
         case OptimKind::Adam: s = fmt::format("adam (betas {}, {}, eps {})", beta1, beta2, eps); break;
         case OptimKind::AdamW: s = fmt::format("adamw (betas {}, {}, eps {})", beta1, beta2, eps); break;
         case OptimKind::RmsProp: s = fmt::format("rmsprop (alpha {}, eps {})", alpha, eps); break;
+        case OptimKind::NAdam: s = fmt::format("nadam (betas {}, {}, eps {}, momentum decay 0.004)", beta1, beta2, eps); break;
     }
     if (weight_decay != 0.0f)
         s += fmt::format(", {}weight decay {}", kind == OptimKind::AdamW ? "decoupled " : "", weight_decay);
@@ -247,6 +268,11 @@ StepHyper step_hyper(const OptimConfig& o, double lr, uint64_t t) {
     h.step_size = static_cast<float>(lr / (1.0 - b1t));
     h.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - b2t));
     h.decay = static_cast<float>(1.0 - lr * double(o.weight_decay));
+    if (o.kind == OptimKind::NAdam) {
+        const double b1 = o.beta1;
+        h.lr = static_cast<float>(lr * (1.0 - nadam_mu(b1, t)) / (1.0 - nadam_mu_product(b1, t)));
+        h.step_size = static_cast<float>(lr * nadam_mu(b1, t + 1) / (1.0 - nadam_mu_product(b1, t + 1)));
+    }
     return h;
 }
 
@@ -301,6 +327,15 @@ void optim_step(const OptimConfig& o, double lr, uint64_t t, double* p, const do
                 const double gi = g[i] + wd * p[i];
                 v[i] = alpha * v[i] + (1.0 - alpha) * gi * gi;
                 p[i] -= lr * gi / (std::sqrt(v[i]) + eps);
+                break;
+            }
+            case OptimKind::NAdam: {
+                const double gi = g[i] + wd * p[i];
+                m[i] += (1.0 - b1) * (gi - m[i]);
+                v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
+                const double d = std::sqrt(v[i] / (bc2_sqrt * bc2_sqrt)) + eps;
+                p[i] -= lr * (1.0 - nadam_mu(b1, t)) / (1.0 - nadam_mu_product(b1, t)) * gi / d +
+                        lr * nadam_mu(b1, t + 1) / (1.0 - nadam_mu_product(b1, t + 1)) * m[i] / d;
                 break;
             }
         }

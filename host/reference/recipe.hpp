@@ -71,16 +71,22 @@ void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy)
 //   Adam      g' = g + wd p; m = lerp(m, g', 1-b1); v = b2 v + (1-b2) g'^2;
 //             p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 //   AdamW     as Adam with g' = g and p *= 1 - lr wd first (decoupled decay)
+//   NAdam     g', m, v as Adam; mu_t = b1 (1 - 0.96^(0.004 t) / 2), Pi_t = mu_1 ... mu_t;
+//             d = sqrt(v)/sqrt(1-b2^t) + eps; p -= lr (1-mu_t)/(1-Pi_t) g'/d + lr mu_t+1/(1-Pi_t+1) m/d
+//             (torch.optim.NAdam: momentum_decay 0.004, decay coupled as Adam's)
 //   RmsProp   g' = g + wd p; v = alpha v + (1-alpha) g'^2; p -= lr g' / (sqrt(v) + eps)
 // State buffers start at zero, as in PyTorch.
-enum class OptimKind { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp };
-OptimKind parse_optimizer(const std::string& name);  // "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop"
+enum class OptimKind { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp, NAdam };
+// "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop" | "nadam"
+OptimKind parse_optimizer(const std::string& name);
 std::string to_string(OptimKind k);
 // The optimizer code the one-launch fused_step takes (its `optim` parameter, step.ptx):
-// 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop (OptimKind's order).
+// 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop (OptimKind's order; NAdam, 6, has no
+// rule in the one-launch steps: the trainer runs its separate launches).
 inline unsigned optim_code(OptimKind k) { return static_cast<unsigned>(k); }
 
-// Which state buffers an optimizer keeps: m (Momentum, Nesterov, Adam, AdamW), v (Adam, AdamW, RmsProp).
+// Which state buffers an optimizer keeps: m (Momentum, Nesterov, Adam, AdamW, NAdam), v (Adam,
+// AdamW, NAdam, RmsProp).
 bool optim_uses_m(OptimKind k);
 bool optim_uses_v(OptimKind k);
 
@@ -100,7 +106,8 @@ struct OptimConfig {
 
 // The per-step values an optimizer kernel reads from the device table (four floats; see
 // ptx/optim.ptx): lr; Adam's step size lr / (1 - b1^t) and sqrt(1 - b2^t); AdamW's decay
-// factor 1 - lr wd. Computed in double from lr and the 1-based step t, each rounded once.
+// factor 1 - lr wd. NAdam: lr (1 - mu_t) / (1 - Pi_t) in place of lr and lr mu_t+1 / (1 - Pi_t+1)
+// in place of the step size. Computed in double from lr and the 1-based step t, each rounded once.
 struct StepHyper {
     float lr, step_size, bc2_sqrt, decay;
 };

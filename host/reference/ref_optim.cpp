@@ -98,9 +98,7 @@ RefOptim ref_optim_bounded(const OptimConfig& o, const StepHyper& h, const std::
                            const std::vector<float>& M, const std::vector<float>& V) {
     const size_t n = P.size();
     const OptimKind k = o.kind;
-    const bool use_m = k == OptimKind::Momentum || k == OptimKind::Nesterov || k == OptimKind::Adam ||
-                       k == OptimKind::AdamW;
-    const bool use_v = k == OptimKind::Adam || k == OptimKind::AdamW || k == OptimKind::RmsProp;
+    const bool use_m = optim_uses_m(k), use_v = optim_uses_v(k);
     check_sizes("ref_optim_bounded", n, G.size(), "G");
     if (use_m) check_sizes("ref_optim_bounded", n, M.size(), "M");
     if (use_v) check_sizes("ref_optim_bounded", n, V.size(), "V");
@@ -125,13 +123,16 @@ RefOptim ref_optim_bounded(const OptimConfig& o, const StepHyper& h, const std::
                 break;
             }
             case OptimKind::Adam:
-            case OptimKind::AdamW: {
+            case OptimKind::AdamW:
+            case OptimKind::NAdam: {
                 const BV m0 = exact(M[i]), v0 = exact(V[i]);
                 const BV m = fma_rn(sub_rn(one, b1), sub_rn(g, m0), m0);
                 const BV v = fma_rn(sub_rn(one, b2), mul_rn(g, g), mul_rn(v0, b2));
                 put(r.M, i, m);
                 put(r.V, i, v);
                 const BV denom = add_rn(div_rn(sqrt_rn(v), bc2), eps);
+                // NAdam: the gradient's term first (its coefficient in h.lr), then the momentum's.
+                if (k == OptimKind::NAdam) p = fma_rn(neg(lr), div_rn(g, denom), p);
                 put(r.P, i, fma_rn(neg(step), div_rn(m, denom), p));
                 break;
             }
@@ -157,9 +158,9 @@ RefOptim ref_optim_sgd(const std::vector<float>& P, const std::vector<float>& G,
 
 RefOptim ref_optim_adam(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& M,
                         const std::vector<float>& V, const StepHyper& h, float beta1, float beta2, float eps,
-                        float weight_decay, bool decoupled) {
+                        float weight_decay, unsigned rule) {
     OptimConfig o;
-    o.kind = decoupled ? OptimKind::AdamW : OptimKind::Adam;
+    o.kind = rule == 2 ? OptimKind::NAdam : rule == 1 ? OptimKind::AdamW : OptimKind::Adam;
     o.beta1 = beta1;
     o.beta2 = beta2;
     o.eps = eps;

@@ -32,11 +32,11 @@ struct RefOptim {
 // optim_sgd from P, G, M (empty when momentum == 0) and this step's record (uses h.lr).
 RefOptim ref_optim_sgd(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& M,
                        const StepHyper& h, float momentum, float weight_decay, bool nesterov);
-// optim_adam (decoupled: AdamW) from P, G, M, V and this step's record (uses h.step_size,
-// h.bc2_sqrt, h.decay).
+// optim_adam (rule 0 Adam, 1 AdamW, 2 NAdam) from P, G, M, V and this step's record (uses
+// h.step_size, h.bc2_sqrt, h.decay; NAdam also h.lr).
 RefOptim ref_optim_adam(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& M,
                         const std::vector<float>& V, const StepHyper& h, float beta1, float beta2, float eps,
-                        float weight_decay, bool decoupled);
+                        float weight_decay, unsigned rule);
 // optim_rmsprop from P, G, V and this step's record (uses h.lr).
 RefOptim ref_optim_rmsprop(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& V,
                            const StepHyper& h, float alpha, float eps, float weight_decay);

@@ -17,8 +17,12 @@ Harness make_optim_harness(const VerifyCase& c, Rng& rng, Rule rule) {
     const unsigned N = c.shape[0], variant = c.shape[1];
     const bool sgd = rule == Rule::Sgd, adam = rule == Rule::Adam;
     const bool momentum = sgd && variant >= 1 && variant <= 3, nesterov = sgd && (variant == 2 || variant == 3);
-    const bool decoupled = adam && variant == 2;
-    const bool wd_on = sgd ? (variant == 3 || variant == 4) : variant >= 1;
+    // optim_adam's variants: 0 adam, 1 adam+wd, 2 adamw, 3 nadam, 4 nadam+wd; its rule 0 Adam,
+    // 1 AdamW, 2 NAdam.
+    const unsigned adam_rule = !adam ? 0 : variant == 2 ? 1 : variant >= 3 ? 2 : 0;
+    const bool wd_on = sgd    ? (variant == 3 || variant == 4)
+                       : adam ? (variant == 1 || variant == 2 || variant == 4)
+                              : variant >= 1;
     const float mu = momentum ? rng.uniform(0.5f, 0.99f) : 0.0f;
     const float wd = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
     const float beta1 = rng.uniform(0.8f, 0.95f), beta2 = rng.uniform(0.9f, 0.9999f);
@@ -30,11 +34,19 @@ Harness make_optim_harness(const VerifyCase& c, Rng& rng, Rule rule) {
     hy.step_size = static_cast<float>(double(lr) / (1.0 - std::pow(double(beta1), double(t))));
     hy.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
     hy.decay = static_cast<float>(1.0 - double(lr) * double(wd));
+    if (adam_rule == 2) {  // NAdam's coefficients of g and m in place of lr and the step size
+        OptimConfig o;
+        o.kind = OptimKind::NAdam;
+        o.beta1 = beta1;
+        o.beta2 = beta2;
+        o.weight_decay = wd;
+        hy = step_hyper(o, lr, t);
+    }
 
     std::vector<float> P = random_vector(rng, N, -1.0f, 1.0f), G = random_vector(rng, N, -1.0f, 1.0f);
     std::vector<float> M = random_vector(rng, N, -0.5f, 0.5f), V = random_vector(rng, N, 0.0f, 0.5f);
     RefOptim r = sgd    ? ref_optim_sgd(P, G, momentum ? M : std::vector<float>{}, hy, mu, wd, nesterov)
-                 : adam ? ref_optim_adam(P, G, M, V, hy, beta1, beta2, eps, wd, decoupled)
+                 : adam ? ref_optim_adam(P, G, M, V, hy, beta1, beta2, eps, wd, adam_rule)
                         : ref_optim_rmsprop(P, G, V, hy, alpha, eps, wd);
     const bool use_m = momentum || adam, use_v = !sgd;
     Harness h;
@@ -56,7 +68,7 @@ Harness make_optim_harness(const VerifyCase& c, Rng& rng, Rule rule) {
             k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), dM, ptr(m, "hyp"), N, mu, wd, nesterov ? 1u : 0u);
         else if (adam)
             k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), dM, dV, ptr(m, "hyp"), N, beta1, beta2, eps, wd,
-                     decoupled ? 1u : 0u);
+                     adam_rule);
         else
             k.launch(grid_for(N), 256, s, ptr(m, "P"), ptr(m, "G"), dV, ptr(m, "hyp"), N, alpha, eps, wd);
     };
@@ -74,7 +86,8 @@ std::vector<VerifyCase> optim_default_cases() {
 }
 
 std::vector<VerifyCase> optim_quick_cases() {
-    return {{"optim_sgd", {1000, 3}}, {"optim_adam", {1000, 1}}, {"optim_adam", {1000, 2}}, {"optim_rmsprop", {1000, 1}}};
+    return {{"optim_sgd", {1000, 3}},    {"optim_adam", {1000, 1}}, {"optim_adam", {1000, 2}},
+            {"optim_adam", {1000, 4}},   {"optim_rmsprop", {1000, 1}}};
 }
 
 // bench: every parameter of the MNIST network at once (independent of the batch).
@@ -104,7 +117,7 @@ const KernelFamily& optim_family() {
           }},
          {.entry = "optim_adam",
           .shape = "N,variant",
-          .variants = {"adam", "adam+wd", "adamw"},
+          .variants = {"adam", "adam+wd", "adamw", "nadam", "nadam+wd"},
           .validate = validate_named_shape,
           .harness = [](const VerifyCase& c, Rng& rng) { return make_optim_harness(c, rng, Rule::Adam); },
           // Adam: reads P, G, M, V, writes P, M, V; 3 fmas, 3 subs, 2 muls, add, sqrt, 2 divs (each 1 here).

@@ -1,6 +1,6 @@
 // CUDA C twin of ptx/optim.ptx, compiled at run time by NVRTC.
 //
-// PyTorch's optimizer rules (torch.optim.SGD with momentum / Nesterov, Adam, AdamW,
+// PyTorch's optimizer rules (torch.optim.SGD with momentum / Nesterov, Adam, AdamW, NAdam,
 // RMSprop; dampening 0, not centered, no amsgrad) on one flat parameter array, one
 // thread per element. hyp points at this step's record {lr, step_size, bc2_sqrt, decay}
 // (host/reference/recipe.hpp StepHyper).
@@ -29,18 +29,19 @@ extern "C" __global__ void optim_sgd(float* P, const float* G, float* M, const f
     P[i] = __fmaf_rn(-lr, g, p);
 }
 
-// Adam (decoupled == 0: g' = g + wd p) and AdamW (decoupled != 0: p *= 1 - lr wd, g' = g):
-// m = lerp(m, g', 1 - beta1); v = beta2 v + (1 - beta2) g'^2;
-// p -= step_size * m / (sqrt(v) / bc2_sqrt + eps), step_size = lr / (1 - beta1^t),
-// bc2_sqrt = sqrt(1 - beta2^t).
+// Adam (rule 0: g' = g + wd p), AdamW (rule 1: p *= 1 - lr wd, g' = g) and NAdam (rule 2:
+// g' as Adam): m = lerp(m, g', 1 - beta1); v = beta2 v + (1 - beta2) g'^2;
+// d = sqrt(v) / bc2_sqrt + eps, bc2_sqrt = sqrt(1 - beta2^t); Adam(W):
+// p -= step_size * m / d, step_size = lr / (1 - beta1^t); NAdam: p -= cg * g' / d, then
+// p -= cm * m / d, with cg = hyp[0] and cm = hyp[1] (recipe.hpp step_hyper).
 extern "C" __global__ void optim_adam(float* P, const float* G, float* M, float* V, const float* hyp, unsigned N,
-                                      float beta1, float beta2, float eps, float weight_decay, unsigned decoupled)
+                                      float beta1, float beta2, float eps, float weight_decay, unsigned rule)
 {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
-    const float step_size = hyp[1], bc2_sqrt = hyp[2], decay = hyp[3];
+    const float lr = hyp[0], step_size = hyp[1], bc2_sqrt = hyp[2], decay = hyp[3];
     float p = P[i], g = G[i];
-    if (decoupled) p = __fmul_rn(p, decay);
+    if (rule == 1) p = __fmul_rn(p, decay);
     else if (weight_decay != 0.0f) g = __fmaf_rn(weight_decay, p, g);
     const float m0 = M[i], v0 = V[i];
     const float m = __fmaf_rn(__fsub_rn(1.0f, beta1), __fsub_rn(g, m0), m0);
@@ -48,6 +49,7 @@ extern "C" __global__ void optim_adam(float* P, const float* G, float* M, float*
     M[i] = m;
     V[i] = v;
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);
+    if (rule == 2) p = __fmaf_rn(-lr, __fdiv_rn(g, denom), p);
     P[i] = __fmaf_rn(-step_size, __fdiv_rn(m, denom), p);
 }
 

@@ -121,9 +121,9 @@ TEST_CASE("cli: verify --list names the optimizer variants and refuses shapes a 
     RunResult zero = run_command(ptxlab_cmd("verify --kernel optim_sgd --shape 1000,0 --list"));
     CHECK(zero.code == 0);
     CHECK(zero.output.find("optim_sgd     N=1000 variant=0 (plain)") != std::string::npos);
-    RunResult bad = run_command(ptxlab_cmd("verify --kernel optim_adam --shape 1000,3 --list"));
+    RunResult bad = run_command(ptxlab_cmd("verify --kernel optim_adam --shape 1000,5 --list"));
     CHECK(bad.code == 2);
-    CHECK(bad.output.find("kernel 'optim_adam' has variants 0..2 (0 adam, 1 adam+wd, 2 adamw), got 3") !=
+    CHECK(bad.output.find("kernel 'optim_adam' has variants 0..4 (0 adam, 1 adam+wd, 2 adamw, 3 nadam, 4 nadam+wd), got 5") !=
           std::string::npos);
     RunResult empty = run_command(ptxlab_cmd("verify --kernel batch_mean --shape 1000,0 --list"));
     CHECK(empty.code == 2);

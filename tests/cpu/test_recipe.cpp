@@ -209,7 +209,8 @@ TEST_CASE("recipe: the optimizer's state buffers, description and checks") {
     CHECK(o.describe().find("decoupled weight decay 0.01") != std::string::npos);
     const std::pair<OptimKind, unsigned> buffers[] = {{OptimKind::Sgd, 0},  {OptimKind::Momentum, 1},
                                                       {OptimKind::Nesterov, 1}, {OptimKind::Adam, 2},
-                                                      {OptimKind::AdamW, 2}, {OptimKind::RmsProp, 1}};
+                                                      {OptimKind::AdamW, 2}, {OptimKind::RmsProp, 1},
+                                                      {OptimKind::NAdam, 2}};
     for (auto [k, n] : buffers) {
         o.kind = k;
         CHECK(o.state_buffers() == n);
@@ -627,4 +628,49 @@ TEST_CASE("recipe: cross-entropy with Nesterov over 300 steps learns a separable
     unsigned right = 0;
     for (unsigned s = 0; s < N; ++s) right += (Y[2 * s + 1] > Y[2 * s]) == (labels[s] == 1);
     CHECK(right == N);
+}
+
+TEST_CASE("recipe: nadam is torch.optim.NAdam's rule, step by step") {
+    // Two steps of one parameter, written out from torch.optim.NAdam's algorithm (momentum_decay
+    // 0.004, weight decay added to the gradient) in float64, against optim_step and step_hyper.
+    OptimConfig o;
+    o.kind = OptimKind::NAdam;
+    o.beta1 = 0.9f;
+    o.beta2 = 0.999f;
+    o.eps = 1e-8f;
+    o.weight_decay = 0.01f;
+    CHECK(parse_optimizer("nadam") == OptimKind::NAdam);
+    CHECK(to_string(OptimKind::NAdam) == "nadam");
+    CHECK(o.describe().find("nadam (betas 0.9, 0.999, eps 1e-08, momentum decay 0.004)") == 0);
+    const double b1 = o.beta1, b2 = o.beta2, eps = o.eps, wd = o.weight_decay, lr = 0.002;
+    double p = 0.5, m = 0, v = 0, mu_product = 1;
+    double P = p, M = 0, V = 0;
+    const double grads[] = {0.3, -0.7};
+    for (uint64_t t = 1; t <= 2; ++t) {
+        const double g = grads[t - 1] + wd * p;
+        const double mu = b1 * (1 - 0.5 * std::pow(0.96, t * 0.004));
+        const double mu_next = b1 * (1 - 0.5 * std::pow(0.96, (t + 1) * 0.004));
+        mu_product *= mu;
+        m = m + (1 - b1) * (g - m);
+        v = b2 * v + (1 - b2) * g * g;
+        const double denom = std::sqrt(v / (1 - std::pow(b2, double(t)))) + eps;
+        p -= lr * (1 - mu) / (1 - mu_product) * g / denom;
+        p -= lr * mu_next / (1 - mu_product * mu_next) * m / denom;
+        const double G = grads[t - 1];
+        optim_step(o, lr, t, &P, &G, &M, &V, 1);
+        CHECK(P == doctest::Approx(p).epsilon(1e-13));
+        CHECK(M == doctest::Approx(m).epsilon(1e-13));
+        CHECK(V == doctest::Approx(v).epsilon(1e-13));
+        // The kernels' record: the coefficients of g and m, each rounded once to float.
+        const StepHyper h = step_hyper(o, lr, t);
+        CHECK(h.lr == float(lr * (1 - mu) / (1 - mu_product)));
+        CHECK(h.step_size == float(lr * mu_next / (1 - mu_product * mu_next)));
+        CHECK(h.bc2_sqrt == float(std::sqrt(1 - std::pow(b2, double(t)))));
+    }
+    // Out of order (a resumed run, verify's random steps): the product is made again from 1.
+    const StepHyper late = step_hyper(o, lr, 1000), early = step_hyper(o, lr, 3);
+    double prod = 1;
+    for (uint64_t i = 1; i <= 3; ++i) prod *= b1 * (1 - 0.5 * std::pow(0.96, i * 0.004));
+    CHECK(early.lr == float(lr * (1 - b1 * (1 - 0.5 * std::pow(0.96, 3 * 0.004))) / (1 - prod)));
+    CHECK(late.lr != early.lr);
 }

@@ -149,7 +149,7 @@ TEST_CASE("ref_model: an fc-only model steps exactly as cpu_recipe_step (every l
     const auto X = random_images(size_t(B) * 12, 3);
     const auto y = random_labels(B, 4);
     for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
-        for (OptimKind k : {OptimKind::Sgd, OptimKind::Nesterov, OptimKind::Adam, OptimKind::RmsProp}) {
+        for (OptimKind k : {OptimKind::Sgd, OptimKind::Nesterov, OptimKind::Adam, OptimKind::RmsProp, OptimKind::NAdam}) {
             CAPTURE(to_string(loss));
             CAPTURE(to_string(k));
             Recipe r;

@@ -260,7 +260,7 @@ TEST_CASE("ref_optim: a gradient with an infinite bound (a ReLU kink) gives infi
     G.v = {0.0, 0.3, -0.7};
     G.e = {std::numeric_limits<double>::infinity(), 1e-9, std::numeric_limits<double>::infinity()};
     for (OptimKind k : {OptimKind::Sgd, OptimKind::Momentum, OptimKind::Nesterov, OptimKind::Adam, OptimKind::AdamW,
-                        OptimKind::RmsProp}) {
+                        OptimKind::RmsProp, OptimKind::NAdam}) {
         CAPTURE(to_string(k));
         OptimConfig o;
         o.kind = k;

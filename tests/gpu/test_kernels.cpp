@@ -387,6 +387,27 @@ TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
     check_planted_conv_fwd("conv_padding_off_by_one", "conv_fwd", "conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, "3,3,9,9,5,3,0");
 }
 
+TEST_CASE("kernels: a NAdam step without its gradient term is caught by verify") {
+    // nadam_without_gradient_term.patch: optim_adam's rule 2 branches past p -= cg g / d. Every
+    // element is written, P is wrong; Adam (variant 0) and AdamW (2) of the same file pass.
+    const PlantedKernel planted = plant("nadam_without_gradient_term");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
+    for (unsigned variant : {3u, 4u}) {
+        CaseResult r = verify_one("optim_adam", {1000, variant}, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("P[") == 0);
+    }
+    for (unsigned variant : {0u, 2u}) {
+        CaseResult ok = verify_one("optim_adam", {1000, variant}, bad);
+        INFO(format_result(ok));
+        CHECK(ok.pass());
+    }
+    check_cli_fails("optim_adam", "1000,3", planted);
+}
+
 TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verify") {
     // tc_forward_fragment.patch: the mma's A fragment with a1 and a2 exchanged, so each 16-sample
     // tile mixes the columns of its two halves; every output is written, the sums are wrong.

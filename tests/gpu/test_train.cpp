@@ -150,6 +150,7 @@ TEST_CASE("train: every optimizer and loss gives the same losses as the twins") 
         {"adam", [](TrainConfig& c) { c.optim.kind = OptimKind::Adam; c.lr = 1e-3f; c.schedule.kind = ScheduleKind::Cosine; }},
         {"adamw", [](TrainConfig& c) { c.optim.kind = OptimKind::AdamW; c.optim.weight_decay = 0.01f; c.lr = 1e-3f; }},
         {"rmsprop", [](TrainConfig& c) { c.optim.kind = OptimKind::RmsProp; c.lr = 1e-3f; c.schedule.kind = ScheduleKind::Step; }},
+        {"nadam", [](TrainConfig& c) { c.optim.kind = OptimKind::NAdam; c.optim.weight_decay = 1e-4f; c.lr = 2e-3f; }},
         {"half-sse", [](TrainConfig& c) { c.loss = Loss::HalfSse; }},
         {"mse", [](TrainConfig& c) { c.loss = Loss::Mse; }},
     };
