@@ -37,28 +37,6 @@ ConvDims kernel_dims(const LayerSpec& l, unsigned B) {
 
 CUdeviceptr at(const DeviceBuffer& b, size_t floats) { return b.ptr() + floats * 4; }
 
-std::vector<float> one_hot_rows(const std::vector<uint8_t>& labels) {
-    std::vector<float> t(labels.size() * kClasses, 0.0f);
-    for (size_t i = 0; i < labels.size(); ++i) t[i * kClasses + labels[i]] = 1.0f;
-    return t;
-}
-
-// The mean loss of B rows of logits against their labels, and how many are argmax-correct.
-double rows_loss(Loss loss, const float* Y, const uint8_t* labels, size_t B, size_t* correct) {
-    double sum = 0, y[kClasses], t[kClasses];
-    for (size_t s = 0; s < B; ++s) {
-        size_t best = 0;
-        for (unsigned o = 0; o < kClasses; ++o) {
-            y[o] = Y[s * kClasses + o];
-            t[o] = labels[s] == o ? 1.0 : 0.0;
-            if (Y[s * kClasses + o] > Y[s * kClasses + best]) best = o;
-        }
-        sum += loss_value(loss, y, t, kClasses);
-        if (correct) *correct += best == labels[s];
-    }
-    return sum / double(B);
-}
-
 }  // namespace
 
 void TrainConfig::validate_model_flags() const {
@@ -506,7 +484,7 @@ CnnEvaluator::CnnEvaluator(const Model& m, const Split& test)
                                  "multiple",
                      kEvalBatch, test.count);
     X_.upload(test.images);
-    T_.upload(one_hot_rows(test.labels));
+    T_.upload(one_hot(test.labels));
 }
 
 EvalResult CnnEvaluator::run(const KernelSet& ks, const Model& m, const CnnParams& p, Loss loss, ConvKernels conv,
@@ -519,14 +497,14 @@ EvalResult CnnEvaluator::run(const KernelSet& ks, const Model& m, const CnnParam
     EvalResult r;
     r.count = test_.count;
     r.confusion.assign(kClasses * kClasses, 0);
+    std::vector<uint8_t> pred;  // argmax of each row (the first of equal maxima)
+    r.loss = batch_loss(loss, y.data(), test_.labels, 0, test_.count, &pred);
     size_t correct = 0;
-    r.loss = rows_loss(loss, y.data(), test_.labels.data(), test_.count, &correct);
-    r.accuracy = double(correct) / double(test_.count);
     for (size_t i = 0; i < test_.count; ++i) {
-        const float* row = y.data() + i * kClasses;
-        const size_t best = size_t(std::max_element(row, row + kClasses) - row);
-        ++r.confusion[test_.labels[i] * kClasses + best];
+        correct += pred[i] == test_.labels[i];
+        ++r.confusion[test_.labels[i] * kClasses + pred[i]];
     }
+    r.accuracy = double(correct) / double(test_.count);
     return r;
 }
 
