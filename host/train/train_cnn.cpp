@@ -479,19 +479,20 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
 CnnEvaluator::CnnEvaluator(const Model& m, const Split& test)
     : test_(test), a_(m, kEvalBatch), X_(test.images.size() * 4, "test images"),
       T_(test.count * kClasses * 4, "test targets"), Y_(test.count * kClasses * 4, "test logits") {
-    if (test.count % kEvalBatch)
-        PTXLAB_THROW(InputError, "the model evaluation takes batches of {}: the test split's {} images are not a "
-                                 "multiple",
-                     kEvalBatch, test.count);
+    if (const unsigned tail = unsigned(test.count % kEvalBatch)) tail_.emplace(m, tail);
     X_.upload(test.images);
     T_.upload(one_hot(test.labels));
 }
 
 EvalResult CnnEvaluator::run(const KernelSet& ks, const Model& m, const CnnParams& p, Loss loss, ConvKernels conv,
                              CUstream s) {
-    for (size_t first = 0; first < test_.count; first += kEvalBatch)
-        enqueue_cnn_forward(ks, m, p, a_, at(X_, first * test_.dim()), at(T_, first * kClasses),
+    // Batches of 500, then the rest of the split in one smaller batch (each sample's logits are
+    // its own: the batch they share does not change them).
+    for (size_t first = 0; first < test_.count; first += kEvalBatch) {
+        const CnnActs& a = first + kEvalBatch <= test_.count ? a_ : *tail_;
+        enqueue_cnn_forward(ks, m, p, a, at(X_, first * test_.dim()), at(T_, first * kClasses),
                             at(Y_, first * kClasses), loss_code(loss), s, conv);
+    }
     CU(cuStreamSynchronize, s);
     const std::vector<float> y = Y_.download_vector<float>();
     EvalResult r;

@@ -40,6 +40,7 @@
 #include "model.hpp"
 #include "train.hpp"
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -177,16 +178,18 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
 // once, the per-batch buffers kept, for the evaluations of a run.
 class CnnEvaluator {
 public:
-    CnnEvaluator(const Model& m, const Split& test);  // InputError when the split is not a multiple of 500
+    CnnEvaluator(const Model& m, const Split& test);
     EvalResult run(const KernelSet& ks, const Model& m, const CnnParams& p, Loss loss, ConvKernels conv, CUstream s);
 
 private:
     const Split& test_;
-    CnnActs a_;
+    CnnActs a_;                    // batches of 500
+    std::optional<CnnActs> tail_;  // the split's last count % 500 images, when there are any
     DeviceBuffer X_, T_, Y_;
 };
 
-// Test accuracy and mean loss of the flat parameters on a split (batches of 500 on the GPU).
+// Test accuracy and mean loss of the flat parameters on a split of any size (batches of 500 on
+// the GPU, and one smaller batch for the rest).
 EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
                         ConvKernels conv = ConvKernels::Fp32);
 

@@ -365,3 +365,35 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     CHECK(r.stop_reason.find("a parameter is non-finite after step 1") != std::string::npos);
     CHECK(r.stop_reason.find("fc1.") != std::string::npos);
 }
+
+TEST_CASE("cnn: the evaluation takes a test split of any size, its last batch smaller than 500") {
+    // 1234 images: two batches of 500 and one of 234. Each sample's logits are its own, so the
+    // 1234 score as the first 1000 (two full batches) and the last 234 (one short batch) apart.
+    const Dataset data = load_dataset(default_data_dir());
+    auto part = [&](size_t first, size_t count) {
+        Split s;
+        s.count = count;
+        s.rows = data.test.rows;
+        s.cols = data.test.cols;
+        s.images.assign(data.test.images.begin() + long(first * s.dim()),
+                        data.test.images.begin() + long((first + count) * s.dim()));
+        s.labels.assign(data.test.labels.begin() + long(first), data.test.labels.begin() + long(first + count));
+        return s;
+    };
+    const Split all = part(0, 1234), head = part(0, 1000), tail = part(1000, 234);
+    const Model m = parse_model("conv8,pool,fc10");
+    KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), cnn_forward_entries());
+    const CnnParams p(m, init_model_params(m, Init::Torch, 7), OptimConfig{});
+    const EvalResult a = evaluate_cnn(ks, m, p, all, Loss::Ce), h = evaluate_cnn(ks, m, p, head, Loss::Ce),
+                     t = evaluate_cnn(ks, m, p, tail, Loss::Ce);
+    CHECK(a.count == 1234);
+    for (size_t i = 0; i < a.confusion.size(); ++i) CHECK(a.confusion[i] == h.confusion[i] + t.confusion[i]);
+    CHECK(std::llround(a.accuracy * 1234) == std::llround(h.accuracy * 1000) + std::llround(t.accuracy * 234));
+    CHECK(a.loss * 1234 == doctest::Approx(h.loss * 1000 + t.loss * 234).epsilon(1e-12));
+    // A split smaller than one batch.
+    const EvalResult few = evaluate_cnn(ks, m, p, part(0, 37), Loss::Ce);
+    CHECK(few.count == 37);
+    size_t total = 0;
+    for (auto c : few.confusion) total += c;
+    CHECK(total == 37);
+}
