@@ -136,14 +136,25 @@ float grad_scale(Loss l, unsigned B, unsigned O) {
     return static_cast<float>(l == Loss::Mse ? 2.0 / (double(O) * double(B)) : 1.0 / double(B));
 }
 
+namespace {
+// The largest logit and sum_i exp(y_i - max): softmax's and log-sum-exp's pieces, max-subtracted.
+struct ExpSum {
+    double mx, sum;
+};
+ExpSum exp_sum(const double* y, unsigned O) {
+    double mx = y[0];
+    for (unsigned i = 1; i < O; ++i) mx = std::max(mx, y[i]);
+    double sum = 0.0;
+    for (unsigned i = 0; i < O; ++i) sum += std::exp(y[i] - mx);
+    return {mx, sum};
+}
+}  // namespace
+
 double loss_value(Loss l, const double* y, const double* t, unsigned O) {
     switch (l) {
         case Loss::Ce: {
             // -sum_i t_i log softmax(y)_i = sum_i t_i (lse(y) - y_i), lse with the max subtracted.
-            double mx = y[0];
-            for (unsigned i = 1; i < O; ++i) mx = std::max(mx, y[i]);
-            double sum = 0.0;
-            for (unsigned i = 0; i < O; ++i) sum += std::exp(y[i] - mx);
+            const auto [mx, sum] = exp_sum(y, O);
             const double lse = mx + std::log(sum);
             double loss = 0.0;
             for (unsigned i = 0; i < O; ++i) loss += t[i] * (lse - y[i]);
@@ -168,10 +179,7 @@ void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy)
         case Loss::Ce: {
             // softmax(y) - t: the exact gradient when sum t = 1 (one-hot or probability targets);
             // in general it is softmax(y) sum(t) - t, and the kernels compute softmax(y) - t.
-            double mx = y[0];
-            for (unsigned i = 1; i < O; ++i) mx = std::max(mx, y[i]);
-            double sum = 0.0;
-            for (unsigned i = 0; i < O; ++i) sum += std::exp(y[i] - mx);
+            const auto [mx, sum] = exp_sum(y, O);
             for (unsigned i = 0; i < O; ++i) dy[i] = std::exp(y[i] - mx) / sum - t[i];
             return;
         }
