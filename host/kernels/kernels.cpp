@@ -61,6 +61,10 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
         // X T P M V A Z Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd | act
         {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F, U}},
+        // The hidden activation as its own pass (act.hpp; act: recipe.hpp's code). A Z | N act
+        {"act_fwd", "act", {P, P, U, U}},
+        // G dA A Z | N act   (G = dA * f'; A read for codes 0..3, Z for GELU; G may be dA)
+        {"act_bwd", "act", {P, P, P, P, U, U}},
         // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
         {"conv_fwd", "conv", {P, P, P, P, P, U, U, U, U, U, U, U}},
         // dX dY Y Wt | N C H W K KS act

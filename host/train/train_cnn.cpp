@@ -3,21 +3,19 @@
 
 #include "step_program.hpp"
 
-#include "tc.hpp"
-
+#include "act.hpp"
+#include "cnn_ops.hpp"
 #include "conv.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
-#include "tcconv.hpp"
-#include "tcwgrad.hpp"
 
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,10 +39,6 @@ CUdeviceptr at(const DeviceBuffer& b, size_t floats) { return b.ptr() + floats *
 
 void TrainConfig::validate_model_flags() const {
     const Model& m = *model;
-    if (activation != Activation::Relu)
-        PTXLAB_THROW(InputError, "--model {} trains with --activation relu only (the conv kernels' epilogue has "
-                                 "ReLU alone); got {}",
-                     m.text(), to_string(activation));
     if (m.layers.front().in != kMnistInput)
         PTXLAB_THROW(InputError, "--model {}: takes {}x{}x{} images; MNIST's are 1x28x28", m.text(),
                      m.layers.front().in.c, m.layers.front().in.h, m.layers.front().in.w);
@@ -53,13 +47,17 @@ void TrainConfig::validate_model_flags() const {
         for (unsigned B : {batch, kEvalBatch})
             if (std::string why = conv_unfit(kernel_dims(l, B)); !why.empty())
                 PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", m.text(), l.name, l.text(), why);
+        if (activation != Activation::Relu && uint64_t(std::max(batch, kEvalBatch)) * l.out.size() > 0xffffffffu)
+            PTXLAB_THROW(InputError, "--model {}: layer {} ({}): act_fwd takes up to 2^32 - 1 elements a launch; "
+                                     "{} of {} are more (--activation {})",
+                         m.text(), l.name, l.text(), std::max(batch, kEvalBatch), l.out.size(), to_string(activation));
     }
 }
 
 ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
-    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"};
+    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd"};
     if (conv == ConvKernels::Tc) v.push_back("tc_conv_fwd");  // conv_fwd stays: layers of fewer than 8 channels
     return v;
 }
@@ -69,7 +67,8 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
     v.push_back("conv_bwd_data");
     if (conv == ConvKernels::Tc)
         for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights"}) v.push_back(e);
-    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "gather"}) v.push_back(e);
+    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "gather"})
+        v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
 }
@@ -95,9 +94,12 @@ CUdeviceptr CnnParams::v_ptr(const OptimConfig& o) const {
     return optim_uses_m(o.kind) ? state2.ptr() : state1.ptr();
 }
 
-CnnActs::CnnActs(const Model& m, unsigned B_) : B(B_) {
+CnnActs::CnnActs(const Model& m, unsigned B_, Activation act_) : B(B_), act(act_) {
     for (size_t i = 0; i < m.layers.size(); ++i) {
         const LayerSpec& l = m.layers[i];
+        const bool pre = act != Activation::Relu && l.kind != LayerKind::Pool && i + 1 < m.layers.size();
+        z.emplace_back(pre ? DeviceBuffer(size_t(B) * l.out.size() * 4, fmt::format("{} pre-activations", l.name))
+                           : DeviceBuffer());
         out.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} output", l.name));
         idx.emplace_back(l.kind == LayerKind::Pool ? size_t(B) * l.out.size() * 4 : 4, fmt::format("{} argmax", l.name));
         if (i + 1 < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} deltas", l.name));
@@ -109,73 +111,12 @@ ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B) { return kernel_dims(l,
 
 namespace {
 
+using namespace cnn_detail;
+
 // The operations as kernel launches on stream s; the conv layers on the FP32 kernels or the
 // tensor cores (the same arguments). With a side stream the weight gradients run there, each
 // after the main stream's work so far (cnn_backward issues them before the deltas below), and
 // join() makes the main stream wait for them.
-// A dense layer as the conv kernels see it: a 1x1 kernel on a 1x1 image.
-bool is_dense(const ConvDims& d) { return d.H == 1 && d.W == 1 && d.KS == 1; }
-
-// Which kernel runs a conv layer's pass (KernelOps launches it, RecordingOps names it).
-// Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
-// columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
-const char* conv_fwd_kernel(const ConvDims& d, bool tc) {
-    return tc && d.C >= kTcConvMinChannels ? "tc_conv_fwd" : "conv_fwd";
-}
-const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
-    return tc && d.K >= kTcConvMinChannels ? "tc_conv_bwd_data" : "conv_bwd_data";
-}
-// An fc layer (a 1x1 image, 1x1 kernel) that is not one of the last two (those take one
-// fused_grad): the dense layer's weight gradient on the tensor cores, tc_grad_weights (the same
-// sums as a 1x1 conv_bwd_weights, TF32 products), where conv_bwd_weights would keep one thread a
-// block busy (a hidden 784->256 layer: milliseconds a step).
-const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
-    if (tc && is_dense(d) && tc_grad_unfit("tc_grad_weights", d.N, d.C, d.K).empty()) return "tc_grad_weights";
-    if (tc && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty()) return "tc_conv_bwd_weights";
-    return "conv_bwd_weights";
-}
-
-// The kernels a step launches, by name, in order (train prints them).
-class RecordingOps : public CnnOps {
-public:
-    explicit RecordingOps(bool tc, size_t n_layers = 0) : layers(n_layers), tc_(tc) {}
-    std::vector<std::string> names;
-    // By layer: the kernels of its forward pass, of its deltas to its input, of its weight gradient.
-    enum Role { kForward, kDeltas, kWeights };
-    std::vector<std::array<std::string, 3>> layers;
-    void begin_layer(size_t l) override { cur_ = l; }
-    void conv_fwd(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
-                  CUdeviceptr idx) override {
-        record(kForward, std::string(conv_fwd_kernel(d, tc_)) + (idx ? "+pool" : ""));
-    }
-    bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
-    void conv_bwd_data(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, conv_bwd_data_kernel(d, tc_));
-    }
-    void conv_bwd_weights(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
-                          float) override {
-        record(kWeights, conv_bwd_weights_kernel(d, tc_));
-    }
-    void pool_fwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr) override { record(kForward, "pool_fwd"); }
-    void pool_bwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr) override {
-        record(kDeltas, "pool_bwd");
-    }
-    void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
-    void fused_forward(const FusedArgs&) override { record(kForward, "fused_forward"); }
-    void fused_grad(const FusedArgs&) override { record(kWeights, "fused_grad"); }
-    void fc_bwd_data(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, "fc_bwd_data");
-    }
-
-private:
-    void record(Role r, const std::string& name) {
-        names.push_back(name);
-        if (cur_ < layers.size()) layers[cur_][r] += (layers[cur_][r].empty() ? "" : ", ") + name;
-    }
-    bool tc_;
-    size_t cur_ = 0;
-};
-
 class KernelOps : public CnnOps {
 public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr)
@@ -233,6 +174,12 @@ public:
         // fc_bwd_data's 9.3, so the tc set keeps fc_bwd_data.)
         launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
     }
+    void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        launch_act_fwd(ks_.get("act_fwd"), n, A, Z, code, s_);
+    }
+    void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        launch_act_bwd(ks_.get("act_bwd"), n, G, dA, A, Z, code, s_);
+    }
 
 private:
     // Where a weight gradient goes: the next side stream in turn, after the main stream's work
@@ -260,7 +207,9 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
     b.params = p.params.ptr();
     b.grads = p.grads.ptr();
     b.D2 = a.D2.ptr();
+    b.act = a.act;
     for (const DeviceBuffer& d : a.delta) b.delta.push_back(d.ptr());
+    for (const DeviceBuffer& z : a.z) b.z.push_back(z.bytes() ? z.ptr() : 0);
     for (size_t l = 0; l < a.out.size(); ++l) {
         b.out.push_back(a.out[l].ptr());
         b.idx.push_back(a.idx[l].ptr());
@@ -274,6 +223,62 @@ void require_buffers(const Model& m, const CnnBuffers& b) {
         PTXLAB_THROW(Error, "internal error: the CNN step takes two layers or more, an output buffer for each and a "
                             "delta buffer for each but the last ({} layers, {} output and {} delta buffers)",
                      L, b.out.size(), b.delta.size());
+    if (b.act != Activation::Relu && b.z.size() != L)
+        PTXLAB_THROW(Error, "internal error: --activation {} takes a pre-activation buffer entry a layer ({} for {})",
+                     to_string(b.act), b.z.size(), L);
+}
+
+}  // namespace
+
+namespace {
+
+// Where layer l keeps its pre-activations Z when act.ptx applies the activation: the layer
+// under the last fc keeps them in its deltas' buffer (fused_output reads GELU's Z there and
+// overwrites it with the deltas), the others in z[l].
+CUdeviceptr pre_activations(const CnnBuffers& b, size_t l, size_t L) { return l + 2 == L ? b.delta[l] : b.z[l]; }
+
+// Hidden layer l's forward pass from `in`; returns the last layer it ran (l + 1 where the conv
+// pooled in its epilogue).
+size_t forward_hidden(CnnOps& ops, const Model& m, const CnnBuffers& b, size_t l, CUdeviceptr in) {
+    const LayerSpec& ly = m.layers[l];
+    const size_t L = m.layers.size();
+    const bool relu = b.act == Activation::Relu;
+    if (ly.kind == LayerKind::Pool) {
+        ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
+        return l;
+    }
+    const CUdeviceptr W = b.params + ly.weight_offset * 4, bias = b.params + ly.bias_offset * 4;
+    if (ly.kind == LayerKind::Fc) {  // A = f(X W^T + b); for GELU also Z (fused_forward writes it into D1)
+        FusedArgs f{};
+        f.X = in;
+        f.W1 = W;
+        f.b1 = bias;
+        f.A1 = b.out[l];
+        f.D1 = relu ? 0 : pre_activations(b, l, L);
+        f.B = b.B;
+        f.I = static_cast<unsigned>(ly.in.size());
+        f.H = ly.width;
+        f.act = act_code(b.act);
+        ops.fused_forward(f);
+        return l;
+    }
+    const ConvDims d = kernel_dims(ly, b.B);
+    if (relu && l + 2 < L && m.layers[l + 1].kind == LayerKind::Pool && ops.pools_in_conv(d)) {
+        // The conv and the pool above it in one launch: the pool's maxima and indices into the
+        // pool's buffers; the conv's own output is never written (its backward passes read no
+        // Y: the pool's backward applies its ReLU mask).
+        ops.conv_fwd(d, in, W, bias, b.out[l + 1], kConvActRelu, b.idx[l + 1]);
+        return l + 1;
+    }
+    if (relu) {
+        ops.conv_fwd(d, in, W, bias, b.out[l], kConvActRelu, 0);
+        return l;
+    }
+    // Another activation: the conv writes Z (act 0), act_fwd A = f(Z); a pool above runs on A.
+    const CUdeviceptr Z = pre_activations(b, l, L);
+    ops.conv_fwd(d, in, W, bias, Z, kConvActNone, 0);
+    ops.act_fwd(static_cast<unsigned>(b.B * ly.out.size()), b.out[l], Z, act_code(b.act));
+    return l;
 }
 
 }  // namespace
@@ -284,37 +289,13 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
     const size_t L = m.layers.size();
     CUdeviceptr in = X;
     for (size_t l = 0; l + 1 < L; ++l) {
-        const LayerSpec& ly = m.layers[l];
         ops.begin_layer(l);
-        if (ly.kind == LayerKind::Pool) {
-            ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
-        } else if (ly.kind == LayerKind::Fc) {  // A = ReLU(X W^T + b)
-            FusedArgs f{};
-            f.X = in;
-            f.W1 = b.params + ly.weight_offset * 4;
-            f.b1 = b.params + ly.bias_offset * 4;
-            f.A1 = b.out[l];
-            f.B = b.B;
-            f.I = static_cast<unsigned>(ly.in.size());
-            f.H = ly.width;
-            f.act = kActRelu;
-            ops.fused_forward(f);
-        } else if (const ConvDims d = kernel_dims(ly, b.B);
-                   l + 2 < L && m.layers[l + 1].kind == LayerKind::Pool && ops.pools_in_conv(d)) {
-            // The conv and the pool above it in one launch: the pool's maxima and indices into
-            // the pool's buffers; the conv's own output is never written (its backward passes
-            // read no Y: the pool's backward applies its ReLU mask).
-            ops.conv_fwd(d, in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4, b.out[l + 1],
-                         kConvActRelu, b.idx[l + 1]);
-            in = b.out[++l];
-            continue;
-        } else {
-            ops.conv_fwd(d, in, b.params + ly.weight_offset * 4, b.params + ly.bias_offset * 4, b.out[l],
-                         kConvActRelu, 0);
-        }
+        l = forward_hidden(ops, m, b, l, in);
         in = b.out[l];
     }
-    // The last fc: logits, output deltas and the deltas of its input (into delta[L-2]).
+    // The last fc: logits, output deltas and the deltas of its input (into delta[L-2]), through
+    // the activation's derivative where that input is an activated layer's (a pool's: ReLU's
+    // mask, which changes nothing after a ReLU conv and is redone without it otherwise).
     ops.begin_layer(L - 1);
     const LayerSpec& last = m.layers.back();
     FusedArgs f{};
@@ -329,7 +310,7 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
     f.H = static_cast<unsigned>(last.in.size());
     f.O = last.width;
     f.loss = loss_code;
-    f.act = kActRelu;
+    f.act = m.layers[L - 2].kind == LayerKind::Pool ? kActRelu : act_code(b.act);
     ops.fused_output(f);
 }
 
@@ -344,6 +325,7 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     // (ops.conv_bwd_weights, ops.fused_grad) are issued before the deltas below them, which do
     // not depend on them (KernelOps runs them on side streams).
     const bool fc_pair = L >= 2 && m.layers[L - 2].kind == LayerKind::Fc;
+    const bool relu = b.act == Activation::Relu;
     // A conv layer (ReLU) under a pool: the pool's backward applies the conv's ReLU mask (the
     // window's maximum is the conv's output at the index), and the conv's backward passes run
     // with act 0, not reading the conv's output (the same values, bit for bit).
@@ -372,16 +354,25 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
         ops.conv_bwd_weights(kernel_dims(last, b.B), b.grads + last.weight_offset * 4,
                              b.grads + last.bias_offset * 4, input_of(L - 1), b.D2, b.D2, kConvActNone, scale);
     }
+    // A pool under the last fc, another activation than ReLU: fused_output's D1 took ReLU's mask
+    // of the pool's values; the deltas without it, D2 W, from fc_bwd_data (act 0).
+    if (!relu && L > 2 && m.layers[L - 2].kind == LayerKind::Pool)
+        ops.fc_bwd_data(b.B, static_cast<unsigned>(last.in.size()), last.width, b.delta[L - 2], b.D2, b.D2,
+                        b.params + last.weight_offset * 4, kConvActNone);
     for (size_t l = L - 1; l-- > 0;) {
         const LayerSpec& ly = m.layers[l];
         ops.begin_layer(l);
         const CUdeviceptr dY = b.delta[l], dX = l > 0 ? b.delta[l - 1] : 0;
         if (ly.kind == LayerKind::Pool) {
             if (l > 0)
-                ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l], masked_by_pool(l - 1) ? b.out[l] : 0);
+                ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l],
+                             relu && masked_by_pool(l - 1) ? b.out[l] : 0);
         } else {
             const ConvDims d = kernel_dims(ly, b.B);
-            const unsigned act = masked_by_pool(l) ? kConvActNone : kConvActRelu;
+            const unsigned act = !relu || masked_by_pool(l) ? kConvActNone : kConvActRelu;
+            // Another activation: dL/dZ in place of dL/dA (fused_output made it for layer L-2).
+            if (!relu && l + 2 != L)
+                ops.act_bwd(static_cast<unsigned>(b.B * ly.out.size()), dY, dY, b.out[l], b.z[l], act_code(b.act));
             if (!(fc_pair && l == L - 2))
                 ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
                                      b.out[l], act, scale);
@@ -393,63 +384,6 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     }
 }
 
-namespace {
-
-// One step of `m` recorded (RecordingOps), with addresses that are never read but not 0 (0
-// means "none": a conv without its pool).
-RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B) {
-    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size());
-    CnnBuffers b;
-    b.B = B;
-    // Addresses that are never read, but not 0 (0 means "none": a conv without its pool).
-    for (size_t l = 0; l < m.layers.size(); ++l) {
-        b.out.push_back(CUdeviceptr(0x1000 * (3 * l + 1)));
-        b.idx.push_back(CUdeviceptr(0x1000 * (3 * l + 2)));
-        if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
-    }
-    cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
-    cnn_backward(ops, m, b, 0x100, 1.0f);
-    return ops;
-}
-
-}  // namespace
-
-std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B) {
-    const RecordingOps ops = record_step(m, conv, B);
-    std::string out = fmt::format("  {:<7} {:<28} {:<20} {}\n", "layer", "forward", "deltas to its input",
-                                  "weight gradient");
-    const size_t L = m.layers.size();
-    for (size_t l = 0; l < L; ++l) {
-        const auto& k = ops.layers[l];
-        std::string fwd = k[RecordingOps::kForward];
-        if (fwd.empty() && l > 0) fwd = fmt::format("in {}'s epilogue", m.layers[l - 1].name);
-        std::string wgt = k[RecordingOps::kWeights];
-        if (wgt.empty() && l + 2 == L && m.layers[l].kind == LayerKind::Fc && !ops.layers[l + 1][2].empty())
-            wgt = fmt::format("{} (with {})", ops.layers[l + 1][2], m.layers[l + 1].name);
-        std::string back = k[RecordingOps::kDeltas];
-        if (l + 1 == L) {
-            fwd += " (logits, loss)";
-            back = "in fused_output";
-        }
-        out += fmt::format("  {:<7} {:<28} {:<20} {}\n", m.layers[l].name, fwd, back.empty() ? "-" : back,
-                           wgt.empty() ? "-" : wgt);
-    }
-    return out;
-}
-
-std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B) {
-    const RecordingOps ops = record_step(m, conv, B);
-    // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
-    std::vector<std::pair<std::string, unsigned>> seen;
-    for (const auto& n : ops.names) {
-        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == n; });
-        if (it == seen.end()) seen.push_back({n, 1});
-        else ++it->second;
-    }
-    std::string out;
-    for (const auto& [n, k] : seen) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", n, k > 1 ? fmt::format(" x{}", k) : "");
-    return out;
-}
 
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s, ConvKernels conv) {
@@ -476,10 +410,10 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
                      static_cast<unsigned>(p.count), s);
 }
 
-CnnEvaluator::CnnEvaluator(const Model& m, const Split& test)
-    : test_(test), a_(m, kEvalBatch), X_(test.images.size() * 4, "test images"),
+CnnEvaluator::CnnEvaluator(const Model& m, const Split& test, Activation act)
+    : test_(test), a_(m, kEvalBatch, act), X_(test.images.size() * 4, "test images"),
       T_(test.count * kClasses * 4, "test targets"), Y_(test.count * kClasses * 4, "test logits") {
-    if (const unsigned tail = unsigned(test.count % kEvalBatch)) tail_.emplace(m, tail);
+    if (const unsigned tail = unsigned(test.count % kEvalBatch)) tail_.emplace(m, tail, act);
     X_.upload(test.images);
     T_.upload(one_hot(test.labels));
 }
@@ -510,8 +444,8 @@ EvalResult CnnEvaluator::run(const KernelSet& ks, const Model& m, const CnnParam
 }
 
 EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
-                        ConvKernels conv) {
-    CnnEvaluator ev(m, test);
+                        ConvKernels conv, Activation act) {
+    CnnEvaluator ev(m, test, act);
     Stream stream;
     return ev.run(ks, m, p, loss, conv, stream.get());
 }
@@ -527,7 +461,8 @@ class ModelProgram : public StepProgram {
 public:
     ModelProgram(const TrainConfig& cfg, const Split& test)
         : cfg_(cfg), m_(*cfg.model), conv_(conv_kernels_of(cfg.kernels)),
-          p_(m_, init_model_params(m_, cfg.init, cfg.seed), cfg.optim), a_(m_, cfg.batch), eval_(m_, test) {
+          p_(m_, init_model_params(m_, cfg.init, cfg.seed), cfg.optim), a_(m_, cfg.batch, cfg.activation),
+          eval_(m_, test, cfg.activation) {
         // Every buffer a launch writes, by its address: the layers' outputs, argmaxes and deltas,
         // the output deltas, and each tensor's parameters and gradient (views of the flat buffers).
         for (size_t l = 0; l < m_.layers.size(); ++l) {
@@ -535,6 +470,7 @@ public:
             name(a_.out[l], ly.out.size());
             if (ly.kind == LayerKind::Pool) name(a_.idx[l], ly.out.size());
             if (l < a_.delta.size()) name(a_.delta[l], ly.out.size());
+            if (a_.z[l].bytes()) name(a_.z[l], ly.out.size());
             if (ly.kind == LayerKind::Pool) continue;
             for (bool bias : {false, true}) {
                 const size_t off = (bias ? ly.bias_offset : ly.weight_offset) * 4;
@@ -634,7 +570,7 @@ public:
         out_.back().y_offset = io_.y_offset + 1;  // Y first, then D2 and D1
     }
     void fused_forward(const FusedArgs& a) override {
-        add("fused_forward", {a.A1}, [=](KernelOps& k) { k.fused_forward(a); });
+        add("fused_forward", {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
     }
     void fused_grad(const FusedArgs& a) override {
         add("fused_grad", {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
@@ -642,6 +578,12 @@ public:
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
         add("fc_bwd_data", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+    }
+    void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        add("act_fwd", {A}, [=](KernelOps& k) { k.act_fwd(n, A, Z, code); });
+    }
+    void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        add("act_bwd", {G}, [=](KernelOps& k) { k.act_bwd(n, G, dA, A, Z, code); });
     }
 
 private:

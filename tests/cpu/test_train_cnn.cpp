@@ -78,22 +78,43 @@ struct HostOps : CnnOps {
         put(dX, maxpool2_backward(P, H, W, get(dY, n), std::vector<uint32_t>(host<uint32_t>(idx), host<uint32_t>(idx) + n),
                                   Yp ? &mask : nullptr));
     }
-    // fused_output: y = b + W a; D2 = the loss code's delta; D1 = W^T D2 where a > 0 (ReLU), else 0.
+    // fused_output: y = b + W a; D2 = the loss code's delta; D1 = (W^T D2) f' (ReLU: where a > 0).
     // The fused kernels' float64 references (reference.hpp), on the buffers' float values.
+    // fused_output: for GELU, Z from D1 (fused_forward's Z output, as train points it there).
     void fused_output(const FusedArgs& f) override {
+        const std::vector<float> Z = f.act == kActGelu ? getf(f.D1, size_t(f.B) * f.H) : std::vector<float>{};
         const RefFusedOutput r = ref_fused_output(getf(f.A1, size_t(f.B) * f.H), getf(f.W2, size_t(f.O) * f.H),
                                                   getf(f.b2, f.O), getf(f.T, size_t(f.B) * f.O), f.B, f.H, f.O,
-                                                  f.loss, f.act);
+                                                  f.loss, f.act, f.act == kActGelu ? &Z : nullptr);
         put(f.Y, r.Y.v);
         put(f.D2, r.D2.v);
         put(f.D1, r.D1.v);
     }
+    // fused_forward: A = f(X W^T + b); for GELU Z into D1 as well (launch_fused_forward's rule).
     void fused_forward(const FusedArgs& f) override {
-        REQUIRE(f.act == kActRelu);  // the only activation the CNN's fc layers take
+        Bounded Z;
         put(f.A1, ref_fused_forward(getf(f.X, size_t(f.B) * f.I), getf(f.W1, size_t(f.H) * f.I), getf(f.b1, f.H), f.B,
-                                    f.I, f.H, f.act)
+                                    f.I, f.H, f.act, &Z)
                       .v);
+        if (f.act == kActGelu) {
+            REQUIRE(f.D1 != 0);
+            put(f.D1, Z.v);
+        }
     }
+    // act.ptx: A = f(Z); G = dA * f' from A (codes 0..3; ReLU a select) or Z (GELU), G may be dA.
+    void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        ++act_launches;
+        put(A, ref_act_fwd(getf(Z, n), code).v);
+    }
+    void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        ++act_launches;
+        REQUIRE((code == kActGelu ? Z : A) != 0);
+        const std::vector<float> none(n, 0.0f);
+        put(G, ref_act_bwd(getf(dA, n), code == kActGelu ? none : getf(A, n), code == kActGelu ? getf(Z, n) : none,
+                           code)
+                   .v);
+    }
+    int act_launches = 0;
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
         const ConvDims d{B, I, 1, 1, O, 1};
@@ -116,8 +137,11 @@ TEST_CASE("train_cnn: the flags it takes and those it refuses, with the reason")
     TrainConfig c;
     c.model = parse_model("cnn");
     CHECK_NOTHROW(c.validate_flags());
-    c.activation = Activation::Tanh;
-    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("trains with --activation relu only"), InputError);
+    // Every activation (ReLU in the kernels' epilogues, the others through act.ptx).
+    for (Activation a : {Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu}) {
+        c.activation = a;
+        CHECK_NOTHROW(c.validate_flags());
+    }
     c.activation = Activation::Relu;
     c.batch = 0;
     CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("--batch must be at least 1"), InputError);
@@ -164,73 +188,102 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     CHECK(conv_kernels_of({Design::Seed, KernelSource::Ptx}) == ConvKernels::Fp32);
 }
 
-TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float64 reference's logits and gradient") {
-    // The trainer's cnn_forward and cnn_backward (the same code the GPU runs, with HostOps for the
-    // launches): each loss, four models (two convs and two fc; a pool straight into the last fc;
-    // a pool first; a 1x1 conv), B = 3 on 8x8 images.
+namespace {
+
+// The trainer's cnn_forward and cnn_backward (the same code the GPU runs, with HostOps for the
+// launches) on `spec` at B = 3 on 8x8 images, against model_loss_grad64's logits and gradient.
+void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
+    CAPTURE(spec);
+    CAPTURE(to_string(loss));
+    CAPTURE(fuse);
+    CAPTURE(to_string(act));
     const Shape3 in{1, 8, 8};
     const unsigned B = 3;
-    // Each with and without the pools in conv_fwd (ops.fuse).
-    for (const char* spec : {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10", "conv3k1,fc7,fc10"})
-        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
-        for (bool fuse : {false, true}) {
-            CAPTURE(spec);
-            CAPTURE(to_string(loss));
-            CAPTURE(fuse);
-            const Model m = parse_model(spec, in);
-            std::vector<float> params = init_model_params(m, Init::Torch, 4);
-            for (auto& p : params) p *= 2.0f;  // fewer dead ReLUs
-            Rng rng(8);
-            std::vector<float> X(size_t(B) * in.size()), T(size_t(B) * kClasses, 0.0f);
-            std::vector<uint8_t> labels(B);
-            for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
-            for (unsigned s = 0; s < B; ++s) T[s * kClasses + (labels[s] = uint8_t(rng.below(10)))] = 1.0f;
-            // The buffers, NaN-poisoned: whatever is read before it is written shows.
-            const float nan = std::nanf("");
-            std::vector<float> grads(m.param_count, nan), Y(size_t(B) * kClasses, nan), D2(Y.size(), nan);
-            std::vector<std::vector<float>> out, delta;
-            std::vector<std::vector<uint32_t>> idx;
-            for (const LayerSpec& l : m.layers) {
-                out.emplace_back(size_t(B) * l.out.size(), nan);
-                idx.emplace_back(size_t(B) * l.out.size(), 0xffffffffu);
-                if (out.size() < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size(), nan);
-            }
-            CnnBuffers b;
-            b.B = B;
-            b.params = addr(params.data());
-            b.grads = addr(grads.data());
-            b.D2 = addr(D2.data());
-            for (auto& d : delta) b.delta.push_back(addr(d.data()));
-            for (size_t l = 0; l < m.layers.size(); ++l) {
-                b.out.push_back(addr(out[l].data()));
-                b.idx.push_back(addr(idx[l].data()));
-            }
-            HostOps ops;
-            ops.fuse = fuse;
-            cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
-            cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
-            // Every conv under a pool pools in conv_fwd when the ops can.
-            const std::string sp = spec;
-            CHECK(ops.pooled == (!fuse ? 0 : sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv3k1,fc7,fc10" ? 0 : 1));
+    const Model m = parse_model(spec, in);
+    std::vector<float> params = init_model_params(m, Init::Torch, 4);
+    for (auto& p : params) p *= 2.0f;  // fewer dead ReLUs
+    Rng rng(8);
+    std::vector<float> X(size_t(B) * in.size()), T(size_t(B) * kClasses, 0.0f);
+    std::vector<uint8_t> labels(B);
+    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+    for (unsigned s = 0; s < B; ++s) T[s * kClasses + (labels[s] = uint8_t(rng.below(10)))] = 1.0f;
+    // The buffers, NaN-poisoned: whatever is read before it is written shows.
+    const float nan = std::nanf("");
+    std::vector<float> grads(m.param_count, nan), Y(size_t(B) * kClasses, nan), D2(Y.size(), nan);
+    std::vector<std::vector<float>> out, delta, z;
+    std::vector<std::vector<uint32_t>> idx;
+    for (const LayerSpec& l : m.layers) {
+        out.emplace_back(size_t(B) * l.out.size(), nan);
+        z.emplace_back(size_t(B) * l.out.size(), nan);
+        idx.emplace_back(size_t(B) * l.out.size(), 0xffffffffu);
+        if (out.size() < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size(), nan);
+    }
+    CnnBuffers b;
+    b.B = B;
+    b.act = act;
+    b.params = addr(params.data());
+    b.grads = addr(grads.data());
+    b.D2 = addr(D2.data());
+    for (auto& d : delta) b.delta.push_back(addr(d.data()));
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+        b.out.push_back(addr(out[l].data()));
+        b.idx.push_back(addr(idx[l].data()));
+        b.z.push_back(addr(z[l].data()));
+    }
+    HostOps ops;
+    ops.fuse = fuse;
+    cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
+    cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
+    // Every conv under a pool pools in conv_fwd when the ops can, with ReLU; another activation
+    // runs conv -> act_fwd -> pool, and act.ptx's passes only then.
+    const std::string sp = spec;
+    const int pools = sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv4,pool,fc10" || sp == "pool,conv2,pool,fc10" ? 1 : 0;
+    CHECK(ops.pooled == (fuse && act == Activation::Relu ? pools : 0));
+    if (act == Activation::Relu) CHECK(ops.act_launches == 0);
+    if (act != Activation::Relu && !m.fc_only()) CHECK(ops.act_launches > 0);
 
-            Recipe r;
-            r.loss = loss;
-            const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
-            std::vector<double> g;
-            model_loss_grad64(m, P, r, X64, labels, B, &g);
-            const auto f = model_forward64(m, P, X64, B, Activation::Relu);
-            for (size_t i = 0; i < Y.size(); ++i) CHECK(Y[i] == doctest::Approx(f.logits()[i]).epsilon(1e-5));
-            // float32 buffers between float64 operations: each within 1e-5 of the largest |g|.
-            double gmax = 0;
-            for (double v : g) gmax = std::max(gmax, std::fabs(v));
-            REQUIRE(gmax > 0);
-            size_t bad = 0;
-            for (size_t i = 0; i < g.size(); ++i)
-                if (!(std::fabs(double(grads[i]) - g[i]) <= 1e-5 * gmax)) {
-                    if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": ", grads[i], " vs ", g[i]);
-                }
-            CHECK(bad == 0);
+    Recipe r;
+    r.loss = loss;
+    r.activation = act;
+    const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
+    std::vector<double> g;
+    model_loss_grad64(m, P, r, X64, labels, B, &g);
+    const auto f = model_forward64(m, P, X64, B, act);
+    for (size_t i = 0; i < Y.size(); ++i) CHECK(Y[i] == doctest::Approx(f.logits()[i]).epsilon(1e-5));
+    // float32 buffers between float64 operations: each within 1e-5 of the largest |g|.
+    double gmax = 0;
+    for (double v : g) gmax = std::max(gmax, std::fabs(v));
+    REQUIRE(gmax > 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+        if (!(std::fabs(double(grads[i]) - g[i]) <= 1e-5 * gmax)) {
+            if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": ", grads[i], " vs ", g[i]);
         }
+    CHECK(bad == 0);
+}
+
+const char* const kHostSpecs[] = {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10",
+                                  "conv3k1,fc7,fc10", "conv2k1,fc10", "fc6,fc5,fc4,fc10", "fc7,fc10"};
+
+}  // namespace
+
+TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float64 reference's logits and gradient") {
+    // Each loss, seven models (two convs and two fc; a pool straight into the last fc; a pool
+    // first; a 1x1 conv; a conv straight into the last fc; fc only, 3 and 1 hidden layers), each
+    // with and without the pools in conv_fwd (ops.fuse).
+    for (const char* spec : kHostSpecs)
+        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
+            for (bool fuse : {false, true}) check_host_step(spec, loss, fuse, Activation::Relu);
+}
+
+TEST_CASE("train_cnn: every activation's data flow (act.ptx's passes, conv -> act -> pool) gives the float64 step") {
+    // Every model above with each activation other than ReLU, two losses (CE, and MSE or half-SSE
+    // in turn), with and without the pools in conv_fwd (which the activation turns off).
+    unsigned n = 0;
+    for (Activation act : {Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu})
+        for (const char* spec : kHostSpecs)
+            for (Loss loss : {Loss::Ce, ++n % 2 ? Loss::Mse : Loss::HalfSse})
+                for (bool fuse : {false, true}) check_host_step(spec, loss, fuse, act);
 }
 
 TEST_CASE("train_cnn: an fc layer is a 1x1 convolution of a 1x1 image") {
@@ -313,4 +366,31 @@ TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
     c.kernels = {Design::Seed, KernelSource::Ptx};
     CHECK(mlp_step_kernels(c) == "grad3, batch_mean x6, optim_sgd (no one-launch step: fused_step and tc_step take "
                                  "networks of 2 fc layers)");
+}
+
+TEST_CASE("train_cnn: another activation than ReLU shows act.ptx's launches, and no pool in a conv's epilogue") {
+    auto row = [](const std::string& table, const std::string& layer) {
+        const size_t at = table.find("\n  " + layer + " ");
+        REQUIRE(at != std::string::npos);
+        return table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+    };
+    const Model cnn = parse_model("cnn");
+    const std::string t = cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Gelu);
+    MESSAGE(t);
+    CHECK(row(t, "conv1").find("conv_fwd, act_fwd") != std::string::npos);
+    CHECK(row(t, "pool1").find("pool_fwd") != std::string::npos);
+    CHECK(row(t, "conv2").find("tc_conv_fwd, act_fwd") != std::string::npos);
+    CHECK(row(t, "conv2").find("act_bwd, tc_conv_bwd_data") != std::string::npos);
+    CHECK(row(t, "conv1").find("act_bwd") != std::string::npos);
+    CHECK(row(t, "fc1").find("act_bwd") == std::string::npos);  // fused_output applies fc1's derivative
+    CHECK(t.find("+pool") == std::string::npos);
+    // A pool under the last fc: fc_bwd_data redoes its deltas without ReLU's mask.
+    const std::string p = cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64, Activation::Tanh);
+    CHECK(row(p, "fc1").find("fc_bwd_data") != std::string::npos);
+    CHECK(row(cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64), "fc1").find("in fused_output") !=
+          std::string::npos);
+    CHECK(cnn_step_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Tc, 64, Activation::Sigmoid) ==
+          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, act_bwd, tc_grad_weights");
+    // ReLU's listing is unchanged by the activation parameter.
+    CHECK(cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Relu) == cnn_layer_kernels(cnn, ConvKernels::Tc, 64));
 }
