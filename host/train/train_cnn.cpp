@@ -6,6 +6,7 @@
 #include "tc.hpp"
 
 #include "conv.hpp"
+#include "dense.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
 #include "recipe.hpp"
@@ -59,7 +60,7 @@ void TrainConfig::validate_model_flags() const {
 ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
-    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"};
+    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "dense_mm"};
     if (conv == ConvKernels::Tc) v.push_back("tc_conv_fwd");  // conv_fwd stays: layers of fewer than 8 channels
     return v;
 }
@@ -126,11 +127,15 @@ const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
     return tc && d.K >= kTcConvMinChannels ? "tc_conv_bwd_data" : "conv_bwd_data";
 }
 // An fc layer (a 1x1 image, 1x1 kernel) that is not one of the last two (those take one
-// fused_grad): the dense layer's weight gradient on the tensor cores, tc_grad_weights (the same
-// sums as a 1x1 conv_bwd_weights, TF32 products), where conv_bwd_weights would keep one thread a
-// block busy (a hidden 784->256 layer: milliseconds a step).
+// fused_grad or two dense_mm): the dense layer's weight gradient on dense_mm (dense.hpp), where
+// conv_bwd_weights would keep one thread a block busy (a hidden 784->256 layer: milliseconds).
+// A hidden fc layer's ReLU forward pass and its deltas run on dense_mm too.
+const char* fc_forward_kernel(const FusedArgs& a) { return a.act == kActRelu ? "dense_mm" : "fused_forward"; }
+const char* fused_grad_kernel(const FusedArgs& a) {
+    return dense_replaces_fused_grad(a.I, a.H, a.O) ? "dense_mm" : "fused_grad";
+}
 const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
-    if (tc && is_dense(d) && tc_grad_unfit("tc_grad_weights", d.N, d.C, d.K).empty()) return "tc_grad_weights";
+    if (is_dense(d)) return "dense_mm";
     if (tc && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty()) return "tc_conv_bwd_weights";
     return "conv_bwd_weights";
 }
@@ -161,10 +166,13 @@ public:
         record(kDeltas, "pool_bwd");
     }
     void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
-    void fused_forward(const FusedArgs&) override { record(kForward, "fused_forward"); }
-    void fused_grad(const FusedArgs&) override { record(kWeights, "fused_grad"); }
+    void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a)); }
+    void fused_grad(const FusedArgs& a) override {  // dense_mm: two launches, one entry in the layer table
+        record(kWeights, fused_grad_kernel(a));
+        if (dense_replaces_fused_grad(a.I, a.H, a.O)) names.push_back("dense_mm");
+    }
     void fc_bwd_data(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, "fc_bwd_data");
+        record(kDeltas, "dense_mm");
     }
 
 private:
@@ -207,8 +215,8 @@ public:
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
         const std::string k = conv_bwd_weights_kernel(d, tc_);
-        if (k == "tc_grad_weights")
-            launch_tc_grad_weights(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
+        if (k == "dense_mm")
+            launch_dense_mm(ks_.get(k), dense_bwd_weights_args(d.N, d.C, d.K, dW, db, X, dY, Y, act, scale), s);
         else if (k == "tc_conv_bwd_weights")
             launch_tc_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
         else launch_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
@@ -221,17 +229,19 @@ public:
         launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, Yp, s_);
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
-    void fused_forward(const FusedArgs& a) override { launch_fused_forward(ks_, a, s_); }
+    void fused_forward(const FusedArgs& a) override {
+        if (a.act != kActRelu) return launch_fused_forward(ks_, a, s_);
+        launch_dense_mm(ks_.get("dense_mm"), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
+    }
     void fused_grad(const FusedArgs& a) override {
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
-        launch_fused_grad(ks_, a, s);
+        if (dense_replaces_fused_grad(a.I, a.H, a.O)) launch_dense_grads(ks_.get("dense_mm"), a, s);
+        else launch_fused_grad(ks_, a, s);
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        // (tc_grad_input at fc1's shape, 64 x 3136 from 128: 10.5 us on the H100 against
-        // fc_bwd_data's 9.3, so the tc set keeps fc_bwd_data.)
-        launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
+        launch_dense_mm(ks_.get("dense_mm"), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
     }
 
 private:
@@ -634,14 +644,14 @@ public:
         out_.back().y_offset = io_.y_offset + 1;  // Y first, then D2 and D1
     }
     void fused_forward(const FusedArgs& a) override {
-        add("fused_forward", {a.A1}, [=](KernelOps& k) { k.fused_forward(a); });
+        add(fc_forward_kernel(a), {a.A1}, [=](KernelOps& k) { k.fused_forward(a); });
     }
     void fused_grad(const FusedArgs& a) override {
-        add("fused_grad", {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
+        add(fused_grad_kernel(a), {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        add("fc_bwd_data", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+        add("dense_mm", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
     }
 
 private:
