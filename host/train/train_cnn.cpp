@@ -129,11 +129,7 @@ const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
 // An fc layer (a 1x1 image, 1x1 kernel) that is not one of the last two (those take one
 // fused_grad or two dense_mm): the dense layer's weight gradient on dense_mm (dense.hpp), where
 // conv_bwd_weights would keep one thread a block busy (a hidden 784->256 layer: milliseconds).
-// A hidden fc layer's ReLU forward pass and its deltas run on dense_mm too.
-const char* fc_forward_kernel(const FusedArgs& a) { return a.act == kActRelu ? "dense_mm" : "fused_forward"; }
-const char* fused_grad_kernel(const FusedArgs& a) {
-    return dense_replaces_fused_grad(a.I, a.H, a.O) ? "dense_mm" : "fused_grad";
-}
+// A hidden fc layer's ReLU forward pass and its deltas run on dense_mm too (dense.hpp).
 const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
     if (is_dense(d)) return "dense_mm";
     if (tc && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty()) return "tc_conv_bwd_weights";
