@@ -70,6 +70,13 @@ inline constexpr size_t kDenseGradMin = 256 * 1024;
 inline bool dense_replaces_fused_grad(unsigned I, unsigned H, unsigned O) {
     return std::max(size_t(H) * (I + 1), size_t(O) * (H + 1)) >= kDenseGradMin;
 }
+// The kernel the trainer launches for a hidden fc layer's forward pass (CnnOps::fused_forward):
+// dense_mm for ReLU, fused_forward for other activations; for the last two layers' gradients
+// (CnnOps::fused_grad): dense_mm (two launches) or fused_grad.
+inline const char* fc_forward_kernel(const FusedArgs& a) { return a.act == kActRelu ? "dense_mm" : "fused_forward"; }
+inline const char* fused_grad_kernel(const FusedArgs& a) {
+    return dense_replaces_fused_grad(a.I, a.H, a.O) ? "dense_mm" : "fused_grad";
+}
 // fused_grad's outputs with two dense_mm launches: GW1, Gb1 from D1 and X; GW2, Gb2 from D2 and
 // A1 (the deltas are masked already: act 0), each scaled by a.scale.
 void launch_dense_grads(const Kernel& k, const FusedArgs& a, CUstream s);

@@ -1,6 +1,7 @@
 // What a step of the model trainer launches, by layer, as `train` prints it (train_cnn.hpp:
 // cnn_step_kernels, cnn_layer_kernels): the step's data flow run on RecordingOps.
 #include "cnn_ops.hpp"
+#include "dense.hpp"
 #include "train_cnn.hpp"
 
 #include <fmt/format.h>
@@ -39,10 +40,13 @@ public:
         record(kDeltas, "pool_bwd");
     }
     void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
-    void fused_forward(const FusedArgs&) override { record(kForward, "fused_forward"); }
-    void fused_grad(const FusedArgs&) override { record(kWeights, "fused_grad"); }
+    void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a)); }
+    void fused_grad(const FusedArgs& a) override {  // dense_mm: two launches, one entry in the layer table
+        record(kWeights, fused_grad_kernel(a));
+        if (dense_replaces_fused_grad(a.I, a.H, a.O)) names.push_back("dense_mm");
+    }
     void fc_bwd_data(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, "fc_bwd_data");
+        record(kDeltas, "dense_mm");
     }
     void act_fwd(unsigned, CUdeviceptr, CUdeviceptr, unsigned) override { record(kForward, "act_fwd"); }
     void act_bwd(unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {

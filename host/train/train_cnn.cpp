@@ -6,6 +6,7 @@
 #include "act.hpp"
 #include "cnn_ops.hpp"
 #include "conv.hpp"
+#include "dense.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
 #include "recipe.hpp"
@@ -57,7 +58,7 @@ void TrainConfig::validate_model_flags() const {
 ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
-    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd"};
+    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm"};
     if (conv == ConvKernels::Tc) v.push_back("tc_conv_fwd");  // conv_fwd stays: layers of fewer than 8 channels
     return v;
 }
@@ -148,8 +149,8 @@ public:
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
         const std::string k = conv_bwd_weights_kernel(d, tc_);
-        if (k == "tc_grad_weights")
-            launch_tc_grad_weights(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
+        if (k == "dense_mm")
+            launch_dense_mm(ks_.get(k), dense_bwd_weights_args(d.N, d.C, d.K, dW, db, X, dY, Y, act, scale), s);
         else if (k == "tc_conv_bwd_weights")
             launch_tc_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
         else launch_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
@@ -162,17 +163,19 @@ public:
         launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, Yp, s_);
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
-    void fused_forward(const FusedArgs& a) override { launch_fused_forward(ks_, a, s_); }
+    void fused_forward(const FusedArgs& a) override {
+        if (a.act != kActRelu) return launch_fused_forward(ks_, a, s_);
+        launch_dense_mm(ks_.get("dense_mm"), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
+    }
     void fused_grad(const FusedArgs& a) override {
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
-        launch_fused_grad(ks_, a, s);
+        if (dense_replaces_fused_grad(a.I, a.H, a.O)) launch_dense_grads(ks_.get("dense_mm"), a, s);
+        else launch_fused_grad(ks_, a, s);
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        // (tc_grad_input at fc1's shape, 64 x 3136 from 128: 10.5 us on the H100 against
-        // fc_bwd_data's 9.3, so the tc set keeps fc_bwd_data.)
-        launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
+        launch_dense_mm(ks_.get("dense_mm"), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
     }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         launch_act_fwd(ks_.get("act_fwd"), n, A, Z, code, s_);
@@ -570,14 +573,14 @@ public:
         out_.back().y_offset = io_.y_offset + 1;  // Y first, then D2 and D1
     }
     void fused_forward(const FusedArgs& a) override {
-        add("fused_forward", {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
+        add(fc_forward_kernel(a), {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
     }
     void fused_grad(const FusedArgs& a) override {
-        add("fused_grad", {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
+        add(fused_grad_kernel(a), {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        add("fc_bwd_data", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+        add("dense_mm", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
     }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         add("act_fwd", {A}, [=](KernelOps& k) { k.act_fwd(n, A, Z, code); });

@@ -161,7 +161,7 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     auto has = [](const std::vector<std::string>& v, const char* e) { return std::find(v.begin(), v.end(), e) != v.end(); };
     const auto v = cnn_training_entries(o);
     for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output",
-                          "fused_forward", "fused_grad", "fc_bwd_data", "gather", "optim_sgd"})
+                          "fused_forward", "fused_grad", "fc_bwd_data", "gather", "optim_sgd", "dense_mm"})
         CHECK(has(v, e));
     o.kind = OptimKind::Adam;
     CHECK(has(cnn_training_entries(o), "optim_adam"));
@@ -169,7 +169,7 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     // `ptxlab eval` loads only the forward pass's kernels: the hidden fc layers' fused_forward
     // among them (an eval of `--model cnn`, whose fc128 is hidden, once stopped on its absence).
     const auto f = cnn_forward_entries();
-    for (const char* e : {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"}) CHECK(has(f, e));
+    for (const char* e : {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "dense_mm"}) CHECK(has(f, e));
     for (const auto& e : f) CHECK(has(v, e.c_str()));
     CHECK_FALSE(has(v, "tc_conv_fwd"));
     // --kernels tc: the tensor-core convolutions besides the FP32 ones (a pass over fewer than
@@ -304,13 +304,13 @@ TEST_CASE("train_cnn: an fc layer is a 1x1 convolution of a 1x1 image") {
 }
 
 TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
-    // Three fc layers: the last two share fused_grad; the first's weight gradient is on the tensor
-    // cores with --kernels tc (tc_grad_weights), a 1x1 conv_bwd_weights with the FP32 kernels.
+    // Three fc layers: the hidden layers' forward passes, fc2's deltas and fc1's weight gradient
+    // on dense_mm (FP32, both sets); the last two, small, share fused_grad.
     const Model fc = parse_model("fc256,fc128,fc10");
-    CHECK(cnn_step_kernels(fc, ConvKernels::Tc, 64) ==
-          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
-    CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) ==
-          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, conv_bwd_weights");
+    CHECK(cnn_step_kernels(fc, ConvKernels::Tc, 64) == "dense_mm x4, fused_output, fused_grad");
+    CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) == "dense_mm x4, fused_output, fused_grad");
+    // 1024-wide: the last two layers' gradients are two dense_mm launches (dense_replaces_fused_grad).
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
     // The default CNN: its fc layers are a pair, so no dense weight gradient changes kernel.
     const std::string cnn = cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64);
     CHECK(cnn.find("tc_grad_weights") == std::string::npos);
@@ -333,17 +333,18 @@ TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_data") != std::string::npos);
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_weights") != std::string::npos);
     CHECK(row(cnn, "pool2").find("pool_bwd") != std::string::npos);
-    CHECK(row(cnn, "fc1").find("fused_forward") != std::string::npos);
-    CHECK(row(cnn, "fc1").find("fc_bwd_data") != std::string::npos);
-    CHECK(row(cnn, "fc1").find("fused_grad (with fc2)") != std::string::npos);
+    CHECK(row(cnn, "fc1").find("dense_mm") != std::string::npos);
+    CHECK(row(cnn, "fc1").find("dense_mm (with fc2)") != std::string::npos);  // 3136 x 128: two dense_mm
     CHECK(row(cnn, "fc2").find("fused_output (logits, loss)") != std::string::npos);
-    // A hidden fc layer's weight gradient on the tensor cores; FP32 sets keep conv_bwd_weights.
-    const std::string fc3 = cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Tc, 64);
-    CHECK(row(fc3, "fc1").find("tc_grad_weights") != std::string::npos);
-    CHECK(row(fc3, "fc1").find("fc_bwd_data") == std::string::npos);  // no deltas below the first layer
-    CHECK(row(fc3, "fc2").find("fc_bwd_data") != std::string::npos);
-    CHECK(row(cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Fp32, 64), "fc1").find("conv_bwd_weights") !=
-          std::string::npos);
+    // A hidden fc layer's forward pass and weight gradient on dense_mm, with either set.
+    for (ConvKernels k : {ConvKernels::Tc, ConvKernels::Fp32}) {
+        const std::string fc3 = cnn_layer_kernels(parse_model("fc256,fc128,fc10"), k, 64);
+        const std::string fc1 = row(fc3, "fc1"), fc2 = row(fc3, "fc2");
+        CHECK(fc1.find("dense_mm") != fc1.rfind("dense_mm"));  // the forward pass and the weight gradient
+        CHECK(fc1.find(" - ") != std::string::npos);           // no deltas below the first layer
+        CHECK(fc2.find("dense_mm") != fc2.rfind("dense_mm"));  // the forward pass and the deltas
+        CHECK(fc2.find("fused_grad (with fc3)") != std::string::npos);
+    }
 }
 
 TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
