@@ -385,13 +385,13 @@ TEST_CASE("train_cnn: another activation than ReLU shows act.ptx's launches, and
     CHECK(row(t, "conv1").find("act_bwd") != std::string::npos);
     CHECK(row(t, "fc1").find("act_bwd") == std::string::npos);  // fused_output applies fc1's derivative
     CHECK(t.find("+pool") == std::string::npos);
-    // A pool under the last fc: fc_bwd_data redoes its deltas without ReLU's mask.
+    // A pool under the last fc: dense_mm redoes its deltas without ReLU's mask.
     const std::string p = cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64, Activation::Tanh);
-    CHECK(row(p, "fc1").find("fc_bwd_data") != std::string::npos);
+    CHECK(row(p, "fc1").find("dense_mm") != std::string::npos);
     CHECK(row(cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64), "fc1").find("in fused_output") !=
           std::string::npos);
     CHECK(cnn_step_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Tc, 64, Activation::Sigmoid) ==
-          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, act_bwd, tc_grad_weights");
+          "fused_forward x2, fused_output, fused_grad, dense_mm x2, act_bwd");
     // ReLU's listing is unchanged by the activation parameter.
     CHECK(cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Relu) == cnn_layer_kernels(cnn, ConvKernels::Tc, 64));
 }
