@@ -61,19 +61,28 @@ DenseArgs dense_bwd_data_args(unsigned B, unsigned I, unsigned O, CUdeviceptr dX
 DenseArgs dense_bwd_weights_args(unsigned B, unsigned I, unsigned O, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X,
                                  CUdeviceptr dY, CUdeviceptr Y, unsigned act, float scale);
 
-// The model trainer's fc layers (train_cnn.cpp) on dense_mm: a hidden layer's forward pass
-// (ReLU), its deltas (fc_bwd_data's place) and its weight gradient (a 1x1 conv_bwd_weights' or
-// tc_grad_weights' place). The last two layers' gradients (fused_grad's 8 x 32 tiles re-read
-// the batch for every tile) go to two dense_mm launches once the larger layer has at least
-// kDenseGradMin weights; below that fused_grad's one launch is as fast.
-inline constexpr size_t kDenseGradMin = 256 * 1024;
+// The model trainer's fc layers (train_cnn.cpp) on dense_mm, where the layer has at least
+// kDenseMin weights: a hidden layer's forward pass (ReLU), its deltas (fc_bwd_data's place) and
+// its weight gradient; the last two layers' gradients as two dense_mm launches (fused_grad's
+// place) once the larger of them has that many. Below it the older kernels are faster at batch
+// 64 (H200, bench --models: 784-256-128-10 took 33.1 us a step all on dense_mm against 28.4 on
+// fused_forward, fc_bwd_data, tc_grad_weights and fused_grad; 784-1024-1024-10 74.4 us on
+// dense_mm): dense_mm's 64 x 64 tiles leave a 784->256 layer 4 tiles, 32 blocks. An FP32 weight
+// gradient (--kernels fused/ptx) takes dense_mm at any size: a 1x1 conv_bwd_weights keeps one
+// thread a block busy (milliseconds a step).
+inline constexpr size_t kDenseMin = 256 * 1024;
+inline bool dense_layer(unsigned I, unsigned O) { return size_t(I) * O >= kDenseMin; }
 inline bool dense_replaces_fused_grad(unsigned I, unsigned H, unsigned O) {
-    return std::max(size_t(H) * (I + 1), size_t(O) * (H + 1)) >= kDenseGradMin;
+    return std::max(size_t(H) * (I + 1), size_t(O) * (H + 1)) >= kDenseMin;
 }
 // The kernel the trainer launches for a hidden fc layer's forward pass (CnnOps::fused_forward):
-// dense_mm for ReLU, fused_forward for other activations; for the last two layers' gradients
-// (CnnOps::fused_grad): dense_mm (two launches) or fused_grad.
-inline const char* fc_forward_kernel(const FusedArgs& a) { return a.act == kActRelu ? "dense_mm" : "fused_forward"; }
+// dense_mm for a large ReLU layer, else fused_forward; for its deltas (CnnOps::fc_bwd_data):
+// dense_mm or fc_bwd_data; for the last two layers' gradients (CnnOps::fused_grad): dense_mm
+// (two launches) or fused_grad.
+inline const char* fc_forward_kernel(const FusedArgs& a) {
+    return a.act == kActRelu && dense_layer(a.I, a.H) ? "dense_mm" : "fused_forward";
+}
+inline const char* fc_bwd_data_kernel(unsigned I, unsigned O) { return dense_layer(I, O) ? "dense_mm" : "fc_bwd_data"; }
 inline const char* fused_grad_kernel(const FusedArgs& a) {
     return dense_replaces_fused_grad(a.I, a.H, a.O) ? "dense_mm" : "fused_grad";
 }

@@ -45,8 +45,8 @@ public:
         record(kWeights, fused_grad_kernel(a));
         if (dense_replaces_fused_grad(a.I, a.H, a.O)) names.push_back("dense_mm");
     }
-    void fc_bwd_data(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, "dense_mm");
+    void fc_bwd_data(unsigned, unsigned I, unsigned O, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
+        record(kDeltas, fc_bwd_data_kernel(I, O));
     }
     void act_fwd(unsigned, CUdeviceptr, CUdeviceptr, unsigned) override { record(kForward, "act_fwd"); }
     void act_bwd(unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "conv.hpp"
+#include "dense.hpp"
 #include "tc.hpp"
 #include "tcconv.hpp"
 #include "tcwgrad.hpp"
@@ -22,11 +23,15 @@ inline const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
     return tc && d.K >= kTcConvMinChannels ? "tc_conv_bwd_data" : "conv_bwd_data";
 }
 // An fc layer (a 1x1 image, 1x1 kernel) that is not one of the last two (those take one
-// fused_grad or two dense_mm): the dense layer's weight gradient on dense_mm (dense.hpp), where
-// conv_bwd_weights would keep one thread a block busy (a hidden 784->256 layer: milliseconds).
-// A hidden fc layer's ReLU forward pass and its deltas run on dense_mm too (dense.hpp).
+// fused_grad or two dense_mm): the dense layer's weight gradient on dense_mm (dense.hpp:
+// dense_layer), or for a small layer with the tensor cores tc_grad_weights (TF32 products),
+// where conv_bwd_weights would keep one thread a block busy (a hidden 784->256 layer:
+// milliseconds a step).
 inline const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
-    if (is_dense(d)) return "dense_mm";
+    if (is_dense(d))
+        return tc && !dense_layer(d.C, d.K) && tc_grad_unfit("tc_grad_weights", d.N, d.C, d.K).empty()
+                   ? "tc_grad_weights"
+                   : "dense_mm";
     if (tc && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty()) return "tc_conv_bwd_weights";
     return "conv_bwd_weights";
 }

@@ -151,6 +151,8 @@ public:
         const std::string k = conv_bwd_weights_kernel(d, tc_);
         if (k == "dense_mm")
             launch_dense_mm(ks_.get(k), dense_bwd_weights_args(d.N, d.C, d.K, dW, db, X, dY, Y, act, scale), s);
+        else if (k == "tc_grad_weights")
+            launch_tc_grad_weights(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
         else if (k == "tc_conv_bwd_weights")
             launch_tc_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
         else launch_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
@@ -164,7 +166,7 @@ public:
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
     void fused_forward(const FusedArgs& a) override {
-        if (a.act != kActRelu) return launch_fused_forward(ks_, a, s_);
+        if (std::string(fc_forward_kernel(a)) == "fused_forward") return launch_fused_forward(ks_, a, s_);
         launch_dense_mm(ks_.get("dense_mm"), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
     }
     void fused_grad(const FusedArgs& a) override {
@@ -175,6 +177,8 @@ public:
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
+        if (std::string(fc_bwd_data_kernel(I, O)) == "fc_bwd_data")
+            return launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
         launch_dense_mm(ks_.get("dense_mm"), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
     }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
@@ -580,7 +584,7 @@ public:
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        add("dense_mm", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+        add(fc_bwd_data_kernel(I, O), {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
     }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         add("act_fwd", {A}, [=](KernelOps& k) { k.act_fwd(n, A, Z, code); });

@@ -304,12 +304,14 @@ TEST_CASE("train_cnn: an fc layer is a 1x1 convolution of a 1x1 image") {
 }
 
 TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
-    // Three fc layers: the hidden layers' forward passes, fc2's deltas and fc1's weight gradient
-    // on dense_mm (FP32, both sets); the last two, small, share fused_grad.
+    // Three small fc layers (under dense.hpp's kDenseMin weights a layer): fused_forward,
+    // fc_bwd_data and fc1's weight gradient on tc_grad_weights (tc) or dense_mm (FP32: a 1x1
+    // conv_bwd_weights would be milliseconds); the last two share fused_grad.
     const Model fc = parse_model("fc256,fc128,fc10");
-    CHECK(cnn_step_kernels(fc, ConvKernels::Tc, 64) == "dense_mm x4, fused_output, fused_grad");
-    CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) == "dense_mm x4, fused_output, fused_grad");
-    // 1024-wide: the last two layers' gradients are two dense_mm launches (dense_replaces_fused_grad).
+    CHECK(cnn_step_kernels(fc, ConvKernels::Tc, 64) ==
+          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
+    CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) == "fused_forward x2, fused_output, fused_grad, fc_bwd_data, dense_mm");
+    // 1024-wide: every product on dense_mm, the last two layers' gradients as two launches.
     CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
     // The default CNN: its fc layers are a pair, so no dense weight gradient changes kernel.
     const std::string cnn = cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64);
@@ -336,15 +338,19 @@ TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
     CHECK(row(cnn, "fc1").find("dense_mm") != std::string::npos);
     CHECK(row(cnn, "fc1").find("dense_mm (with fc2)") != std::string::npos);  // 3136 x 128: two dense_mm
     CHECK(row(cnn, "fc2").find("fused_output (logits, loss)") != std::string::npos);
-    // A hidden fc layer's forward pass and weight gradient on dense_mm, with either set.
+    // A large hidden fc layer's forward pass, deltas and weight gradient on dense_mm, with either set.
     for (ConvKernels k : {ConvKernels::Tc, ConvKernels::Fp32}) {
-        const std::string fc3 = cnn_layer_kernels(parse_model("fc256,fc128,fc10"), k, 64);
+        const std::string fc3 = cnn_layer_kernels(parse_model("fc1024,fc1024,fc10"), k, 64);
         const std::string fc1 = row(fc3, "fc1"), fc2 = row(fc3, "fc2");
         CHECK(fc1.find("dense_mm") != fc1.rfind("dense_mm"));  // the forward pass and the weight gradient
         CHECK(fc1.find(" - ") != std::string::npos);           // no deltas below the first layer
         CHECK(fc2.find("dense_mm") != fc2.rfind("dense_mm"));  // the forward pass and the deltas
-        CHECK(fc2.find("fused_grad (with fc3)") != std::string::npos);
+        CHECK(fc2.find("dense_mm (with fc3)") != std::string::npos);
     }
+    // A small one keeps the older kernels; its FP32 weight gradient is dense_mm's.
+    const std::string small = row(cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Fp32, 64), "fc1");
+    CHECK(small.find("fused_forward") != std::string::npos);
+    CHECK(small.find("dense_mm") != std::string::npos);
 }
 
 TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
@@ -385,13 +391,13 @@ TEST_CASE("train_cnn: another activation than ReLU shows act.ptx's launches, and
     CHECK(row(t, "conv1").find("act_bwd") != std::string::npos);
     CHECK(row(t, "fc1").find("act_bwd") == std::string::npos);  // fused_output applies fc1's derivative
     CHECK(t.find("+pool") == std::string::npos);
-    // A pool under the last fc: dense_mm redoes its deltas without ReLU's mask.
+    // A pool under the last fc: fc_bwd_data redoes its deltas without ReLU's mask.
     const std::string p = cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64, Activation::Tanh);
-    CHECK(row(p, "fc1").find("dense_mm") != std::string::npos);
+    CHECK(row(p, "fc1").find("fc_bwd_data") != std::string::npos);
     CHECK(row(cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64), "fc1").find("in fused_output") !=
           std::string::npos);
     CHECK(cnn_step_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Tc, 64, Activation::Sigmoid) ==
-          "fused_forward x2, fused_output, fused_grad, dense_mm x2, act_bwd");
+          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, act_bwd, tc_grad_weights");
     // ReLU's listing is unchanged by the activation parameter.
     CHECK(cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Relu) == cnn_layer_kernels(cnn, ConvKernels::Tc, 64));
 }
