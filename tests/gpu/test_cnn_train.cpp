@@ -487,5 +487,11 @@ TEST_CASE("cnn: train --model conv8,pool,fc32,fc10 --activation gelu and tanh le
         CHECK(same_bits(ptx.params, twin.params));
         CHECK(ptx.step_losses == serial.step_losses);
         CHECK(same_bits(ptx.params, serial.params));
+        // The trained parameters evaluate as the run reported, with the activation (eval's path).
+        const Model m = parse_model("conv8,pool,fc32,fc10");
+        KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), cnn_forward_entries(ConvKernels::Tc));
+        const EvalResult e =
+            evaluate_cnn(ks, m, CnnParams(m, ptx.params, OptimConfig{}), data.test, Loss::Ce, ConvKernels::Tc, act);
+        CHECK(e.accuracy == doctest::Approx(ptx.accuracy).epsilon(1e-12));
     }
 }
