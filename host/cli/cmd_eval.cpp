@@ -35,7 +35,7 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
         try {
             act = parse_activation(it->second);
         } catch (const InputError& e) {
-            PTXLAB_THROW(InputError, "{}: its metadata train.activation: {}", o.load, e.what());
+            PTXLAB_THROW(InputError, "{}: its metadata 'train.activation' is not an activation: {}", o.load, e.what());
         }
     }
     if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&

@@ -426,8 +426,10 @@ TEST_CASE("cnn: every activation, fused and tc: three steps match the float64 st
                 r.activation = act;
                 std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
                 model_loss_grad64(m, P, r, X64, labels, B, &g);
-                // The first gradient within 1e-4 of the largest |g| (FP32), 2e-3 with TF32 products.
-                const double tol = d == Design::Tc ? 2e-3 : 1e-4;
+                // The first gradient within 1e-4 of the largest |g| (FP32), 5e-3 with TF32 products
+                // (tc: conv2's three passes, fc1's weight gradient of the fc-only net). A wrong
+                // derivative or a missing act pass moves it by O(1).
+                const double tol = d == Design::Tc ? 5e-3 : 1e-4;
                 double gmax = 0, gerr = 0;
                 for (size_t i = 0; i < g.size(); ++i) {
                     gmax = std::max(gmax, std::fabs(g[i]));
@@ -451,7 +453,7 @@ TEST_CASE("cnn: every activation, fused and tc: three steps match the float64 st
                     CHECK(got == doctest::Approx(want).epsilon(d == Design::Tc ? 1e-3 : 1e-5));
                 }
                 size_t bad = 0;
-                const double ptol = d == Design::Tc ? 1e-4 : 1e-5;
+                const double ptol = d == Design::Tc ? 3e-4 : 1e-5;
                 for (size_t i = 0; i < P.size(); ++i)
                     if (std::fabs(double(ptx.params[i]) - P[i]) > ptol + ptol * std::fabs(P[i])) ++bad;
                 CHECK(bad == 0);
@@ -487,5 +489,11 @@ TEST_CASE("cnn: train --model conv8,pool,fc32,fc10 --activation gelu and tanh le
         CHECK(same_bits(ptx.params, twin.params));
         CHECK(ptx.step_losses == serial.step_losses);
         CHECK(same_bits(ptx.params, serial.params));
+        // The trained parameters evaluate as the run reported, with the activation (eval's path).
+        const Model m = parse_model("conv8,pool,fc32,fc10");
+        KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), cnn_forward_entries(ConvKernels::Tc));
+        const EvalResult e =
+            evaluate_cnn(ks, m, CnnParams(m, ptx.params, OptimConfig{}), data.test, Loss::Ce, ConvKernels::Tc, act);
+        CHECK(e.accuracy == doctest::Approx(ptx.accuracy).epsilon(1e-12));
     }
 }
