@@ -435,6 +435,27 @@ TEST_CASE("kernels: a fused_step NAdam step without its gradient term is caught 
     check_cli_fails("fused_step", "64,784,128,10,1,6,0", planted);
 }
 
+TEST_CASE("kernels: a tc_step NAdam step without its gradient term is caught by verify") {
+    // tc_step_nadam_without_gradient_term.patch: tc_step's optimizer_update (step.ptx's text)
+    // branches past p -= cg g / d for every parameter. A and Y are right, W1 (the first
+    // parameter) is wrong, with weight decay (MNIST sizes, CE) and without (5 x 13 x 9 x 3, MSE);
+    // Adam passes.
+    const PlantedKernel planted = plant("tc_step_nadam_without_gradient_term");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
+    for (const std::vector<unsigned>& shape : {std::vector<unsigned>{64, 784, 128, 10, 1, 6}, {5, 13, 9, 3, 0, 6}}) {
+        CaseResult r = verify_one("tc_step", shape, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("W1[") == 0);
+    }
+    CaseResult ok = verify_one("tc_step", {64, 784, 128, 10, 1, 3}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    check_cli_fails("tc_step", "64,784,128,10,1,6", planted);
+}
+
 TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verify") {
     // tc_forward_fragment.patch: the mma's A fragment with a1 and a2 exchanged, so each 16-sample
     // tile mixes the columns of its two halves; every output is written, the sums are wrong.
