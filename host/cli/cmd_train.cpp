@@ -398,8 +398,8 @@ void add_recipe_flags(CLI::App* sub, TrainOptions& opts) {
                     "records it and eval uses it")->capture_default_str();
     sub->add_option("--optimizer", o->optimizer,
                     "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, nadam (torch.optim.NAdam, momentum "
-                    "decay 0.004), rmsprop: PyTorch's update rules; the state buffers start at zero. nadam runs as "
-                    "the optimizer kernel's launch (fused_step and tc_step have no nadam rule yet)")->capture_default_str();
+                    "decay 0.004), rmsprop: PyTorch's update rules; the state buffers start at zero. Every one runs "
+                    "in the one-launch steps (fused_step, tc_step) and as the optimizer kernel's launch")->capture_default_str();
     sub->add_option("--momentum", o->momentum, "momentum and nesterov: the momentum")->capture_default_str();
     sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay (adamw: decoupled)")->capture_default_str();
     sub->add_option("--beta1", o->beta1, "adam, adamw, nadam")->capture_default_str();

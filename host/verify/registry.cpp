@@ -136,10 +136,9 @@ static void check_field(const VerifyCase& c, const std::string& name, unsigned x
             PTXLAB_THROW(InputError, "kernel '{}': the loss code must be {} (y - t) or {} (softmax(y) - t), got {}",
                          c.entry, kLossDiff, kLossSoftmax, x);
     } else if (name == "optim") {
-        if (x > optim_code(OptimKind::RmsProp))
-            PTXLAB_THROW(InputError, "kernel '{}': the optimizer code must be 0 (sgd), 1 (momentum), 2 (nesterov), "
-                                     "3 (adam), 4 (adamw) or 5 (rmsprop), got {}",
-                         c.entry, x);
+        if (x >= kOptimCodes)
+            PTXLAB_THROW(InputError, "kernel '{}': the optimizer code must be one of {}, got {}", c.entry,
+                         optim_code_list(), x);
     } else if (name == "act") {
         if (x > kActGelu)
             PTXLAB_THROW(InputError,

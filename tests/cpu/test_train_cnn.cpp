@@ -359,6 +359,12 @@ TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
     CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, every step of a chunk a launch)");
     c.steps_per_launch = 1;
     CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, 1 steps a launch)");
+    for (OptimKind k : {OptimKind::Sgd, OptimKind::Adam, OptimKind::RmsProp, OptimKind::NAdam}) {  // every rule
+        CAPTURE(to_string(k));
+        c.optim.kind = k;
+        CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, 1 steps a launch)");
+    }
+    c.optim.kind = OptimKind::Nesterov;
     c.batch = 256;
     CHECK(mlp_step_kernels(c) == "fused_forward, fused_output, fused_grad, optim_sgd (no one-launch step: fused_step "
                                  "takes batches up to 64 (larger ones run faster as separate launches))");
