@@ -48,6 +48,8 @@ void TrainConfig::validate_model_flags() const {
     if (m.layers.front().in != kMnistInput)
         PTXLAB_THROW(InputError, "--model {}: takes {}x{}x{} images; MNIST's are 1x28x28", m.text(),
                      m.layers.front().in.c, m.layers.front().in.h, m.layers.front().in.w);
+    if (m.has_bn())
+        PTXLAB_THROW(InputError, "--model {}: the trainer runs no bn layer yet (the float64 reference does)", m.text());
     for (const LayerSpec& l : m.layers) {
         if (l.kind == LayerKind::Pool) continue;
         for (unsigned B : {batch, kEvalBatch})
