@@ -75,6 +75,7 @@ const KernelFamily& outer_family();
 const KernelFamily& conv_family();
 const KernelFamily& tc_family();
 const KernelFamily& tcstep_family();
+const KernelFamily& bn_family();
 
 // The checks of a shape given by its field names (the MLP-style kernels): the count, sizes
 // >= 1, and the codes named loss, optim, act and variant within their ranges.
