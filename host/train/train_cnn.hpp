@@ -26,6 +26,13 @@
 //             for fc 3136->128 at batch 64 on an H100.)
 //   optimizer one launch of ptx/optim.ptx over the flat parameters, with this step's StepHyper
 //             record from the epoch's table (recipe.hpp step_hyper, schedule_lr).
+//   bn        a conv or fc under a bn runs without its activation (conv_fwd act 0: its output is
+//             written, no pool in its epilogue); bn_fwd (ptx/bn.ptx) normalizes it with the
+//             batch's statistics (kept in the layer's idx buffer, [2][C]: mean, rstd) and moves
+//             the running ones (CnnParams::running), then applies the ReLU; in evaluation with the
+//             running statistics. Backward: bn_bwd from the bn's output deltas and its ReLU'd
+//             output (the mask) writes dgamma, dbeta and the deltas of the layer below, whose
+//             passes then run with act 0.
 // Hidden activation: ReLU only (the conv kernels' epilogue has none other).
 // The training set is shuffled on the GPU once per epoch (gather, the MLP trainer's SplitMix64
 // order: the same batches as `train --layers`); chunks of steps are captured as CUDA graphs once
@@ -66,11 +73,14 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
 // hidden fc layers (fused_forward) and the last layer (fused_output).
 std::vector<std::string> cnn_forward_entries(ConvKernels conv = ConvKernels::Fp32);
 
-// The parameters and their optimizer state on the GPU, in the model's flat layout.
+// The parameters and their optimizer state on the GPU, in the model's flat layout; the bn
+// layers' running statistics (model.hpp's buffer layout; empty without bn layers).
 struct CnnParams {
-    DeviceBuffer params, grads, state1, state2;
+    DeviceBuffer params, grads, state1, state2, running;
     size_t count = 0;
-    CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o);
+    // buffers: the running statistics to start from (empty: the model's initial ones).
+    CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o,
+              const std::vector<float>& buffers = {});
     CUdeviceptr m_ptr(const OptimConfig& o) const;  // the optimizer's M (0 when it keeps none)
     CUdeviceptr v_ptr(const OptimConfig& o) const;  // its V
 };
@@ -91,7 +101,9 @@ struct CnnSideStream {
 // each hidden layer's output deltas and the output deltas; and the side stream of a step.
 struct CnnActs {
     unsigned B = 0;
-    std::vector<DeviceBuffer> out, idx;  // out[l]: layer l's output ([B][...]; the last: unused, Y is given)
+    // out[l]: layer l's output ([B][...]; the last: unused, Y is given); idx[l]: a pool's argmax,
+    // a bn's batch mean and rstd ([2][C], for its backward pass).
+    std::vector<DeviceBuffer> out, idx;
     // delta[l]: dL/d(out[l]) for l < L-1, one buffer a layer, so no kernel writes a delta that a
     // weight gradient still running on the side stream reads.
     std::vector<DeviceBuffer> delta;
@@ -104,10 +116,22 @@ struct CnnActs {
 // The buffers of a step by address: the flat parameters and gradient, each layer's output and
 // pool argmax (out[l], idx[l]; B rows), the deltas of each layer's output but the last
 // (delta[l], L-1 of them) and the output deltas D2 [B][10].
+// running: the bn layers' running statistics; train: a training pass (bn on the batch's
+// statistics, the running ones updated), else evaluation (bn on the running ones).
 struct CnnBuffers {
     unsigned B = 0;
-    CUdeviceptr params = 0, grads = 0, D2 = 0;
+    CUdeviceptr params = 0, grads = 0, D2 = 0, running = 0;
+    bool train = true;
     std::vector<CUdeviceptr> out, idx, delta;
+};
+// A bn layer's launches (bn.hpp launch_bn_fwd / launch_bn_bwd): bn_fwd reads X, gamma, beta
+// (and running in evaluation) and writes Y, stats and running (training); bn_bwd reads dY, Y, X,
+// gamma, stats and writes dX, dgamma, dbeta.
+struct BnArgs {
+    unsigned B = 0, C = 0, HW = 0, act = 0;
+    bool train = true;
+    float scale = 1.0f;
+    CUdeviceptr Y = 0, stats = 0, running = 0, X = 0, gamma = 0, beta = 0, dX = 0, dgamma = 0, dbeta = 0, dY = 0;
 };
 // The operations a step is made of, with the kernels' parameters and semantics (conv.hpp,
 // ref_conv.hpp: act 0 none, 1 ReLU; the backward passes mask dY where Y <= 0 with act 1;
@@ -142,6 +166,9 @@ struct CnnOps {
     // An fc layer's deltas back to its input (ptx/fc.ptx): dX[B][I] from dY, Y ([B][O]) and W[O][I].
     virtual void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
                              CUdeviceptr W, unsigned act) = 0;
+    // Batch normalization of X [B][C][HW] and the activation (bn.hpp: act 0 ReLU, 5 none).
+    virtual void bn_fwd(const BnArgs& a) = 0;
+    virtual void bn_bwd(const BnArgs& a) = 0;
 };
 // A conv or fc layer as the conv kernels see it: an fc layer is {B, in = C*H*W, 1, 1, out, 1}.
 ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B);
@@ -166,9 +193,10 @@ std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B);
 // and of its weight gradient (a table, what `train` prints under its first line).
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B);
 
+// train false: evaluation (bn layers on their running statistics, which stay as they are).
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
-                         ConvKernels conv = ConvKernels::Fp32);
+                         ConvKernels conv = ConvKernels::Fp32, bool train = true);
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                           float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false);
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,

@@ -8,6 +8,7 @@
 #include "ref_model.hpp"
 #include "rng.hpp"
 #include "train_cnn.hpp"
+#include "bn.hpp"
 
 #include <doctest/doctest.h>
 
@@ -108,6 +109,32 @@ struct HostOps : CnnOps {
         put(f.GW2, G.v);
         put(f.Gb2, Gb.v);
     }
+    // bn: ref_model.hpp's bn_forward64 / bn_backward64 on the buffers' float values; ReLU (act 0) or none.
+    void bn_fwd(const BnArgs& a) override {
+        REQUIRE((a.act == kActRelu || a.act == kBnActNone));
+        const size_t n = size_t(a.B) * a.C * a.HW;
+        std::vector<double> z(n), st(2 * size_t(a.C)), run = get(a.running, 2 * size_t(a.C));
+        bn_forward64(get(a.X, n).data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), get(a.beta, a.C).data(), a.train,
+                     run.data(), run.data() + a.C, z.data(), st.data(), st.data() + a.C);
+        if (a.train) {
+            put(a.running, run);
+            put(a.stats, st);
+        }
+        if (a.act == kActRelu)
+            for (auto& v : z) v = std::max(v, 0.0);
+        put(a.Y, z);
+    }
+    void bn_bwd(const BnArgs& a) override {
+        const size_t n = size_t(a.B) * a.C * a.HW;
+        std::vector<double> dz = a.act == kActRelu ? masked(a.dY, a.Y, n, 1) : get(a.dY, n), dx(n), dg(a.C), db(a.C);
+        const std::vector<double> st = get(a.stats, 2 * size_t(a.C));
+        bn_backward64(get(a.X, n).data(), dz.data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), st.data(),
+                      st.data() + a.C, dg.data(), db.data(), dx.data());
+        for (unsigned c = 0; c < a.C; ++c) dg[c] *= a.scale, db[c] *= a.scale;
+        put(a.dX, dx);
+        put(a.dgamma, dg);
+        put(a.dbeta, db);
+    }
 };
 
 }  // namespace
@@ -171,7 +198,10 @@ TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float6
     const Shape3 in{1, 8, 8};
     const unsigned B = 3;
     // Each with and without the pools in conv_fwd (ops.fuse).
-    for (const char* spec : {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10", "conv3k1,fc7,fc10"})
+    // With bn: after each conv and a hidden fc (the running statistics checked too), and straight
+    // into the last fc.
+    for (const char* spec : {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10", "conv3k1,fc7,fc10",
+                             "conv4,bn,pool,conv3k5,bn,pool,fc6,bn,fc10", "conv3,bn,fc10"})
         for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
         for (bool fuse : {false, true}) {
             CAPTURE(spec);
@@ -205,19 +235,23 @@ TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float6
                 b.out.push_back(addr(out[l].data()));
                 b.idx.push_back(addr(idx[l].data()));
             }
+            std::vector<float> running = m.initial_buffers();
+            b.running = addr(running.data());
             HostOps ops;
             ops.fuse = fuse;
             cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
             cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
             // Every conv under a pool pools in conv_fwd when the ops can.
             const std::string sp = spec;
-            CHECK(ops.pooled == (!fuse ? 0 : sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv3k1,fc7,fc10" ? 0 : 1));
+            CHECK(ops.pooled == (!fuse || m.has_bn() ? 0 : sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv3k1,fc7,fc10" ? 0 : 1));
 
             Recipe r;
             r.loss = loss;
             const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
-            std::vector<double> g;
-            model_loss_grad64(m, P, r, X64, labels, B, &g);
+            std::vector<double> g, run64(running.size());
+            for (size_t i = 0; i < running.size(); ++i) run64[i] = m.initial_buffers()[i];
+            model_loss_grad64(m, P, r, X64, labels, B, &g, &run64);
+            for (size_t i = 0; i < running.size(); ++i) CHECK(running[i] == doctest::Approx(run64[i]).epsilon(1e-5));
             const auto f = model_forward64(m, P, X64, B, Activation::Relu);
             for (size_t i = 0; i < Y.size(); ++i) CHECK(Y[i] == doctest::Approx(f.logits()[i]).epsilon(1e-5));
             // float32 buffers between float64 operations: each within 1e-5 of the largest |g|.
@@ -263,6 +297,31 @@ TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
     CHECK(cnn.find("tc_grad_weights") == std::string::npos);
     CHECK(cnn.find("conv_fwd+pool") != std::string::npos);
     CHECK(cnn.find("tc_conv_fwd+pool") != std::string::npos);
+}
+
+TEST_CASE("train_cnn: bn layers: the kernels a step launches, the batch they take") {
+    const Model m = parse_model("conv32,bn,pool,conv64,bn,pool,fc128,fc10");
+    const std::string k = cnn_step_kernels(m, ConvKernels::Tc, 64);
+    MESSAGE(k);
+    CHECK(k.find("bn_fwd x2") != std::string::npos);
+    CHECK(k.find("bn_bwd x2") != std::string::npos);
+    CHECK(k.find("+pool") == std::string::npos);  // a bn between: the conv's epilogue cannot pool
+    const std::string table = cnn_layer_kernels(m, ConvKernels::Tc, 64);
+    MESSAGE(table);
+    CHECK(table.find("bn1     bn_fwd") != std::string::npos);
+    OptimConfig o;
+    const auto v = cnn_training_entries(o);
+    CHECK(std::find(v.begin(), v.end(), "bn_bwd") != v.end());
+    const auto f = cnn_forward_entries();
+    CHECK(std::find(f.begin(), f.end(), "bn_fwd") != f.end());
+    TrainConfig c;
+    c.model = m;
+    CHECK_NOTHROW(c.validate_flags());
+    c.model = parse_model("fc64,bn,fc10");
+    c.batch = 1;  // BatchNorm1d of one value a channel, as PyTorch refuses in training
+    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("more than 1 value per channel"), InputError);
+    c.model = parse_model("conv8,bn,pool,fc10");
+    CHECK_NOTHROW(c.validate_flags());  // BatchNorm2d at batch 1: 784 values a channel
 }
 
 TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
