@@ -24,14 +24,14 @@ void launch_bn_fwd(const Kernel& k, unsigned B, unsigned C, unsigned HW, CUdevic
                    CUdeviceptr running, CUdeviceptr X, CUdeviceptr gamma, CUdeviceptr beta, unsigned act, bool train,
                    CUstream s) {
     if (std::string why = bn_unfit(B, C, HW, act, train); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
-    k.launch(C, kBnThreads, s, Y, stats, running, X, gamma, beta, B, C, HW, act, train ? 1u : 0u);
+    k.launch(C * kBnCluster, kBnThreads, s, Y, stats, running, X, gamma, beta, B, C, HW, act, train ? 1u : 0u);
 }
 
 void launch_bn_bwd(const Kernel& k, unsigned B, unsigned C, unsigned HW, CUdeviceptr dX, CUdeviceptr dgamma,
                    CUdeviceptr dbeta, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, CUdeviceptr gamma,
                    CUdeviceptr stats, unsigned act, float scale, CUstream s) {
     if (std::string why = bn_unfit(B, C, HW, act, true); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
-    k.launch(C, kBnThreads, s, dX, dgamma, dbeta, dY, Y, X, gamma, stats, B, C, HW, act, scale);
+    k.launch(C * kBnCluster, kBnThreads, s, dX, dgamma, dbeta, dY, Y, X, gamma, stats, B, C, HW, act, scale);
 }
 
 }  // namespace ptxlab

@@ -1,5 +1,6 @@
 // Launches of the batch-normalization kernels (ptx/bn.ptx: bn_fwd, bn_bwd; its header has the
-// sums, the roundings and the launch shape): one block of kBnThreads threads a channel.
+// sums, the roundings and the launch shape): a cluster of kBnCluster blocks of kBnThreads
+// threads a channel (sm_90).
 #pragma once
 
 #include "kernels.hpp"
@@ -8,7 +9,7 @@
 
 namespace ptxlab {
 
-inline constexpr unsigned kBnThreads = 1024;
+inline constexpr unsigned kBnThreads = 256, kBnCluster = 8;
 // The activation codes bn_fwd and bn_bwd take: recipe.hpp's kActRelu (0) and kActLeakyRelu (1),
 // and none (a bn without the hidden activation, the verify cases').
 inline constexpr unsigned kBnActNone = 5;

@@ -2,8 +2,9 @@
 // Shapes: bn_fwd B,C,HW,act,train (train 1: the batch's statistics, the running ones updated;
 // 0: evaluation on the running ones); bn_bwd B,C,HW,act. act: 0 ReLU, 1 leaky-ReLU, 5 none.
 //
-// The float64 bound, a priori (u = 2^-24, gamma_k = k u / (1 - k u), d = ceil(n / 1024) + 10
-// the most adds a value goes through: its thread's sum, then the tree's ten levels):
+// The float64 bound, a priori (u = 2^-24, gamma_k = k u / (1 - k u), d = ceil(n / 2048) + 15
+// the most adds a value goes through: its thread's sum, the block tree's 8 levels, the 7 adds
+// of the cluster's ranks):
 //   mean   em = gamma_(d+1) sum|x| / n + u |mean|
 //   sq     the squares of fl(x - mean_f) summed: Sum (x - mean_f)^2 = n var + n (mean - mean_f)^2,
 //          each term rounded twice and the sum by gamma_d: esq = n em^2 + gamma_(d+3) (n var + n em^2)
@@ -34,7 +35,10 @@ struct BnDims {
     unsigned B, C, HW, act;
     size_t n() const { return size_t(B) * HW; }
     size_t at(size_t k, unsigned c) const { return (k / HW * C + c) * HW + k % HW; }
-    double depth() const { return double((n() + kBnThreads - 1) / kBnThreads) + 10; }
+    double depth() const {
+        const size_t step = size_t(kBnThreads) * kBnCluster;
+        return double((n() + step - 1) / step) + 15;
+    }
 };
 
 BnDims dims_of(const VerifyCase& c) { return {c.shape[0], c.shape[1], c.shape[2], c.shape[3]}; }

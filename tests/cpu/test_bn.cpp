@@ -29,14 +29,19 @@ struct Model {
     Slip slip = Slip::None;
     size_t n() const { return size_t(B) * HW; }
     size_t at(size_t k, unsigned c) const { return (k / HW * C + c) * HW + k % HW; }
-    // The block's sum of f(k) over the channel's values: thread partials, then the tree.
+    // The cluster's sum of f(k) over the channel's values: thread partials (thread g = 256 rank
+    // + t takes k = g, g + 2048, ...), each block's tree, then the blocks in rank order.
     template <class F> float block_sum(F f) const {
-        std::vector<float> s(kBnThreads, 0.0f);
-        for (unsigned t = 0; t < kBnThreads; ++t)
-            for (size_t k = t; k < n(); k += kBnThreads) s[t] = f(k, s[t]);
-        for (unsigned h = kBnThreads / 2; h >= (slip == Slip::ShortTree ? 2u : 1u); h /= 2)
-            for (unsigned t = 0; t < h; ++t) s[t] = s[t] + s[t + h];
-        return s[0];
+        const unsigned G = kBnThreads * kBnCluster;
+        std::vector<float> s(G, 0.0f);
+        for (unsigned g = 0; g < G; ++g)
+            for (size_t k = g; k < n(); k += G) s[g] = f(k, s[g]);
+        for (unsigned r = 0; r < kBnCluster; ++r)
+            for (unsigned h = kBnThreads / 2; h >= (slip == Slip::ShortTree ? 2u : 1u); h /= 2)
+                for (unsigned t = 0; t < h; ++t) s[r * kBnThreads + t] = s[r * kBnThreads + t] + s[r * kBnThreads + t + h];
+        float sum = s[0];
+        for (unsigned r = 1; r < kBnCluster; ++r) sum = sum + s[r * kBnThreads];
+        return sum;
     }
     float act_f(float z) const {
         if (act == kBnActNone) return z;
