@@ -66,7 +66,8 @@ ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
     std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "bn_fwd"};
-    if (conv == ConvKernels::Tc) v.push_back("tc_conv_fwd");  // conv_fwd stays: layers of fewer than 8 channels
+    if (conv == ConvKernels::Tc)  // conv_fwd stays: layers of fewer than 8 channels; tc_forward: an fc under a bn
+        for (const char* e : {"tc_conv_fwd", "tc_forward"}) v.push_back(e);
     return v;
 }
 
@@ -136,7 +137,10 @@ bool is_dense(const ConvDims& d) { return d.H == 1 && d.W == 1 && d.KS == 1; }
 // Which kernel runs a conv layer's pass (KernelOps launches it, RecordingOps names it).
 // Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
 // columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
+// An fc layer under a bn (a 1x1 conv of a 1x1 image, no activation) runs on tc_forward with the
+// tensor cores (a 1x1 conv_fwd keeps one thread a block busy); FP32 sets keep conv_fwd.
 const char* conv_fwd_kernel(const ConvDims& d, bool tc) {
+    if (tc && is_dense(d) && tc_unfit(d.N, d.C, d.K).empty()) return "tc_forward";
     return tc && d.C >= kTcConvMinChannels ? "tc_conv_fwd" : "conv_fwd";
 }
 const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
@@ -210,7 +214,8 @@ public:
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
                   CUdeviceptr idx) override {
         const std::string k = conv_fwd_kernel(d, tc_);
-        if (k == "tc_conv_fwd") launch_tc_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
+        if (k == "tc_forward") launch_tc_forward(ks_.get(k), d.N, d.C, d.K, X, Wt, b, Y, act, s_);  // the same act codes
+        else if (k == "tc_conv_fwd") launch_tc_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
         else launch_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
     }
     // Both conv_fwd and tc_conv_fwd pool in their epilogues (the same limits).

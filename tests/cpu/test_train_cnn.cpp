@@ -309,6 +309,11 @@ TEST_CASE("train_cnn: bn layers: the kernels a step launches, the batch they tak
     const std::string table = cnn_layer_kernels(m, ConvKernels::Tc, 64);
     MESSAGE(table);
     CHECK(table.find("bn1     bn_fwd") != std::string::npos);
+    // An fc under a bn has no activation: tc_forward with the tensor cores, a 1x1 conv_fwd in FP32.
+    CHECK(cnn_step_kernels(parse_model("fc64,bn,fc10"), ConvKernels::Tc, 64).find("tc_forward, bn_fwd") == 0);
+    CHECK(cnn_step_kernels(parse_model("fc64,bn,fc10"), ConvKernels::Fp32, 64).find("conv_fwd, bn_fwd") == 0);
+    const auto tf = cnn_forward_entries(ConvKernels::Tc);
+    CHECK(std::find(tf.begin(), tf.end(), "tc_forward") != tf.end());
     OptimConfig o;
     const auto v = cnn_training_entries(o);
     CHECK(std::find(v.begin(), v.end(), "bn_bwd") != v.end());
