@@ -90,7 +90,8 @@ std::vector<std::string> bench_entries(const KernelChoice& k) {
 
 std::vector<std::string> bench_cnn_entries() {
     return {"conv_fwd",    "conv_bwd_data",    "conv_bwd_weights",    "pool_fwd",     "pool_bwd",
-            "fc_bwd_data", "tc_conv_fwd",      "tc_conv_bwd_data",    "tc_conv_bwd_weights", "tc_grad_input"};
+            "fc_bwd_data", "tc_conv_fwd",      "tc_conv_bwd_data",    "tc_conv_bwd_weights", "tc_grad_input",
+            "dense_mm"};
 }
 
 namespace {
@@ -198,7 +199,12 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
             {"pool2", {"pool_bwd", {B, 64, 14, 14, 1}}}, {"fc1", {"fc_bwd_data", {B, 3136, 128, 1}}},
             {"conv1", {"tc_conv_fwd", conv1}},       {"conv2", {"tc_conv_fwd", conv2}},
             {"conv2", {"tc_conv_bwd_data", conv2b}}, {"conv1", {"tc_conv_bwd_weights", conv1b}},
-            {"conv2", {"tc_conv_bwd_weights", conv2b}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}}};
+            {"conv2", {"tc_conv_bwd_weights", conv2b}}, {"fc1", {"tc_grad_input", {B, 3136, 128, 1}}},
+            // dense_mm (op,B,I,O,act,cluster): fc1's three products, then a 1024 -> 1024 layer's
+            // (the model trainer's fc1024,fc1024,fc10): forward (ReLU), deltas (masked), weights.
+            {"fc1.fwd", {"dense_mm", {0, B, 3136, 128, 1, 0}}},   {"fc1.dX", {"dense_mm", {1, B, 3136, 128, 1, 0}}},
+            {"fc1.dW", {"dense_mm", {2, B, 3136, 128, 1, 0}}},   {"fc1024.fwd", {"dense_mm", {0, B, 1024, 1024, 1, 0}}},
+            {"fc1024.dX", {"dense_mm", {1, B, 1024, 1024, 1, 0}}}, {"fc1024.dW", {"dense_mm", {2, B, 1024, 1024, 1, 0}}}};
 }
 
 // The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch kCnnBatch)

@@ -27,11 +27,17 @@ void print_result(const EvalResult& r) {
     }
 }
 
-// A --model checkpoint with conv layers: the CNN's forward pass (train_cnn.hpp; ReLU only).
+// A --model checkpoint with conv layers: the CNN's forward pass (train_cnn.hpp) with the hidden
+// activation it was trained with (older checkpoints, without the entry, were ReLU).
 int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
-    if (auto it = mc.metadata.find("train.activation"); it != mc.metadata.end() && it->second != "relu")
-        PTXLAB_THROW(InputError, "{}: trained with the activation '{}'; the conv kernels run ReLU only", o.load,
-                     it->second);
+    Activation act = Activation::Relu;
+    if (auto it = mc.metadata.find("train.activation"); it != mc.metadata.end()) {
+        try {
+            act = parse_activation(it->second);
+        } catch (const InputError& e) {
+            PTXLAB_THROW(InputError, "{}: its metadata 'train.activation' is not an activation: {}", o.load, e.what());
+        }
+    }
     if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
         o.kernels != "tc-reference")
         PTXLAB_THROW(InputError, "--kernels {}: a CNN checkpoint runs on the conv kernels: auto (the PTX), ptx, tc "
@@ -50,9 +56,9 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
     const ConvKernels conv = o.kernels == "tc" || o.kernels == "tc-reference" ? ConvKernels::Tc : ConvKernels::Fp32;
     KernelSet ks(src, ctx.info(), dirs, cnn_forward_entries(conv));
     const CnnParams p(mc.model, mc.params, OptimConfig{}, mc.buffers);
-    const EvalResult r = evaluate_cnn(ks, mc.model, p, data.test, Loss::Ce, conv);
-    fmt::print("eval: {} (--model {}, relu) on {} test images from {}, {} conv kernels{}, {}\n", o.load,
-               mc.model.text(), r.count, dir, to_string(src), conv == ConvKernels::Tc ? " (tensor cores, TF32)" : "",
+    const EvalResult r = evaluate_cnn(ks, mc.model, p, data.test, Loss::Ce, conv, act);
+    fmt::print("eval: {} (--model {}, {}) on {} test images from {}, {} conv kernels{}, {}\n", o.load,
+               mc.model.text(), to_string(act), r.count, dir, to_string(src), conv == ConvKernels::Tc ? " (tensor cores, TF32)" : "",
                ctx.info().name);
     print_result(r);
     return kExitOk;

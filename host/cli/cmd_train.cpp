@@ -149,14 +149,22 @@ void print_summary(const TrainConfig& cfg, const TrainResult& r, double load_ms)
                format_ms(load_ms));
 }
 
+// The kernel sets the model trainer takes: tc (the conv passes and the hidden fc layers' weight
+// gradients on the tensor cores), fused and ptx (all FP32), and their NVRTC twins.
+bool model_trainer_set(const std::string& k) {
+    for (const char* s : {"auto", "tc", "tc-reference", "fused", "fused-reference", "ptx", "reference"})
+        if (k == s) return true;
+    return false;
+}
+
 // Why a network of 3 fc layers or more does not run on the model trainer's dense kernels with
 // these flags (the notebook's one-thread-per-sample kernels take it instead: 3 layers only), or "".
 std::string model_trainer_unfit(const TrainOptions& o) {
     if (o.kernels == "ptx" || o.kernels == "reference")
         return fmt::format("--kernels {} asks for the notebook's kernels", o.kernels);
-    if (o.kernels != "auto" && o.kernels != "tc" && o.kernels != "tc-reference")
-        return fmt::format("--kernels {} is not one of its kernel sets (tc, tc-reference)", o.kernels);
-    if (o.activation != "relu") return fmt::format("--activation {}: its kernels run ReLU only", o.activation);
+    if (!model_trainer_set(o.kernels))
+        return fmt::format("--kernels {} is not one of its kernel sets (tc, fused and their -reference twins)",
+                           o.kernels);
     for (const char* flag : {"--three-launches", "--steps-per-launch"})
         if (o.given(flag)) return fmt::format("{} is a flag of the 2-layer one-launch steps", flag);
     return "";
@@ -166,7 +174,8 @@ std::string model_trainer_unfit(const TrainOptions& o) {
 // --hidden, or an fc-only --model). Networks of 2 fc layers run on the MLP's kernel sets, larger
 // ones and every --model with conv layers on the model trainer's step (cfg.model), except that a
 // 3-layer network with a flag that trainer does not take runs on the notebook's kernels: then the
-// returned note says why.
+// returned note says why; so does a 2-layer network with --kernels tc and an activation other than
+// ReLU, which tc_forward's epilogue lacks: it runs on the model trainer (fused_forward and the rest).
 std::string set_network(const TrainOptions& o, TrainConfig& cfg) {
     if (o.given("--model") && (o.given("--layers") || o.given("--hidden")))
         PTXLAB_THROW(InputError, "--model and --{} both set the network: give one of them",
@@ -192,6 +201,14 @@ std::string set_network(const TrainOptions& o, TrainConfig& cfg) {
                                  "fc256,fc128,fc10; the input 784 is implied), or conv layers (e.g. cnn)",
                      o.model);
     std::string note;
+    if (!cfg.model && cfg.layers.size() == 3 && (o.kernels == "tc" || o.kernels == "tc-reference") &&
+        o.activation != "relu" && !o.given("--three-launches") && !o.given("--steps-per-launch") &&
+        cfg.layers.front() == kMnistInput.size()) {
+        cfg.model = parse_model(fmt::format("fc{},fc{}", cfg.layers[1], cfg.layers[2]));
+        return fmt::format("the 2 layers run on the model trainer's kernels (fused_forward, fused_output, fused_grad, "
+                           "FP32): tc_forward's epilogue has ReLU alone, not --activation {}",
+                           o.activation);
+    }
     if (!cfg.model && cfg.layers.size() >= 4) {
         note = model_trainer_unfit(o);
         if (note.empty() || cfg.layers.size() > 4) {
@@ -207,6 +224,10 @@ std::string set_network(const TrainOptions& o, TrainConfig& cfg) {
             for (size_t i = 1; i < cfg.layers.size(); ++i) spec += fmt::format("{}fc{}", i > 1 ? "," : "", cfg.layers[i]);
             cfg.model = parse_model(spec);
         }
+        if (!note.empty())
+            note = fmt::format("{} layers run on the notebook's one-thread-per-sample kernels (milliseconds a step), "
+                               "not the model trainer's dense kernels: {}",
+                               cfg.layers.size() - 1, note);
     }
     if (cfg.model) {
         for (const char* flag : {"--three-launches", "--steps-per-launch"})
@@ -214,13 +235,12 @@ std::string set_network(const TrainOptions& o, TrainConfig& cfg) {
                 PTXLAB_THROW(InputError, "--model {}: {} is a flag of the one-launch steps of 2 fc layers (fused_step, "
                                          "tc_step)",
                              cfg.model->text(), flag);
-        if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
-            o.kernels != "tc-reference")
+        if (!model_trainer_set(o.kernels))
             PTXLAB_THROW(InputError, "--model {}: --kernels {}: the model trainer runs on the conv, pool and dense "
                                      "kernels: tc (the default: the conv layers' three passes and the hidden fc "
                                      "layers' weight gradients on the tensor cores, ptx/tcconv.ptx, ptx/tcwgrad.ptx "
-                                     "and ptx/tc.ptx), ptx (all FP32), or tc-reference and reference (their NVRTC "
-                                     "twins)",
+                                     "and ptx/tc.ptx), fused or ptx (all FP32), or tc-reference, fused-reference and "
+                                     "reference (their NVRTC twins)",
                          cfg.model->text(), o.kernels);
     }
     return note;
@@ -234,18 +254,16 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
                    m->param_count, to_string(cfg.kernels.source),
                    conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
                    ctx.info().name, ctx.info().arch(), m->shapes_text());
-        fmt::print("  a step: {}, {}{}\n", cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch),
+        fmt::print("  a step: {}, {}{}\n",
+                   cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation),
                    optimizer_entry(cfg.optim.kind),
                    m->fc_only() ? " (no one-launch step: fused_step and tc_step take networks of 2 fc layers)" : "");
-        fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch));
+        fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation));
     } else {
         fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n  a step: {}\n", layers_text(cfg.layers),
                    to_string(cfg.kernels), ctx.info().name, ctx.info().arch(), mlp_step_kernels(cfg));
     }
-    if (!note.empty())
-        fmt::print("  note: {} layers run on the notebook's one-thread-per-sample kernels (milliseconds a step), "
-                   "not the model trainer's dense kernels: {}\n",
-                   cfg.layers.size() - 1, note);
+    if (!note.empty()) fmt::print("  note: {}\n", note);
     fmt::print("  data {} ({} train / {} test), seed {}, target {:.2f} %{}, evaluation {}\n", dir, data.train.count,
                data.test.count, cfg.seed, 100.0 * cfg.target, cfg.stop_at_target ? " (stop there)" : "",
                cfg.eval_every ? fmt::format("every {} steps", cfg.eval_every)
@@ -373,18 +391,20 @@ void add_recipe_flags(CLI::App* sub, TrainOptions& opts) {
                     "0.5|y-t|^2 per sample, averaged over the batch")->capture_default_str();
     sub->add_option("--activation", o->activation,
                     "the hidden layers' activation: relu, leaky-relu (slope 0.01), tanh, sigmoid, gelu (the exact "
-                    "erf form, nn.GELU()) on the 2-layer kernel sets (fused, fast, ptx: fused_step takes every one; tc and "
-                    "tc-bf16: ReLU only) and the notebook's 3-layer kernels; the model trainer (--model, 3 fc layers "
-                    "or more) runs ReLU only. A checkpoint records it and eval uses it")->capture_default_str();
+                    "erf form, nn.GELU()) on every network: the 2-layer kernel sets (fused, fast, ptx: fused_step "
+                    "takes every one; tc-bf16 ReLU only; tc runs another on the model trainer's kernels), the "
+                    "notebook's 3-layer kernels and the model trainer (--model, 3 fc layers or more: ReLU in the "
+                    "kernels' epilogues, any other as its own pass, ptx/act.ptx, conv -> act -> pool). A checkpoint "
+                    "records it and eval uses it")->capture_default_str();
     sub->add_option("--optimizer", o->optimizer,
                     "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, nadam (torch.optim.NAdam, momentum "
-                    "decay 0.004), rmsprop: PyTorch's update rules; the state buffers start at zero. nadam runs as "
-                    "the optimizer kernel's launch (fused_step and tc_step have no nadam rule yet)")->capture_default_str();
+                    "decay 0.004), rmsprop: PyTorch's update rules; the state buffers start at zero. Every one runs "
+                    "in the one-launch steps (fused_step, tc_step) and as the optimizer kernel's launch")->capture_default_str();
     sub->add_option("--momentum", o->momentum, "momentum and nesterov: the momentum")->capture_default_str();
     sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay (adamw: decoupled)")->capture_default_str();
-    sub->add_option("--beta1", o->beta1, "adam, adamw")->capture_default_str();
-    sub->add_option("--beta2", o->beta2, "adam, adamw")->capture_default_str();
-    sub->add_option("--eps", o->eps, "adam, adamw, rmsprop")->capture_default_str();
+    sub->add_option("--beta1", o->beta1, "adam, adamw, nadam")->capture_default_str();
+    sub->add_option("--beta2", o->beta2, "adam, adamw, nadam")->capture_default_str();
+    sub->add_option("--eps", o->eps, "adam, adamw, nadam, rmsprop")->capture_default_str();
     sub->add_option("--alpha", o->alpha, "rmsprop: the smoothing constant")->capture_default_str();
     sub->add_option("--schedule", o->schedule,
                     "the learning rate of each step: const; cosine (to 0 at the end); onecycle (linear warm-up "
@@ -415,11 +435,11 @@ void add_kernel_flags(CLI::App* sub, TrainOptions& opts) {
                     "notebook's design: one thread per sample, ptx/grad.ptx, batch_mean, optimizer), or their NVRTC "
                     "twins fused-reference, fast-reference, tc-reference, tc-bf16-reference and reference; auto = fused "
                     "for 2 layers, tc (the model trainer) for 3 or more. The model trainer (--model, 3 fc layers or "
-                    "more) takes tc, ptx and their twins: tc (auto) runs the hidden fc layers' weight gradients "
+                    "more) takes tc, fused, ptx and their twins: tc (auto) runs the hidden fc layers' weight gradients "
                     "on tc_grad_weights and the conv layers' forward passes and both gradients on the tensor cores (ptx/tcconv.ptx, ptx/tcwgrad.ptx: TF32 "
                     "products, FP32 sums, as cuDNN does by default in PyTorch; passes over fewer than 8 channels "
-                    "and the fc layers in FP32), ptx runs everything in FP32 (ptx/conv.ptx); tc-reference and "
-                    "reference are the twins")
+                    "and the fc layers in FP32), fused and ptx run everything in FP32 (ptx/conv.ptx); "
+                    "tc-reference, fused-reference and reference are the twins")
         ->capture_default_str();
     sub->add_flag("--no-graphs", opts.no_graphs, "launch every kernel from the host instead of replaying CUDA graphs");
     sub->add_flag("--no-overlap", opts.no_overlap,
@@ -490,8 +510,8 @@ void setup_train(CLI::App& app, Command& chosen) {
     sub->add_option("--layers", o->layers,
                     "layer sizes: the input, the hidden widths, the output (784,128,10; 784,256,128,10; up to 16 "
                     "layers). 2 layers run on --kernels' set; 3 or more on the model trainer's dense kernels "
-                    "(as --model fc256,fc128,fc10), except that 3 layers with --kernels ptx or reference, an "
-                    "--activation other than relu, --three-launches or --steps-per-launch run on the notebook's "
+                    "(as --model fc256,fc128,fc10), except that 3 layers with --kernels ptx or reference, "
+                    "--three-launches or --steps-per-launch run on the notebook's "
                     "one-thread-per-sample kernels (train says why)")->capture_default_str();
     sub->add_option("--model", o->model,
                     "the network as a layer list: conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, "
@@ -499,8 +519,8 @@ void setup_train(CLI::App& app, Command& chosen) {
                     "a conv, BatchNorm1d after a hidden fc; the activation after it); the last is fc10, "
                     "without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. An fc list trains as --layers "
                     "(fc128,fc10 is --layers 784,128,10); a list with conv layers trains on the conv and pool "
-                    "kernels (ReLU; defaults lr 0.05, 4 epochs, target 99 %, the conv layers on the tensor cores: "
-                    "see --kernels)");
+                    "kernels (any --activation; defaults lr 0.05, 4 epochs, target 99 %, the conv layers on the tensor "
+                    "cores: see --kernels)");
     sub->add_option("--hidden", o->hidden, "hidden width of the 2-layer network (shorthand for --layers 784,N,10)");
     sub->add_option("--batch", o->batch, "batch size")->capture_default_str();
     sub->add_option("--lr", o->lr, "the learning rate; the peak of the schedule")->capture_default_str();

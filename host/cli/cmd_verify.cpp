@@ -146,10 +146,10 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "one shape instead of the default set: B,I,H,O,act (forward2), B,I,H,O,loss,act (grad2), "
                     "B,I,H1,H2,O,act (forward3), B,I,H1,H2,O,loss,act (grad3), N,B (batch_mean), N,variant "
                     "(optim_sgd: 0 plain, 1 momentum, 2 nesterov, 3 nesterov + weight decay, 4 plain + weight decay; "
-                    "optim_adam: 0 adam, 1 adam + weight decay, 2 adamw; optim_rmsprop: 0 plain, 1 + weight decay), "
+                    "optim_adam: 0 adam, 1 adam + weight decay, 2 adamw, 3 nadam, 4 nadam + weight decay; optim_rmsprop: 0 plain, 1 + weight decay), "
                     "rows,cols,src_rows (gather), B,I,H,act (fused_forward), B,H,O,loss,act (fused_output), B,I,H,O "
-                    "(fused_grad), B,I,H,O,loss,optim,act (fused_step; optim 0 sgd, 1 momentum, 2 nesterov, 3 adam, "
-                    "4 adamw, 5 rmsprop), B,R,C (outer), N,C,H,W,K,KS,act,pool (conv_fwd, tc_conv_fwd; pool 1: with their 2x2 max-pool, "
+                    "(fused_grad), B,I,H,O,loss,optim,act (fused_step; optim " + optim_code_list() +
+                    "; nadam with weight decay for loss 1, without for loss 0), B,R,C (outer), N,C,H,W,K,KS,act,pool (conv_fwd, tc_conv_fwd; pool 1: with their 2x2 max-pool, "
                     "Y and idx the pool's), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
                     "conv_bwd_weights, tc_conv_bwd_weights: act 0 none, 1 ReLU), B,I,O,act (fc_bwd_data: act 0 none, 1 ReLU), N,C,H,W "
                     "(pool_fwd), N,C,H,W,mask (pool_bwd: mask 1 with the ReLU mask from pool_fwd's Y, 0 without), B,I,H,act (tc_forward, tc_forward_bf16: act 0 none, 1 ReLU), "

@@ -61,6 +61,10 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
         // X T P M V A Z Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd | act
         {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F, U}},
+        // The hidden activation as its own pass (act.hpp; act: recipe.hpp's code). A Z | N act
+        {"act_fwd", "act", {P, P, U, U}},
+        // G dA A Z | N act   (G = dA * f'; A read for codes 0..3, Z for GELU; G may be dA)
+        {"act_bwd", "act", {P, P, P, P, U, U}},
         // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
         {"conv_fwd", "conv", {P, P, P, P, P, U, U, U, U, U, U, U}},
         // dX dY Y Wt | N C H W K KS act
@@ -69,6 +73,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"conv_bwd_weights", "conv", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
         // dX dY Y W | B I O act   (a dense layer's backward pass to its input)
         {"fc_bwd_data", "fc", {P, P, P, P, U, U, U, U}},
+        // C db A Am Bo bias | M N K a_sm a_sk b_sn b_sk relu | scale   (dense.hpp: a dense layer's three GEMMs)
+        {"dense_mm", "dense", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, F}},
         // Y idx X | P H W
         {"pool_fwd", "pool", {P, P, P, U, U, U}},
         // dX dY idx | P H W
@@ -242,7 +248,7 @@ int ScopedLaunchPriority::greatest() {
 }
 
 void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
-                        bool overlapped) const {
+                        bool overlapped, unsigned cluster) const {
     if (grid == 0) return;  // nothing to do (an empty batch or array)
     if (smem > smem_optin) {
         CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem));
@@ -251,8 +257,11 @@ void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream s
     note_in_flight(fmt::format("'{}' ({})", spec->entry, origin));
     CUresult r;
     const int priority = ScopedLaunchPriority::current();
-    if (overlapped || priority != 0) {
-        CUlaunchAttribute attrs[2]{};
+    if (cluster != 0 && grid % cluster != 0)
+        PTXLAB_THROW(Error, "internal error: kernel '{}' launched on {} blocks in clusters of {}", spec->entry, grid,
+                     cluster);
+    if (overlapped || priority != 0 || cluster != 0) {
+        CUlaunchAttribute attrs[3]{};
         unsigned n = 0;
         if (overlapped) {
             attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -261,6 +270,12 @@ void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream s
         if (priority != 0) {
             attrs[n].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
             attrs[n++].value.priority = priority;
+        }
+        if (cluster != 0) {
+            attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = cluster;
+            attrs[n].value.clusterDim.y = attrs[n].value.clusterDim.z = 1;
+            ++n;
         }
         CUlaunchConfig cfg = launch_config_1d(grid, block, smem, stream);
         cfg.attrs = attrs;
@@ -288,7 +303,7 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
     // (.reqnctapercluster), new in sm_90.
     if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
             return s->file == "fused" || s->file == "step" || s->file == "conv" || s->file == "tcwgrad" ||
-                   s->file == "tcstep";
+                   s->file == "tcstep" || s->file == "dense";
         }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "

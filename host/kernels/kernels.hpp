@@ -130,6 +130,17 @@ struct Kernel {
     template <class... A> void launch_overlapped(unsigned grid, unsigned block, CUstream stream, A... args) const {
         launch_checked(true, grid, block, 0, stream, args...);
     }
+    // A launch in thread-block clusters of `cluster` blocks (sm_90; grid a multiple of it),
+    // given by the launch attribute CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION for a kernel that
+    // fixes none (dense_mm); `overlapped` as launch_overlapped.
+    template <class... A>
+    void launch_cluster(unsigned grid, unsigned block, unsigned cluster, bool overlapped, CUstream stream,
+                        A... args) const {
+        static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
+        check_args(kinds, sizeof...(A));
+        void* params[] = {static_cast<void*>(&args)...};
+        launch_raw(grid, block, 0, stream, params, overlapped, cluster);
+    }
 
 private:
     template <class... A>
@@ -142,7 +153,7 @@ private:
     }
     void check_args(const ParamKind* kinds, size_t n) const;
     void launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
-                    bool overlapped) const;
+                    bool overlapped, unsigned cluster = 0) const;
 };
 
 // One loaded set of kernels: the hand-written PTX or the NVRTC twins, JIT-loaded by the driver.

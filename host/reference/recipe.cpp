@@ -205,6 +205,12 @@ constexpr Named<OptimKind> kOptimKindNames[] = {
     {OptimKind::NAdam, "nadam"}};
 OptimKind parse_optimizer(const std::string& name) { return parse_named(kOptimKindNames, name, "optimizer"); }
 std::string to_string(OptimKind k) { return name_of(kOptimKindNames, k); }
+std::string optim_code_list() {
+    std::string out;
+    for (unsigned c = 0; c < kOptimCodes; ++c)
+        out += fmt::format("{}{} {}", c ? ", " : "", c, to_string(static_cast<OptimKind>(c)));
+    return out;
+}
 
 
 namespace {

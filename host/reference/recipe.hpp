@@ -80,10 +80,13 @@ enum class OptimKind { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp, NAdam };
 // "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop" | "nadam"
 OptimKind parse_optimizer(const std::string& name);
 std::string to_string(OptimKind k);
-// The optimizer code the one-launch fused_step takes (its `optim` parameter, step.ptx):
-// 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop (OptimKind's order; NAdam, 6, has no
-// rule in the one-launch steps: the trainer runs its separate launches).
+// The optimizer code the one-launch steps take (the `optim` parameter of fused_step, step.ptx,
+// and tc_step, tcstep.ptx): OptimKind's order, 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw,
+// 5 rmsprop, 6 nadam (the one table: a new optimizer takes the next code, here and in the
+// kernels' optimizer_update). kOptimCodes: how many; optim_code_list(): "0 sgd, 1 momentum, ...".
 inline unsigned optim_code(OptimKind k) { return static_cast<unsigned>(k); }
+inline constexpr unsigned kOptimCodes = static_cast<unsigned>(OptimKind::NAdam) + 1;
+std::string optim_code_list();
 
 // Which state buffers an optimizer keeps: m (Momentum, Nesterov, Adam, AdamW, NAdam), v (Adam,
 // AdamW, NAdam, RmsProp).

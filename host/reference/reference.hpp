@@ -96,6 +96,12 @@ struct ActBound {
 };
 ActBound act_bounded(unsigned act, double z, double ez);
 void act_grad_bounded(unsigned act, double z, double ez, double a, double ea, double& g, double& eg);
+// act.ptx's two passes on exact float inputs (ref_act.cpp): A = f(Z) (act_bounded's bound) and
+// G = dA * f'(.) from the float A (codes 0..3; ReLU a select, exact) or Z (GELU), one rounding
+// of the product besides act_grad_bounded's bound of f'.
+Bounded ref_act_fwd(const std::vector<float>& Z, unsigned act);
+Bounded ref_act_bwd(const std::vector<float>& dA, const std::vector<float>& A, const std::vector<float>& Z,
+                    unsigned act);
 
 // The output-delta codes of the kernels' `loss` parameter, defined here once (recipe.hpp,
 // which includes this header, maps a --loss to one: loss_code).

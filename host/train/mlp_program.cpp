@@ -22,7 +22,6 @@ namespace {
 // tcstep.hpp's limits), unless --three-launches asks for the separate launches.
 std::string one_launch_entry(const TrainConfig& cfg) {
     if (!cfg.one_launch || cfg.layers.size() != 3) return {};
-    if (cfg.optim.kind == OptimKind::NAdam) return {};  // no NAdam rule in step.ptx and tcstep.ptx yet
     const unsigned B = cfg.batch, I = cfg.layers[0], H = cfg.layers[1], O = cfg.layers[2];
     if (cfg.kernels.design == Design::Fused && fused_step_preferred(B, I, O)) return "fused_step";
     // tc_step is TF32 only: tc-bf16 runs its kernels one launch each.
@@ -428,7 +427,6 @@ std::string mlp_step_kernels(const TrainConfig& cfg) {
     else if (cfg.kernels.design != Design::Fused && cfg.kernels.design != Design::Tc)
         why = fmt::format("the {} set has none (fused and tc have)", to_string(cfg.kernels));
     else if (!cfg.one_launch) why = "--three-launches";
-    else if (cfg.optim.kind == OptimKind::NAdam) why = "fused_step and tc_step have no nadam rule yet";
     else if (cfg.kernels.design == Design::Tc && bf16) why = "tc_step is TF32 only";
     else if (cfg.kernels.design == Design::Tc) why = "tc_step: " + tc_step_unfit(B, I, cfg.layers[1], O);
     else if (B > 64) why = fmt::format("fused_step takes batches up to 64 (larger ones run faster as separate launches)");

@@ -3,22 +3,21 @@
 
 #include "step_program.hpp"
 
-#include "tc.hpp"
-
+#include "act.hpp"
 #include "bn.hpp"
+#include "cnn_ops.hpp"
 #include "conv.hpp"
+#include "dense.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
-#include "tcconv.hpp"
-#include "tcwgrad.hpp"
 
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,10 +41,6 @@ CUdeviceptr at(const DeviceBuffer& b, size_t floats) { return b.ptr() + floats *
 
 void TrainConfig::validate_model_flags() const {
     const Model& m = *model;
-    if (activation != Activation::Relu)
-        PTXLAB_THROW(InputError, "--model {} trains with --activation relu only (the conv kernels' epilogue has "
-                                 "ReLU alone); got {}",
-                     m.text(), to_string(activation));
     if (m.layers.front().in != kMnistInput)
         PTXLAB_THROW(InputError, "--model {}: takes {}x{}x{} images; MNIST's are 1x28x28", m.text(),
                      m.layers.front().in.c, m.layers.front().in.h, m.layers.front().in.w);
@@ -54,18 +49,23 @@ void TrainConfig::validate_model_flags() const {
         if (l.is_bn()) {  // PyTorch refuses one value a channel in training; evaluation takes any batch
             if (std::string why = bn_unfit(batch, l.width, l.in.h * l.in.w, kActRelu, true); !why.empty())
                 PTXLAB_THROW(InputError, "--model {}: layer {} at --batch {}: {}", m.text(), l.name, batch, why);
-            continue;
+        } else {
+            for (unsigned B : {batch, kEvalBatch})
+                if (std::string why = conv_unfit(kernel_dims(l, B)); !why.empty())
+                    PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", m.text(), l.name, l.text(), why);
         }
-        for (unsigned B : {batch, kEvalBatch})
-            if (std::string why = conv_unfit(kernel_dims(l, B)); !why.empty())
-                PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", m.text(), l.name, l.text(), why);
+        if (activation != Activation::Relu && uint64_t(std::max(batch, kEvalBatch)) * l.out.size() > 0xffffffffu)
+            PTXLAB_THROW(InputError, "--model {}: layer {} ({}): act_fwd takes up to 2^32 - 1 elements a launch; "
+                                     "{} of {} are more (--activation {})",
+                         m.text(), l.name, l.text(), std::max(batch, kEvalBatch), l.out.size(), to_string(activation));
     }
 }
 
 ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
-    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "bn_fwd"};
+    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm",
+                                  "bn_fwd"};
     if (conv == ConvKernels::Tc)  // conv_fwd stays: layers of fewer than 8 channels; tc_forward: an fc under a bn
         for (const char* e : {"tc_conv_fwd", "tc_forward"}) v.push_back(e);
     return v;
@@ -76,7 +76,7 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
     v.push_back("conv_bwd_data");
     if (conv == ConvKernels::Tc)
         for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights"}) v.push_back(e);
-    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "bn_bwd", "gather"})
+    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "bn_bwd", "gather"})
         v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
@@ -112,9 +112,12 @@ CUdeviceptr CnnParams::v_ptr(const OptimConfig& o) const {
     return optim_uses_m(o.kind) ? state2.ptr() : state1.ptr();
 }
 
-CnnActs::CnnActs(const Model& m, unsigned B_) : B(B_) {
+CnnActs::CnnActs(const Model& m, unsigned B_, Activation act_) : B(B_), act(act_) {
     for (size_t i = 0; i < m.layers.size(); ++i) {
         const LayerSpec& l = m.layers[i];
+        const bool pre = act != Activation::Relu && l.activation && i + 1 < m.layers.size();
+        z.emplace_back(pre ? DeviceBuffer(size_t(B) * l.out.size() * 4, fmt::format("{} pre-activations", l.name))
+                           : DeviceBuffer());
         out.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} output", l.name));
         if (l.is_bn()) idx.emplace_back(2 * size_t(l.width) * 4, fmt::format("{} batch statistics", l.name));
         else idx.emplace_back(l.kind == LayerKind::Pool ? size_t(B) * l.out.size() * 4 : 4, fmt::format("{} argmax", l.name));
@@ -127,78 +130,12 @@ ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B) { return kernel_dims(l,
 
 namespace {
 
+using namespace cnn_detail;
+
 // The operations as kernel launches on stream s; the conv layers on the FP32 kernels or the
 // tensor cores (the same arguments). With a side stream the weight gradients run there, each
 // after the main stream's work so far (cnn_backward issues them before the deltas below), and
 // join() makes the main stream wait for them.
-// A dense layer as the conv kernels see it: a 1x1 kernel on a 1x1 image.
-bool is_dense(const ConvDims& d) { return d.H == 1 && d.W == 1 && d.KS == 1; }
-
-// Which kernel runs a conv layer's pass (KernelOps launches it, RecordingOps names it).
-// Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
-// columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
-// An fc layer under a bn (a 1x1 conv of a 1x1 image, no activation) runs on tc_forward with the
-// tensor cores (a 1x1 conv_fwd keeps one thread a block busy); FP32 sets keep conv_fwd.
-const char* conv_fwd_kernel(const ConvDims& d, bool tc) {
-    if (tc && is_dense(d) && tc_unfit(d.N, d.C, d.K).empty()) return "tc_forward";
-    return tc && d.C >= kTcConvMinChannels ? "tc_conv_fwd" : "conv_fwd";
-}
-const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
-    return tc && d.K >= kTcConvMinChannels ? "tc_conv_bwd_data" : "conv_bwd_data";
-}
-// An fc layer (a 1x1 image, 1x1 kernel) that is not one of the last two (those take one
-// fused_grad): the dense layer's weight gradient on the tensor cores, tc_grad_weights (the same
-// sums as a 1x1 conv_bwd_weights, TF32 products), where conv_bwd_weights would keep one thread a
-// block busy (a hidden 784->256 layer: milliseconds a step).
-const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
-    if (tc && is_dense(d) && tc_grad_unfit("tc_grad_weights", d.N, d.C, d.K).empty()) return "tc_grad_weights";
-    if (tc && d.C >= kTcConvMinChannels && tcwgrad_unfit(d).empty()) return "tc_conv_bwd_weights";
-    return "conv_bwd_weights";
-}
-
-// The kernels a step launches, by name, in order (train prints them).
-class RecordingOps : public CnnOps {
-public:
-    explicit RecordingOps(bool tc, size_t n_layers = 0) : layers(n_layers), tc_(tc) {}
-    std::vector<std::string> names;
-    // By layer: the kernels of its forward pass, of its deltas to its input, of its weight gradient.
-    enum Role { kForward, kDeltas, kWeights };
-    std::vector<std::array<std::string, 3>> layers;
-    void begin_layer(size_t l) override { cur_ = l; }
-    void conv_fwd(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
-                  CUdeviceptr idx) override {
-        record(kForward, std::string(conv_fwd_kernel(d, tc_)) + (idx ? "+pool" : ""));
-    }
-    bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
-    void conv_bwd_data(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, conv_bwd_data_kernel(d, tc_));
-    }
-    void conv_bwd_weights(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
-                          float) override {
-        record(kWeights, conv_bwd_weights_kernel(d, tc_));
-    }
-    void pool_fwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr) override { record(kForward, "pool_fwd"); }
-    void pool_bwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr) override {
-        record(kDeltas, "pool_bwd");
-    }
-    void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
-    void fused_forward(const FusedArgs&) override { record(kForward, "fused_forward"); }
-    void fused_grad(const FusedArgs&) override { record(kWeights, "fused_grad"); }
-    void fc_bwd_data(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, "fc_bwd_data");
-    }
-    void bn_fwd(const BnArgs&) override { record(kForward, "bn_fwd"); }
-    void bn_bwd(const BnArgs&) override { record(kDeltas, "bn_bwd"); }
-
-private:
-    void record(Role r, const std::string& name) {
-        names.push_back(name);
-        if (cur_ < layers.size()) layers[cur_][r] += (layers[cur_][r].empty() ? "" : ", ") + name;
-    }
-    bool tc_;
-    size_t cur_ = 0;
-};
-
 class KernelOps : public CnnOps {
 public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr)
@@ -231,7 +168,9 @@ public:
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
         const std::string k = conv_bwd_weights_kernel(d, tc_);
-        if (k == "tc_grad_weights")
+        if (k == "dense_mm")
+            launch_dense_mm(ks_.get(k), dense_bwd_weights_args(d.N, d.C, d.K, dW, db, X, dY, Y, act, scale), s);
+        else if (k == "tc_grad_weights")
             launch_tc_grad_weights(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
         else if (k == "tc_conv_bwd_weights")
             launch_tc_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
@@ -245,17 +184,27 @@ public:
         launch_pool_bwd(ks_.get("pool_bwd"), P, H, W, dX, dY, idx, Yp, s_);
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
-    void fused_forward(const FusedArgs& a) override { launch_fused_forward(ks_, a, s_); }
+    void fused_forward(const FusedArgs& a) override {
+        if (std::string(fc_forward_kernel(a)) == "fused_forward") return launch_fused_forward(ks_, a, s_);
+        launch_dense_mm(ks_.get("dense_mm"), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
+    }
     void fused_grad(const FusedArgs& a) override {
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
-        launch_fused_grad(ks_, a, s);
+        if (dense_replaces_fused_grad(a.I, a.H, a.O)) launch_dense_grads(ks_.get("dense_mm"), a, s);
+        else launch_fused_grad(ks_, a, s);
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        // (tc_grad_input at fc1's shape, 64 x 3136 from 128: 10.5 us on the H100 against
-        // fc_bwd_data's 9.3, so the tc set keeps fc_bwd_data.)
-        launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
+        if (std::string(fc_bwd_data_kernel(I, O)) == "fc_bwd_data")
+            return launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
+        launch_dense_mm(ks_.get("dense_mm"), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
+    }
+    void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        launch_act_fwd(ks_.get("act_fwd"), n, A, Z, code, s_);
+    }
+    void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        launch_act_bwd(ks_.get("act_bwd"), n, G, dA, A, Z, code, s_);
     }
     void bn_fwd(const BnArgs& a) override {
         launch_bn_fwd(ks_.get("bn_fwd"), a.B, a.C, a.HW, a.Y, a.stats, a.running, a.X, a.gamma, a.beta, a.act, a.train,
@@ -293,8 +242,10 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
     b.params = p.params.ptr();
     b.grads = p.grads.ptr();
     b.D2 = a.D2.ptr();
+    b.act = a.act;
     b.running = p.running.bytes() ? p.running.ptr() : 0;
     for (const DeviceBuffer& d : a.delta) b.delta.push_back(d.ptr());
+    for (const DeviceBuffer& z : a.z) b.z.push_back(z.bytes() ? z.ptr() : 0);
     for (size_t l = 0; l < a.out.size(); ++l) {
         b.out.push_back(a.out[l].ptr());
         b.idx.push_back(a.idx[l].ptr());
@@ -303,66 +254,6 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
 }
 
 }  // namespace
-
-namespace {
-
-// One step of `m` recorded (RecordingOps), with addresses that are never read but not 0 (0
-// means "none": a conv without its pool).
-RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B) {
-    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size());
-    CnnBuffers b;
-    b.B = B;
-    // Addresses that are never read, but not 0 (0 means "none": a conv without its pool).
-    for (size_t l = 0; l < m.layers.size(); ++l) {
-        b.out.push_back(CUdeviceptr(0x1000 * (3 * l + 1)));
-        b.idx.push_back(CUdeviceptr(0x1000 * (3 * l + 2)));
-        if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
-    }
-    b.running = 0x400;
-    cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
-    cnn_backward(ops, m, b, 0x100, 1.0f);
-    return ops;
-}
-
-}  // namespace
-
-std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B) {
-    const RecordingOps ops = record_step(m, conv, B);
-    std::string out = fmt::format("  {:<7} {:<28} {:<20} {}\n", "layer", "forward", "deltas to its input",
-                                  "weight gradient");
-    const size_t L = m.layers.size();
-    for (size_t l = 0; l < L; ++l) {
-        const auto& k = ops.layers[l];
-        std::string fwd = k[RecordingOps::kForward];
-        if (fwd.empty() && l > 0) fwd = fmt::format("in {}'s epilogue", m.layers[l - 1].name);
-        std::string wgt = k[RecordingOps::kWeights];
-        if (wgt.empty() && l + 2 == L && m.layers[l].kind == LayerKind::Fc && !ops.layers[l + 1][2].empty())
-            wgt = fmt::format("{} (with {})", ops.layers[l + 1][2], m.layers[l + 1].name);
-        if (wgt.empty() && m.layers[l].is_bn()) wgt = "in bn_bwd";
-        std::string back = k[RecordingOps::kDeltas];
-        if (l + 1 == L) {
-            fwd += " (logits, loss)";
-            back = "in fused_output";
-        }
-        out += fmt::format("  {:<7} {:<28} {:<20} {}\n", m.layers[l].name, fwd, back.empty() ? "-" : back,
-                           wgt.empty() ? "-" : wgt);
-    }
-    return out;
-}
-
-std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B) {
-    const RecordingOps ops = record_step(m, conv, B);
-    // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
-    std::vector<std::pair<std::string, unsigned>> seen;
-    for (const auto& n : ops.names) {
-        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == n; });
-        if (it == seen.end()) seen.push_back({n, 1});
-        else ++it->second;
-    }
-    std::string out;
-    for (const auto& [n, k] : seen) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", n, k > 1 ? fmt::format(" x{}", k) : "");
-    return out;
-}
 
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s, ConvKernels conv, bool train) {
@@ -391,10 +282,10 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
                      static_cast<unsigned>(p.count), s);
 }
 
-CnnEvaluator::CnnEvaluator(const Model& m, const Split& test)
-    : test_(test), a_(m, kEvalBatch), X_(test.images.size() * 4, "test images"),
+CnnEvaluator::CnnEvaluator(const Model& m, const Split& test, Activation act)
+    : test_(test), a_(m, kEvalBatch, act), X_(test.images.size() * 4, "test images"),
       T_(test.count * kClasses * 4, "test targets"), Y_(test.count * kClasses * 4, "test logits") {
-    if (const unsigned tail = unsigned(test.count % kEvalBatch)) tail_.emplace(m, tail);
+    if (const unsigned tail = unsigned(test.count % kEvalBatch)) tail_.emplace(m, tail, act);
     X_.upload(test.images);
     T_.upload(one_hot(test.labels));
 }
@@ -425,8 +316,8 @@ EvalResult CnnEvaluator::run(const KernelSet& ks, const Model& m, const CnnParam
 }
 
 EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
-                        ConvKernels conv) {
-    CnnEvaluator ev(m, test);
+                        ConvKernels conv, Activation act) {
+    CnnEvaluator ev(m, test, act);
     Stream stream;
     return ev.run(ks, m, p, loss, conv, stream.get());
 }
@@ -442,7 +333,8 @@ class ModelProgram : public StepProgram {
 public:
     ModelProgram(const TrainConfig& cfg, const Split& test)
         : cfg_(cfg), m_(*cfg.model), conv_(conv_kernels_of(cfg.kernels)),
-          p_(m_, init_model_params(m_, cfg.init, cfg.seed), cfg.optim), a_(m_, cfg.batch), eval_(m_, test) {
+          p_(m_, init_model_params(m_, cfg.init, cfg.seed), cfg.optim), a_(m_, cfg.batch, cfg.activation),
+          eval_(m_, test, cfg.activation) {
         // Every buffer a launch writes, by its address: the layers' outputs, argmaxes and deltas,
         // the output deltas, and each tensor's parameters and gradient (views of the flat buffers).
         for (size_t l = 0; l < m_.layers.size(); ++l) {
@@ -451,6 +343,7 @@ public:
             if (ly.kind == LayerKind::Pool) name(a_.idx[l], ly.out.size());
             if (ly.is_bn()) name(a_.idx[l], ly.width);
             if (l < a_.delta.size()) name(a_.delta[l], ly.out.size());
+            if (a_.z[l].bytes()) name(a_.z[l], ly.out.size());
             if (ly.kind == LayerKind::Pool) continue;
             for (bool bias : {false, true}) {
                 const size_t off = (bias ? ly.bias_offset : ly.weight_offset) * 4;
@@ -553,14 +446,20 @@ public:
         out_.back().y_offset = io_.y_offset + 1;  // Y first, then D2 and D1
     }
     void fused_forward(const FusedArgs& a) override {
-        add("fused_forward", {a.A1}, [=](KernelOps& k) { k.fused_forward(a); });
+        add(fc_forward_kernel(a), {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
     }
     void fused_grad(const FusedArgs& a) override {
-        add("fused_grad", {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
+        add(fused_grad_kernel(a), {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        add("fc_bwd_data", {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+        add(fc_bwd_data_kernel(I, O), {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+    }
+    void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        add("act_fwd", {A}, [=](KernelOps& k) { k.act_fwd(n, A, Z, code); });
+    }
+    void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        add("act_bwd", {G}, [=](KernelOps& k) { k.act_bwd(n, G, dA, A, Z, code); });
     }
     void bn_fwd(const BnArgs& a) override {
         add("bn_fwd", {a.Y, a.stats, a.running}, [=](KernelOps& k) { k.bn_fwd(a); });

@@ -29,11 +29,26 @@
 //   bn        a conv or fc under a bn runs without its activation (conv_fwd act 0: its output is
 //             written, no pool in its epilogue); bn_fwd (ptx/bn.ptx) normalizes it with the
 //             batch's statistics (kept in the layer's idx buffer, [2][C]: mean, rstd) and moves
-//             the running ones (CnnParams::running), then applies the ReLU; in evaluation with the
-//             running statistics. Backward: bn_bwd from the bn's output deltas and its ReLU'd
-//             output (the mask) writes dgamma, dbeta and the deltas of the layer below, whose
-//             passes then run with act 0.
-// Hidden activation: ReLU only (the conv kernels' epilogue has none other).
+//             the running ones (CnnParams::running), then applies ReLU or leaky-ReLU (bn's own
+//             codes); for tanh, sigmoid and GELU it runs with kBnActNone, writing Z (as below),
+//             and act_fwd applies the activation. In evaluation on the running statistics.
+//             Backward: bn_bwd from the bn's output deltas and its output (the mask) writes
+//             dgamma, dbeta and the deltas of the layer below, whose passes then run with act
+//             0; act_bwd first where act.ptx applied the activation; kBnActNone under the last
+//             fc, whose fused_output applied the derivative.
+// Hidden activation other than ReLU (--activation: recipe.hpp's act_code, the codes fused_forward,
+// fused_output and ptx/act.ptx take): the conv kernels' epilogues and the dense and conv backward
+// passes know ReLU alone, so there they run with act 0 (none) and act.ptx applies the activation:
+//   forward   fc -> fused_forward with the code (A, and for GELU Z); conv -> conv_fwd (act 0) writes
+//             Z, then act_fwd A = f(Z); no pool in the conv's epilogue (conv -> act -> pool,
+//             PyTorch's Conv2d, act, MaxPool2d order; the pool's max is not f's for GELU);
+//             Z lives in z[l], or for the layer under the last fc in delta[L-2], where
+//             fused_output reads GELU's Z and applies the derivative with its code.
+//   backward  every activated layer below that one: act_bwd turns delta[l] (dL/dA) into dL/dZ in
+//             place (from A, or Z for GELU), then its kernels run with act 0; a pool under the last
+//             fc: fused_output's D1 has a ReLU mask, so fc_bwd_data (act 0) makes delta[L-2] from
+//             D2 again; pool_bwd takes no Yp (the mask trick is ReLU's).
+//   ReLU runs keep the fused epilogues above, bit for bit as before.
 // The training set is shuffled on the GPU once per epoch (gather, the MLP trainer's SplitMix64
 // order: the same batches as `train --layers`); chunks of steps are captured as CUDA graphs once
 // and replayed every epoch (the pointers of step k are the same in every epoch).
@@ -67,7 +82,7 @@ inline constexpr unsigned kCnnDefaultEpochs = 4;
 enum class ConvKernels { Fp32, Tc };
 ConvKernels conv_kernels_of(const KernelChoice& k);  // Tc for Design::Tc, else Fp32
 
-// The kernel entries a CNN training run needs.
+// The kernel entries a CNN training run needs (act.ptx's included: any activation).
 std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels conv = ConvKernels::Fp32);
 // The kernels a CNN's forward pass launches (evaluate_cnn, `ptxlab eval`): conv layers, pools,
 // hidden fc layers (fused_forward) and the last layer (fused_output).
@@ -101,6 +116,7 @@ struct CnnSideStream {
 // each hidden layer's output deltas and the output deltas; and the side stream of a step.
 struct CnnActs {
     unsigned B = 0;
+    Activation act = Activation::Relu;  // the hidden activation (other than ReLU: the z buffers)
     // out[l]: layer l's output ([B][...]; the last: unused, Y is given); idx[l]: a pool's argmax,
     // a bn's batch mean and rstd ([2][C], for its backward pass).
     std::vector<DeviceBuffer> out, idx;
@@ -108,21 +124,26 @@ struct CnnActs {
     // weight gradient still running on the side stream reads.
     std::vector<DeviceBuffer> delta;
     DeviceBuffer D2;
+    // z[l]: a conv or hidden fc layer's pre-activations Z where act.ptx applies the activation
+    // (an activation other than ReLU; else empty buffers).
+    std::vector<DeviceBuffer> z;
     mutable CnnSideStream side;  // ordering only: launches on it change no buffer of this struct
-    CnnActs(const Model& m, unsigned B);
+    CnnActs(const Model& m, unsigned B, Activation act = Activation::Relu);
 };
 
 // ---- The step's data flow, apart from what runs it ----
 // The buffers of a step by address: the flat parameters and gradient, each layer's output and
 // pool argmax (out[l], idx[l]; B rows), the deltas of each layer's output but the last
-// (delta[l], L-1 of them) and the output deltas D2 [B][10].
+// (delta[l], L-1 of them) and the output deltas D2 [B][10]; with an activation other than ReLU,
+// each layer's pre-activation buffer z[l] (0 where none) and the activation.
 // running: the bn layers' running statistics; train: a training pass (bn on the batch's
 // statistics, the running ones updated), else evaluation (bn on the running ones).
 struct CnnBuffers {
     unsigned B = 0;
     CUdeviceptr params = 0, grads = 0, D2 = 0, running = 0;
     bool train = true;
-    std::vector<CUdeviceptr> out, idx, delta;
+    std::vector<CUdeviceptr> out, idx, delta, z;
+    Activation act = Activation::Relu;
 };
 // A bn layer's launches (bn.hpp launch_bn_fwd / launch_bn_bwd): bn_fwd reads X, gamma, beta
 // (and running in evaluation) and writes Y, stats and running (training); bn_bwd reads dY, Y, X,
@@ -169,6 +190,10 @@ struct CnnOps {
     // Batch normalization of X [B][C][HW] and the activation (bn.hpp: act 0 ReLU, 5 none).
     virtual void bn_fwd(const BnArgs& a) = 0;
     virtual void bn_bwd(const BnArgs& a) = 0;
+    // The hidden activation as its own pass over n floats (ptx/act.ptx; code: recipe.hpp's
+    // act_code): A = f(Z); G = dA * f'(.) from A (codes 0..3) or Z (GELU), G may be dA.
+    virtual void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) = 0;
+    virtual void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) = 0;
 };
 // A conv or fc layer as the conv kernels see it: an fc layer is {B, in = C*H*W, 1, 1, out, 1}.
 ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B);
@@ -188,10 +213,10 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
 // The kernels one training step of `m` launches at batch B, each named once in the order of its
 // first launch with its count ("fused_forward x2, fused_output, fused_grad, ..."), and then the
 // optimizer's (what `train` prints).
-std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B);
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu);
 // The same by layer, one line each: the kernels of its forward pass, of its deltas to its input
 // and of its weight gradient (a table, what `train` prints under its first line).
-std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B);
+std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu);
 
 // train false: evaluation (bn layers on their running statistics, which stay as they are).
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
@@ -206,7 +231,7 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
 // once, the per-batch buffers kept, for the evaluations of a run.
 class CnnEvaluator {
 public:
-    CnnEvaluator(const Model& m, const Split& test);
+    CnnEvaluator(const Model& m, const Split& test, Activation act = Activation::Relu);
     EvalResult run(const KernelSet& ks, const Model& m, const CnnParams& p, Loss loss, ConvKernels conv, CUstream s);
 
 private:
@@ -219,6 +244,6 @@ private:
 // Test accuracy and mean loss of the flat parameters on a split of any size (batches of 500 on
 // the GPU, and one smaller batch for the rest).
 EvalResult evaluate_cnn(const KernelSet& ks, const Model& m, const CnnParams& p, const Split& test, Loss loss,
-                        ConvKernels conv = ConvKernels::Fp32);
+                        ConvKernels conv = ConvKernels::Fp32, Activation act = Activation::Relu);
 
 }  // namespace ptxlab

@@ -68,14 +68,14 @@ void TrainConfig::validate_flags() const {
     for (auto w : layers)
         if (w == 0) PTXLAB_THROW(InputError, "layer widths must be at least 1 (--layers {})", layers_text(layers));
     if (uses_fused_forward(kernels.design) && layers.size() != 3)
-        PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks (I,H,O); for --layers {} use --kernels tc (the "
-                                 "model trainer's dense kernels, the default) or ptx (the notebook's)",
+        PTXLAB_THROW(InputError, "--kernels {} runs 2-layer networks (I,H,O); for --layers {} use --kernels tc or fused "
+                                 "(the model trainer's dense kernels; tc the default) or ptx (the notebook's)",
                      to_string(kernels), layers_text(layers));
     if (kernels.design == Design::Tc) {
         if (activation != Activation::Relu)
             PTXLAB_THROW(InputError,
                          "--kernels {} runs ReLU hidden layers (tc_forward's epilogue); for --activation {} use "
-                         "--kernels fused",
+                         "--kernels fused (or tc, which runs it on the model trainer's kernels)",
                          to_string(kernels), to_string(activation));
         for (const std::string& why : {tc_unfit(batch, layers[0], layers[1]),
                                        tc_grad_unfit("tc_grad_weights", batch, layers[0], layers[1])})

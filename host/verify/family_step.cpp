@@ -1,8 +1,8 @@
 // ptx/step.ptx: fused_step, a whole training step of the 2-layer MLP in one launch (forward,
 // loss, backward and the optimizer, a grid barrier between the phases). Shape:
 // B,I,H,O,loss,optim,act: the loss code, then the optimizer code (recipe.hpp optim_code: 0 sgd,
-// 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop), then the activation code. Its harness
-// serves tc_step too (family_tcstep.cpp).
+// 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop, 6 nadam), then the activation code. Its
+// harness serves tc_step too (family_tcstep.cpp).
 #include "fused.hpp"
 #include "recipe.hpp"
 #include "ref_optim.hpp"
@@ -16,8 +16,9 @@ namespace ptxlab::verify_detail {
 namespace {
 
 // The optimizer's constants, random in their ranges, with weight decay for momentum, adam,
-// adamw and rmsprop (sgd and nesterov run without).
-OptimConfig random_optim(OptimKind kind, Rng& rng) {
+// adamw and rmsprop (sgd and nesterov run without), and for nadam with loss code 1 (without
+// for loss 0: the default cases, which run every optimizer with both losses, take it both ways).
+OptimConfig random_optim(OptimKind kind, unsigned loss, Rng& rng) {
     OptimConfig o;
     o.kind = kind;
     o.momentum = rng.uniform(0.5f, 0.99f);
@@ -25,7 +26,8 @@ OptimConfig random_optim(OptimKind kind, Rng& rng) {
     o.beta2 = rng.uniform(0.9f, 0.9999f);
     o.eps = rng.uniform(1e-8f, 1e-6f);
     o.alpha = rng.uniform(0.9f, 0.999f);
-    const bool wd_on = o.kind != OptimKind::Sgd && o.kind != OptimKind::Nesterov;
+    const bool wd_on = o.kind != OptimKind::Sgd && o.kind != OptimKind::Nesterov &&
+                       (o.kind != OptimKind::NAdam || loss == kLossSoftmax);
     o.weight_decay = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
     return o;
 }
@@ -56,8 +58,7 @@ std::vector<Tensor::Part> state_parts(std::vector<Tensor::Part> parts, const cha
 // fused_step: a random network, batch, optimizer state and step record; the parameters and
 // the state each in one flat array (W1, b1, W2, b2: the layout the kernel takes). Yp
 // (scratch) starts as poison, the grid barrier's 64-bit count as 0 (as train sets it). The
-// optimizer's constants are random in their ranges, with weight decay for momentum, adam,
-// adamw and rmsprop (sgd and nesterov run without).
+// optimizer's constants are random in their ranges (random_optim: which run with weight decay).
 // tc_step (tcstep.hpp) takes the same harness with ReLU, TF32 bounds for its two products,
 // and neither Yp, sync nor Z.
 Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc) {
@@ -65,7 +66,7 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc) {
     const unsigned act = tc ? kActRelu : c.shape[6];
     if (!tc && !fused_step_fits(I, O))
         PTXLAB_THROW(InputError, "fused_step takes I <= 800 and O <= 32, got I = {}, O = {}", I, O);
-    const OptimConfig o = random_optim(static_cast<OptimKind>(c.shape[5]), rng);
+    const OptimConfig o = random_optim(static_cast<OptimKind>(c.shape[5]), loss, rng);
     const StepHyper hy = step_hyper(o, rng.uniform(0.01f, 0.5f), 1 + rng.below(1000));
     const float scale = grad_scale(loss == kLossSoftmax ? Loss::Ce : Loss::Mse, B, O);
     NetParams net = random_net(rng, {I, H, O});
@@ -143,14 +144,12 @@ namespace {
 // resident clusters, so clusters loop); I = 13 and 257 (single-float copies, ranks with few or no
 // columns), I = 800 (the widest it takes), O = 32 (the most), 1 x 1 x 1 x 1. The first three
 // shapes with every loss and optimizer code (ReLU), and every other activation with CE and
-// Nesterov; the others with one pair and one activation each, in turn, so that every pair runs
-// on some shape.
+// Nesterov; the others with one (loss, optimizer) pair and one activation each, in turn.
 std::vector<VerifyCase> step_default_cases() {
     std::vector<VerifyCase> v;
     const std::vector<std::vector<unsigned>> step_shapes = {
         {64, 784, 128, 10}, {65, 13, 5, 3},     {1, 1, 1, 1},      {1, 784, 128, 10}, {63, 784, 128, 10},
         {1000, 784, 128, 10}, {64, 784, 300, 10}, {64, 100, 2000, 10}, {9, 257, 33, 17}, {64, 800, 16, 32}};
-    const unsigned optim_codes = optim_code(OptimKind::RmsProp) + 1;
     for (size_t i = 0; i < step_shapes.size(); ++i) {
         auto with = [&](unsigned loss, unsigned optim, unsigned act) {
             std::vector<unsigned> s = step_shapes[i];
@@ -161,19 +160,20 @@ std::vector<VerifyCase> step_default_cases() {
         };
         if (i < 3) {
             for (unsigned loss : {kLossDiff, kLossSoftmax})
-                for (unsigned o = 0; o < optim_codes; ++o) with(loss, o, kActRelu);
+                for (unsigned o = 0; o < kOptimCodes; ++o) with(loss, o, kActRelu);
             for (unsigned act = kActRelu + 1; act <= kActGelu; ++act)
                 with(kLossSoftmax, optim_code(OptimKind::Nesterov), act);
         } else {
-            const unsigned pair = unsigned(i - 3) * 5;  // walks the 12 pairs
-            with(pair % 2, (pair / 2) % optim_codes, unsigned(i) % (kActGelu + 1));
+            const unsigned pair = unsigned(i - 3) * 5;  // walks the pairs
+            with(pair % 2, (pair / 2) % kOptimCodes, unsigned(i) % (kActGelu + 1));
         }
     }
     return v;
 }
 
 std::vector<VerifyCase> step_quick_cases() {
-    return {{"fused_step", {63, 784, 128, 10, 1, 2, 0}}, {"fused_step", {65, 13, 5, 3, 0, 4, 4}}};
+    return {{"fused_step", {63, 784, 128, 10, 1, 2, 0}}, {"fused_step", {65, 13, 5, 3, 0, 4, 4}},
+            {"fused_step", {64, 784, 128, 10, 1, 6, 0}}};
 }
 
 }  // namespace

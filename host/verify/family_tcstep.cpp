@@ -1,5 +1,6 @@
 // ptx/tcstep.ptx: tc_step, whole MLP training steps in one 16-block cluster on the tensor cores
-// (TF32 mma.sync; tcstep.hpp). Shape: B,I,H,O,loss,optim (fused_step's codes; ReLU only, no act).
+// (TF32 mma.sync; tcstep.hpp). Shape: B,I,H,O,loss,optim (fused_step's codes, recipe.hpp
+// optim_code; ReLU only, no act).
 // Its harness is fused_step's (family_step.cpp) with TF32 bounds for its two products.
 #include "recipe.hpp"
 #include "registry.hpp"
@@ -18,12 +19,14 @@ void validate_tc_step(const VerifyCase& c) {
 // The MNIST sizes with CE and Nesterov (the default recipe), Adam, and MSE with plain SGD; a
 // batch of 1; odd sizes (I = 300: 24 columns a block, 13 blocks with columns; H = 72: 9 blocks
 // with units; O = 7) with RMSprop; 5 x 13 x 9 x 3 (two blocks with columns, single-float copies,
-// a part-empty unit block) with AdamW; the limits (I = 896, O = 16) with momentum.
+// a part-empty unit block) with AdamW; the limits (I = 896, O = 16) with momentum; NAdam on the
+// MNIST sizes with CE (with weight decay) and on 5 x 13 x 9 x 3 with MSE (without: random_optim).
 std::vector<VerifyCase> tcstep_default_cases() {
     std::vector<VerifyCase> v;
     for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
              {64, 784, 128, 10, 1, 2}, {64, 784, 128, 10, 1, 3}, {64, 784, 128, 10, 0, 0}, {1, 784, 128, 10, 1, 2},
-             {37, 300, 72, 7, 1, 5}, {5, 13, 9, 3, 0, 4}, {64, 896, 128, 16, 1, 1}, {1, 1, 1, 1, 1, 2}})
+             {37, 300, 72, 7, 1, 5}, {5, 13, 9, 3, 0, 4}, {64, 896, 128, 16, 1, 1}, {1, 1, 1, 1, 1, 2},
+             {64, 784, 128, 10, 1, 6}, {5, 13, 9, 3, 0, 6}})
         v.push_back({"tc_step", s});
     return v;
 }

@@ -14,7 +14,8 @@ using namespace verify_detail;
 const std::vector<const KernelFamily*>& kernel_families() {
     static const std::vector<const KernelFamily*> families = {
         &mlp_family(),   &mean_family(), &optim_family(), &gather_family(), &fused_family(),
-        &step_family(),  &outer_family(), &conv_family(), &tc_family(),     &tcstep_family(), &bn_family()};
+        &step_family(),  &outer_family(), &conv_family(), &tc_family(),     &tcstep_family(),
+        &dense_family(), &act_family(),   &bn_family()};
     return families;
 }
 
@@ -116,7 +117,8 @@ std::vector<VerifyCase> quick_cases() {
     const std::vector<const KernelFamily*> order = {&mlp_family(),  &mean_family(),   &gather_family(),
                                                     &fused_family(), &outer_family(),  &step_family(),
                                                     &tcstep_family(), &optim_family(), &conv_family(),
-                                                    &tc_family(),     &bn_family()};
+                                                    &tc_family(),    &dense_family(), &act_family(),
+                                                    &bn_family()};
     std::vector<VerifyCase> out;
     for (const KernelFamily* f : order)
         for (auto& c : f->quick_cases()) out.push_back(std::move(c));
@@ -135,10 +137,9 @@ static void check_field(const VerifyCase& c, const std::string& name, unsigned x
             PTXLAB_THROW(InputError, "kernel '{}': the loss code must be {} (y - t) or {} (softmax(y) - t), got {}",
                          c.entry, kLossDiff, kLossSoftmax, x);
     } else if (name == "optim") {
-        if (x > optim_code(OptimKind::RmsProp))
-            PTXLAB_THROW(InputError, "kernel '{}': the optimizer code must be 0 (sgd), 1 (momentum), 2 (nesterov), "
-                                     "3 (adam), 4 (adamw) or 5 (rmsprop), got {}",
-                         c.entry, x);
+        if (x >= kOptimCodes)
+            PTXLAB_THROW(InputError, "kernel '{}': the optimizer code must be one of {}, got {}", c.entry,
+                         optim_code_list(), x);
     } else if (name == "act") {
         if (x > kActGelu)
             PTXLAB_THROW(InputError,

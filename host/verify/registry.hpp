@@ -76,6 +76,8 @@ const KernelFamily& conv_family();
 const KernelFamily& tc_family();
 const KernelFamily& tcstep_family();
 const KernelFamily& bn_family();
+const KernelFamily& dense_family();
+const KernelFamily& act_family();
 
 // The checks of a shape given by its field names (the MLP-style kernels): the count, sizes
 // >= 1, and the codes named loss, optim, act and variant within their ranges.

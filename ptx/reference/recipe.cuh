@@ -1,7 +1,8 @@
 // Shared by the CUDA C twins of forward.ptx, grad.ptx, fused.ptx, step.ptx and tcstep.ptx,
 // which include it (NVRTC gets each twin's directory as an include path): the hidden
 // activation (gauss_pdf, gauss_cdf, activate, activate_grad), the softmax cross-entropy delta
-// (softmax_delta) and one parameter's optimizer step (optimizer_update).
+// (softmax_delta), which state an optimizer keeps (optim_keeps_m, optim_keeps_v) and one
+// parameter's optimizer step (optimizer_update).
 // PTX has no #include, so each .ptx file spells its functions out; this file is their one twin.
 #pragma once
 
@@ -89,9 +90,16 @@ __device__ inline void softmax_delta(float* d, const float* y, const float* t, u
     for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
 }
 
+// Which state buffers optimizer `kind` keeps, as step.ptx's and tcstep.ptx's useM and useV (and
+// recipe.hpp optim_uses_m, optim_uses_v): m for 1 momentum, 2 nesterov, 3 adam, 4 adamw, 6 nadam;
+// v for 3 adam, 4 adamw, 5 rmsprop, 6 nadam.
+__device__ __forceinline__ bool optim_keeps_m(unsigned kind) { return (kind >= 1 && kind <= 4) || kind == 6; }
+__device__ __forceinline__ bool optim_keeps_v(unsigned kind) { return kind >= 3; }
+
 // One parameter's optimizer step, PyTorch's rules, the instruction sequence of optim.cu
 // (and of step.ptx's and tcstep.ptx's optimizer_update). kind: recipe.hpp's optim_code (0 sgd, 1 momentum,
-// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop); h: this step's {lr, step_size, bc2_sqrt, decay}.
+// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop, 6 nadam); h: this step's {lr, step_size, bc2_sqrt, decay}
+// (NAdam: h.x and h.y its coefficients of g and m, optim_adam's rule 2).
 __device__ __forceinline__ void optimizer_update(float& p, float& m, float& v, float g, unsigned kind, float4 h,
                                                  float mu, float beta1, float beta2, float eps, float alpha,
                                                  float wd)
@@ -104,10 +112,11 @@ __device__ __forceinline__ void optimizer_update(float& p, float& m, float& v, f
             g = kind == 2 ? __fmaf_rn(mu, m, g) : m;
         }
         p = __fmaf_rn(-h.x, g, p);
-    } else if (kind <= 4) {
+    } else if (kind != 5) {  // adam, adamw, nadam
         m = __fmaf_rn(__fsub_rn(1.0f, beta1), __fsub_rn(g, m), m);
         v = __fmaf_rn(__fsub_rn(1.0f, beta2), __fmul_rn(g, g), __fmul_rn(v, beta2));
         const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), h.z), eps);
+        if (kind == 6) p = __fmaf_rn(-h.x, __fdiv_rn(g, denom), p);  // nadam: the gradient's term first
         p = __fmaf_rn(-h.y, __fdiv_rn(m, denom), p);
     } else {
         v = __fmaf_rn(__fsub_rn(1.0f, alpha), __fmul_rn(g, g), __fmul_rn(v, alpha));

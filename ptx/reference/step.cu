@@ -84,8 +84,8 @@ fused_step(const float* X, const float* T, float* P, float* M, float* V, float* 
     float* const W2 = b1 + H;
     float* const b2 = W2 + (size_t)O * H;
     const size_t b2i = b2 - P;  // b2's index in P, M, V
-    if (!(optim >= 1 && optim <= 4)) M = nullptr;
-    if (optim < 3) V = nullptr;
+    if (!optim_keeps_m(optim)) M = nullptr;
+    if (!optim_keeps_v(optim)) V = nullptr;
     if (tid < O) {
         b2s[tid] = b2[tid];
         m2s[tid] = M ? M[b2i + tid] : 0.0f;

@@ -173,10 +173,10 @@ tc_step(const float* X, const float* T, float* P, float* M, float* V, float* A, 
     const unsigned nr = (I + kc - 1) / kc, nh = (H + 7) / 8, u0 = 8 * r;
     const bool owns_columns = r < nr;
     // The tensors inside P, their state at the same indices in M and V; the state the optimizer
-    // keeps (m for codes 1-4, v for 3-5, as the PTX's useM and useV; null: none).
+    // keeps (recipe.cuh optim_keeps_m, optim_keeps_v: the PTX's useM and useV; null: none).
     const size_t b1i = (size_t)H * I, w2i = b1i + H, b2i = w2i + (size_t)O * H;
-    if (!(optim >= 1 && optim <= 4)) M = nullptr;
-    if (optim < 3) V = nullptr;
+    if (!optim_keeps_m(optim)) M = nullptr;
+    if (!optim_keeps_v(optim)) V = nullptr;
 
     // A parameter's shared copy p and its state m, v: loaded from index i of P, M, V (+0 where
     // !ok or no state), stored back, and stepped by the optimizer with the gradient sum * scale.

@@ -165,9 +165,13 @@ expect "flags: --model unknown layer"     2 "layer 2 'poo' is not a layer"      
 expect "flags: --model conv after fc"     2 "layer 2 'conv8' comes after an fc layer"        $nogpu "$P" train --model fc64,conv8,fc10
 expect "flags: --model odd pool"          2 "layer 3 'pool' gets 1x7x7"                      $nogpu "$P" train --model pool,pool,pool,fc10
 expect "flags: --model trailing comma"    2 "layer 3 is empty"                               $nogpu "$P" train --model fc64,fc10,
-expect "flags: --model cnn, not relu"     2 "trains with --activation relu only"             $nogpu "$P" train --model cnn --activation tanh
+# Every activation passes the flag checks (act.ptx runs the others): the data directory is what stops it.
+expect "flags: --model cnn --activation tanh" 2 "data directory '/nonexistent' does not exist" $nogpu "$P" train --model cnn --activation tanh --data /nonexistent
+expect "flags: 2 layers, tc, gelu"         2 "data directory '/nonexistent' does not exist"   $nogpu "$P" train --layers 784,64,10 --kernels tc --activation gelu --data /nonexistent
+expect "flags: --model fc, fused, sigmoid" 2 "data directory '/nonexistent' does not exist"  $nogpu "$P" train --model fc64,fc32,fc10 --kernels fused --activation sigmoid --data /nonexistent
+expect "flags: --layers 3 layers gelu"    2 "data directory '/nonexistent' does not exist"   $nogpu "$P" train --layers 784,64,32,10 --activation gelu --data /nonexistent
 expect "flags: --model cnn --three-launches" 2 "is a flag of the one-launch steps of 2 fc layers" $nogpu "$P" train --model cnn --three-launches
-expect "flags: --model cnn --kernels"     2 "the model trainer runs on the conv, pool and dense kernels"      $nogpu "$P" train --model cnn --kernels fused
+expect "flags: --model cnn --kernels"     2 "the model trainer runs on the conv, pool and dense kernels"      $nogpu "$P" train --model cnn --kernels fast
 expect "flags: --model with --layers"     2 "--model and --layers both set the network"      $nogpu "$P" train --model fc64,fc10 --layers 784,64,10
 expect "flags: train --optimizer"       2 "unknown optimizer 'lbfgs'"                       $nogpu "$P" train --optimizer lbfgs
 expect "flags: train --warmup 1"        2 "--warmup"                                        $nogpu "$P" train --warmup 1

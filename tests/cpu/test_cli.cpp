@@ -55,8 +55,8 @@ TEST_CASE("cli: bad training flags are rejected with the reason before any GPU w
                    Case{"--layers 784,128,10,", "'' is not a whole number (in '784,128,10,')"},
                    Case{"--hidden 0", "--hidden must be at least 1"},
                    Case{"--kernels fastest", "unknown kernel set 'fastest'"},
-                   Case{"--kernels tc --activation tanh", "--kernels tc runs ReLU hidden layers"},
-                   Case{"--kernels fused --layers 784,64,32,10", "--kernels fused runs 2-layer networks (I,H,O); for --layers 784,64,32,10 use --kernels tc"},
+                   Case{"--kernels tc-bf16 --activation tanh", "--kernels tc-bf16 runs ReLU hidden layers"},
+                   Case{"--kernels fast --layers 784,64,32,10", "--kernels fast runs 2-layer networks (I,H,O); for --layers 784,64,32,10 use --kernels tc"},
                    Case{"--loss hinge", "unknown loss 'hinge'"},
                    Case{"--preset colab", "unknown preset 'colab'"},
                    Case{"--epochs 0", "--epochs must be at least 1"},
@@ -125,6 +125,14 @@ TEST_CASE("cli: verify --list names the optimizer variants and refuses shapes a 
     CHECK(bad.code == 2);
     CHECK(bad.output.find("kernel 'optim_adam' has variants 0..4 (0 adam, 1 adam+wd, 2 adamw, 3 nadam, 4 nadam+wd), got 5") !=
           std::string::npos);
+    // The one-launch steps take every optimizer code of recipe.hpp's table, nadam (6) the last.
+    RunResult nadam = run_command(ptxlab_cmd("verify --kernel fused_step --shape 64,784,128,10,1,6,0 --list"));
+    CHECK(nadam.code == 0);
+    CHECK(nadam.output.find("optim=6 (nadam)") != std::string::npos);
+    RunResult no_code = run_command(ptxlab_cmd("verify --kernel tc_step --shape 64,784,128,10,1,7 --list"));
+    CHECK(no_code.code == 2);
+    CHECK(no_code.output.find("the optimizer code must be one of 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, "
+                              "5 rmsprop, 6 nadam, got 7") != std::string::npos);
     RunResult empty = run_command(ptxlab_cmd("verify --kernel batch_mean --shape 1000,0 --list"));
     CHECK(empty.code == 2);
     CHECK(empty.output.find("shape sizes must be >= 1") != std::string::npos);

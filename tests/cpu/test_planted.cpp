@@ -35,7 +35,7 @@ TEST_CASE("planted: every patch applies to today's kernel, changes it, and the r
         const std::string test_src = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/tests/" + test_file.substr(6)).text;
         CHECK(test_src.find("\"" + name + "\"") != std::string::npos);
     }
-    CHECK(patches >= 11);
+    CHECK(patches >= 13);
 }
 
 TEST_CASE("planted: a stale or malformed patch fails loudly, naming the text") {

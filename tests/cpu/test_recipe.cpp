@@ -630,6 +630,24 @@ TEST_CASE("recipe: cross-entropy with Nesterov over 300 steps learns a separable
     CHECK(right == N);
 }
 
+TEST_CASE("recipe: the optimizer codes of the one-launch steps are one table, nadam the last") {
+    // step.ptx and tcstep.ptx (and their twins, recipe.cuh) branch on these numbers: 5 is
+    // rmsprop only (not "5 and up"), 6 nadam, which keeps m and v.
+    const std::pair<OptimKind, unsigned> codes[] = {{OptimKind::Sgd, 0},  {OptimKind::Momentum, 1},
+                                                    {OptimKind::Nesterov, 2}, {OptimKind::Adam, 3},
+                                                    {OptimKind::AdamW, 4}, {OptimKind::RmsProp, 5},
+                                                    {OptimKind::NAdam, 6}};
+    for (auto [k, code] : codes) {
+        CAPTURE(to_string(k));
+        CHECK(optim_code(k) == code);
+        CHECK(code < kOptimCodes);
+    }
+    CHECK(kOptimCodes == 7);
+    CHECK(optim_code_list() == "0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop, 6 nadam");
+    CHECK(optim_uses_m(OptimKind::NAdam));
+    CHECK(optim_uses_v(OptimKind::NAdam));
+}
+
 TEST_CASE("recipe: nadam is torch.optim.NAdam's rule, step by step") {
     // Two steps of one parameter, written out from torch.optim.NAdam's algorithm (momentum_decay
     // 0.004, weight decay added to the gradient) in float64, against optim_step and step_hyper.

@@ -143,20 +143,22 @@ TEST_CASE("ref_model: one half-SSE SGD step of conv1k1,pool,fc10 on a 2x2 image,
     CHECK(f.logits()[3] == 3.5);
 }
 
-TEST_CASE("ref_model: an fc-only model steps exactly as cpu_recipe_step (every loss, four optimizers, three steps)") {
+TEST_CASE("ref_model: an fc-only model steps exactly as cpu_recipe_step (every loss, activation, five optimizers)") {
     const Model m = parse_model("fc7,fc5,fc10", Shape3{1, 3, 4});
     const unsigned B = 6;
     const auto X = random_images(size_t(B) * 12, 3);
     const auto y = random_labels(B, 4);
+    for (Activation act : {Activation::Relu, Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu})
     for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
         for (OptimKind k : {OptimKind::Sgd, OptimKind::Nesterov, OptimKind::Adam, OptimKind::RmsProp, OptimKind::NAdam}) {
+            CAPTURE(to_string(act));
             CAPTURE(to_string(loss));
             CAPTURE(to_string(k));
             Recipe r;
             r.loss = loss;
             r.optim.kind = k;
             r.optim.weight_decay = 0.01f;
-            r.activation = Activation::Tanh;
+            r.activation = act;
             const NetParams p = init_params({12, 7, 5, 10}, Init::Torch, 11);
             Net64 net{p.sizes, {}, {}};
             for (size_t l = 0; l < 3; ++l) {
@@ -181,7 +183,7 @@ TEST_CASE("ref_model: an fc-only model steps exactly as cpu_recipe_step (every l
         }
 }
 
-TEST_CASE("ref_model: the gradient of small CNNs matches central differences (every loss, three activations)") {
+TEST_CASE("ref_model: the gradient of small CNNs matches central differences (every loss and activation)") {
     struct Case {
         const char* spec;
         Shape3 in;
@@ -194,7 +196,8 @@ TEST_CASE("ref_model: the gradient of small CNNs matches central differences (ev
         const Model m = parse_model(c.spec, c.in);
         const auto X = random_images(size_t(c.B) * c.in.size(), 5);
         const auto y = random_labels(c.B, 6);
-        for (Activation act : {Activation::Tanh, Activation::Gelu, Activation::Relu})
+        for (Activation act : {Activation::Tanh, Activation::Gelu, Activation::Relu, Activation::LeakyRelu,
+                               Activation::Sigmoid})
             for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse}) {
                 CAPTURE(c.spec);
                 CAPTURE(to_string(act));

@@ -460,6 +460,9 @@ TEST_CASE("tc: --kernels tc and tc-reference, the kernels a run loads, the recip
     // Batch 64 (the default): the whole step in one tc_step launch; the forward kernels stay
     // for the evaluation.
     CHECK(training_entries(cfg) == std::vector<std::string>{"tc_forward", "fused_output", "tc_step", "gather"});
+    cfg.optim.kind = OptimKind::NAdam;  // every optimizer runs in tc_step, nadam too
+    CHECK(training_entries(cfg) == std::vector<std::string>{"tc_forward", "fused_output", "tc_step", "gather"});
+    cfg.optim.kind = OptimKind::Nesterov;
     // Larger batches, or --three-launches: the separate launches and the optimizer kernel.
     const std::vector<std::string> want = {"tc_forward", "fused_output", "tc_grad_weights", "optim_sgd", "gather"};
     cfg.batch = 65;
@@ -500,7 +503,10 @@ TEST_CASE("tc_step: its limits, its verify shapes, the runs that use it") {
                          InputError);
     size_t n = 0;
     for (const auto& c : default_cases()) n += c.entry == "tc_step";
-    CHECK(n == 8);
+    CHECK(n == 10);
+    CHECK_NOTHROW(validate_case({"tc_step", {64, 784, 128, 10, 1, 6}}));  // nadam, recipe.hpp's last code
+    CHECK_THROWS_WITH_AS(validate_case({"tc_step", {64, 784, 128, 10, 1, 7}}), doctest::Contains("6 nadam, got 7"),
+                         InputError);
     // train and bench run it for the tc set at batches up to 64 (the separate launches past it).
     TrainConfig cfg;
     cfg.kernels = parse_kernel_choice("tc-reference");

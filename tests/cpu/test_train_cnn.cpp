@@ -79,22 +79,43 @@ struct HostOps : CnnOps {
         put(dX, maxpool2_backward(P, H, W, get(dY, n), std::vector<uint32_t>(host<uint32_t>(idx), host<uint32_t>(idx) + n),
                                   Yp ? &mask : nullptr));
     }
-    // fused_output: y = b + W a; D2 = the loss code's delta; D1 = W^T D2 where a > 0 (ReLU), else 0.
+    // fused_output: y = b + W a; D2 = the loss code's delta; D1 = (W^T D2) f' (ReLU: where a > 0).
     // The fused kernels' float64 references (reference.hpp), on the buffers' float values.
+    // fused_output: for GELU, Z from D1 (fused_forward's Z output, as train points it there).
     void fused_output(const FusedArgs& f) override {
+        const std::vector<float> Z = f.act == kActGelu ? getf(f.D1, size_t(f.B) * f.H) : std::vector<float>{};
         const RefFusedOutput r = ref_fused_output(getf(f.A1, size_t(f.B) * f.H), getf(f.W2, size_t(f.O) * f.H),
                                                   getf(f.b2, f.O), getf(f.T, size_t(f.B) * f.O), f.B, f.H, f.O,
-                                                  f.loss, f.act);
+                                                  f.loss, f.act, f.act == kActGelu ? &Z : nullptr);
         put(f.Y, r.Y.v);
         put(f.D2, r.D2.v);
         put(f.D1, r.D1.v);
     }
+    // fused_forward: A = f(X W^T + b); for GELU Z into D1 as well (launch_fused_forward's rule).
     void fused_forward(const FusedArgs& f) override {
-        REQUIRE(f.act == kActRelu);  // the only activation the CNN's fc layers take
+        Bounded Z;
         put(f.A1, ref_fused_forward(getf(f.X, size_t(f.B) * f.I), getf(f.W1, size_t(f.H) * f.I), getf(f.b1, f.H), f.B,
-                                    f.I, f.H, f.act)
+                                    f.I, f.H, f.act, &Z)
                       .v);
+        if (f.act == kActGelu) {
+            REQUIRE(f.D1 != 0);
+            put(f.D1, Z.v);
+        }
     }
+    // act.ptx: A = f(Z); G = dA * f' from A (codes 0..3; ReLU a select) or Z (GELU), G may be dA.
+    void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        ++act_launches;
+        put(A, ref_act_fwd(getf(Z, n), code).v);
+    }
+    void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
+        ++act_launches;
+        REQUIRE((code == kActGelu ? Z : A) != 0);
+        const std::vector<float> none(n, 0.0f);
+        put(G, ref_act_bwd(getf(dA, n), code == kActGelu ? none : getf(A, n), code == kActGelu ? getf(Z, n) : none,
+                           code)
+                   .v);
+    }
+    int act_launches = 0;
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
         const ConvDims d{B, I, 1, 1, O, 1};
@@ -109,9 +130,10 @@ struct HostOps : CnnOps {
         put(f.GW2, G.v);
         put(f.Gb2, Gb.v);
     }
-    // bn: ref_model.hpp's bn_forward64 / bn_backward64 on the buffers' float values; ReLU (act 0) or none.
+    // bn: ref_model.hpp's bn_forward64 / bn_backward64 on the buffers' float values; bn.hpp's
+    // codes: ReLU (0), leaky-ReLU (1, slope 0.01) or none.
     void bn_fwd(const BnArgs& a) override {
-        REQUIRE((a.act == kActRelu || a.act == kBnActNone));
+        REQUIRE((a.act == kActRelu || a.act == kActLeakyRelu || a.act == kBnActNone));
         const size_t n = size_t(a.B) * a.C * a.HW;
         std::vector<double> z(n), st(2 * size_t(a.C)), run = get(a.running, 2 * size_t(a.C));
         bn_forward64(get(a.X, n).data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), get(a.beta, a.C).data(), a.train,
@@ -120,13 +142,17 @@ struct HostOps : CnnOps {
             put(a.running, run);
             put(a.stats, st);
         }
-        if (a.act == kActRelu)
-            for (auto& v : z) v = std::max(v, 0.0);
+        for (auto& v : z)
+            if (a.act != kBnActNone && !(v > 0)) v = a.act == kActLeakyRelu ? 0.01 * v : 0.0;
         put(a.Y, z);
     }
     void bn_bwd(const BnArgs& a) override {
+        REQUIRE((a.act == kActRelu || a.act == kActLeakyRelu || a.act == kBnActNone));
         const size_t n = size_t(a.B) * a.C * a.HW;
-        std::vector<double> dz = a.act == kActRelu ? masked(a.dY, a.Y, n, 1) : get(a.dY, n), dx(n), dg(a.C), db(a.C);
+        std::vector<double> dz = get(a.dY, n), dx(n), dg(a.C), db(a.C);
+        if (a.act != kBnActNone)
+            for (size_t i = 0; i < n; ++i)
+                if (!(host<float>(a.Y)[i] > 0.0f)) dz[i] *= a.act == kActLeakyRelu ? 0.01 : 0.0;
         const std::vector<double> st = get(a.stats, 2 * size_t(a.C));
         bn_backward64(get(a.X, n).data(), dz.data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), st.data(),
                       st.data() + a.C, dg.data(), db.data(), dx.data());
@@ -143,8 +169,11 @@ TEST_CASE("train_cnn: the flags it takes and those it refuses, with the reason")
     TrainConfig c;
     c.model = parse_model("cnn");
     CHECK_NOTHROW(c.validate_flags());
-    c.activation = Activation::Tanh;
-    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("trains with --activation relu only"), InputError);
+    // Every activation (ReLU in the kernels' epilogues, the others through act.ptx).
+    for (Activation a : {Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu}) {
+        c.activation = a;
+        CHECK_NOTHROW(c.validate_flags());
+    }
     c.activation = Activation::Relu;
     c.batch = 0;
     CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("--batch must be at least 1"), InputError);
@@ -164,7 +193,7 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     auto has = [](const std::vector<std::string>& v, const char* e) { return std::find(v.begin(), v.end(), e) != v.end(); };
     const auto v = cnn_training_entries(o);
     for (const char* e : {"conv_fwd", "conv_bwd_data", "conv_bwd_weights", "pool_fwd", "pool_bwd", "fused_output",
-                          "fused_forward", "fused_grad", "fc_bwd_data", "gather", "optim_sgd"})
+                          "fused_forward", "fused_grad", "fc_bwd_data", "gather", "optim_sgd", "dense_mm"})
         CHECK(has(v, e));
     o.kind = OptimKind::Adam;
     CHECK(has(cnn_training_entries(o), "optim_adam"));
@@ -172,7 +201,7 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     // `ptxlab eval` loads only the forward pass's kernels: the hidden fc layers' fused_forward
     // among them (an eval of `--model cnn`, whose fc128 is hidden, once stopped on its absence).
     const auto f = cnn_forward_entries();
-    for (const char* e : {"conv_fwd", "pool_fwd", "fused_forward", "fused_output"}) CHECK(has(f, e));
+    for (const char* e : {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "dense_mm"}) CHECK(has(f, e));
     for (const auto& e : f) CHECK(has(v, e.c_str()));
     CHECK_FALSE(has(v, "tc_conv_fwd"));
     // --kernels tc: the tensor-core convolutions besides the FP32 ones (a pass over fewer than
@@ -191,80 +220,118 @@ TEST_CASE("train_cnn: the kernels a run loads") {
     CHECK(conv_kernels_of({Design::Seed, KernelSource::Ptx}) == ConvKernels::Fp32);
 }
 
-TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float64 reference's logits and gradient") {
-    // The trainer's cnn_forward and cnn_backward (the same code the GPU runs, with HostOps for the
-    // launches): each loss, four models (two convs and two fc; a pool straight into the last fc;
-    // a pool first; a 1x1 conv), B = 3 on 8x8 images.
+namespace {
+
+// The trainer's cnn_forward and cnn_backward (the same code the GPU runs, with HostOps for the
+// launches) on `spec` at B = 3 on 8x8 images, against model_loss_grad64's logits and gradient.
+void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
+    CAPTURE(spec);
+    CAPTURE(to_string(loss));
+    CAPTURE(fuse);
+    CAPTURE(to_string(act));
     const Shape3 in{1, 8, 8};
     const unsigned B = 3;
-    // Each with and without the pools in conv_fwd (ops.fuse).
-    // With bn: after each conv and a hidden fc (the running statistics checked too), and straight
-    // into the last fc.
-    for (const char* spec : {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10", "conv3k1,fc7,fc10",
-                             "conv4,bn,pool,conv3k5,bn,pool,fc6,bn,fc10", "conv3,bn,fc10"})
-        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
-        for (bool fuse : {false, true}) {
-            CAPTURE(spec);
-            CAPTURE(to_string(loss));
-            CAPTURE(fuse);
-            const Model m = parse_model(spec, in);
-            std::vector<float> params = init_model_params(m, Init::Torch, 4);
-            for (auto& p : params) p *= 2.0f;  // fewer dead ReLUs
-            Rng rng(8);
-            std::vector<float> X(size_t(B) * in.size()), T(size_t(B) * kClasses, 0.0f);
-            std::vector<uint8_t> labels(B);
-            for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
-            for (unsigned s = 0; s < B; ++s) T[s * kClasses + (labels[s] = uint8_t(rng.below(10)))] = 1.0f;
-            // The buffers, NaN-poisoned: whatever is read before it is written shows.
-            const float nan = std::nanf("");
-            std::vector<float> grads(m.param_count, nan), Y(size_t(B) * kClasses, nan), D2(Y.size(), nan);
-            std::vector<std::vector<float>> out, delta;
-            std::vector<std::vector<uint32_t>> idx;
-            for (const LayerSpec& l : m.layers) {
-                out.emplace_back(size_t(B) * l.out.size(), nan);
-                idx.emplace_back(size_t(B) * l.out.size(), 0xffffffffu);
-                if (out.size() < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size(), nan);
-            }
-            CnnBuffers b;
-            b.B = B;
-            b.params = addr(params.data());
-            b.grads = addr(grads.data());
-            b.D2 = addr(D2.data());
-            for (auto& d : delta) b.delta.push_back(addr(d.data()));
-            for (size_t l = 0; l < m.layers.size(); ++l) {
-                b.out.push_back(addr(out[l].data()));
-                b.idx.push_back(addr(idx[l].data()));
-            }
-            std::vector<float> running = m.initial_buffers();
-            b.running = addr(running.data());
-            HostOps ops;
-            ops.fuse = fuse;
-            cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
-            cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
-            // Every conv under a pool pools in conv_fwd when the ops can.
-            const std::string sp = spec;
-            CHECK(ops.pooled == (!fuse || m.has_bn() ? 0 : sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv3k1,fc7,fc10" ? 0 : 1));
+    const Model m = parse_model(spec, in);
+    std::vector<float> params = init_model_params(m, Init::Torch, 4);
+    for (auto& p : params) p *= 2.0f;  // fewer dead ReLUs
+    Rng rng(8);
+    std::vector<float> X(size_t(B) * in.size()), T(size_t(B) * kClasses, 0.0f);
+    std::vector<uint8_t> labels(B);
+    for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
+    for (unsigned s = 0; s < B; ++s) T[s * kClasses + (labels[s] = uint8_t(rng.below(10)))] = 1.0f;
+    // The buffers, NaN-poisoned: whatever is read before it is written shows.
+    const float nan = std::nanf("");
+    std::vector<float> grads(m.param_count, nan), Y(size_t(B) * kClasses, nan), D2(Y.size(), nan);
+    std::vector<std::vector<float>> out, delta, z;
+    std::vector<std::vector<uint32_t>> idx;
+    for (const LayerSpec& l : m.layers) {
+        out.emplace_back(size_t(B) * l.out.size(), nan);
+        z.emplace_back(size_t(B) * l.out.size(), nan);
+        idx.emplace_back(size_t(B) * l.out.size(), 0xffffffffu);
+        if (out.size() < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size(), nan);
+    }
+    CnnBuffers b;
+    b.B = B;
+    b.act = act;
+    b.params = addr(params.data());
+    b.grads = addr(grads.data());
+    b.D2 = addr(D2.data());
+    for (auto& d : delta) b.delta.push_back(addr(d.data()));
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+        b.out.push_back(addr(out[l].data()));
+        b.idx.push_back(addr(idx[l].data()));
+        b.z.push_back(addr(z[l].data()));
+    }
+    std::vector<float> running = m.initial_buffers();
+    b.running = addr(running.data());
+    HostOps ops;
+    ops.fuse = fuse;
+    cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
+    cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
+    // Every conv under a pool pools in conv_fwd when the ops can, with ReLU; another activation
+    // runs conv -> act_fwd -> pool, and act.ptx's passes only then.
+    const std::string sp = spec;
+    const int pools = sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv4,pool,fc10" || sp == "pool,conv2,pool,fc10" ? 1 : 0;
+    CHECK(ops.pooled == (fuse && act == Activation::Relu ? pools : 0));
+    if (act == Activation::Relu) CHECK(ops.act_launches == 0);
+    // act.ptx's passes: after a conv with the activation, or a bn with tanh, sigmoid or GELU
+    // (ReLU and leaky-ReLU in bn's own epilogue); act_bwd for an fc but the one under the last.
+    const bool bn_own = act == Activation::Relu || act == Activation::LeakyRelu;
+    bool act_pass = false;
+    for (size_t l = 0; l + 1 < m.layers.size(); ++l) {
+        const LayerSpec& ly = m.layers[l];
+        act_pass |= ly.activation && (ly.kind == LayerKind::Conv || (ly.is_bn() && !bn_own) ||
+                                      (ly.kind == LayerKind::Fc && l + 2 != m.layers.size()));
+    }
+    if (act != Activation::Relu) CHECK((ops.act_launches > 0) == act_pass);
 
-            Recipe r;
-            r.loss = loss;
-            const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
-            std::vector<double> g, run64(running.size());
-            for (size_t i = 0; i < running.size(); ++i) run64[i] = m.initial_buffers()[i];
-            model_loss_grad64(m, P, r, X64, labels, B, &g, &run64);
-            for (size_t i = 0; i < running.size(); ++i) CHECK(running[i] == doctest::Approx(run64[i]).epsilon(1e-5));
-            const auto f = model_forward64(m, P, X64, B, Activation::Relu);
-            for (size_t i = 0; i < Y.size(); ++i) CHECK(Y[i] == doctest::Approx(f.logits()[i]).epsilon(1e-5));
-            // float32 buffers between float64 operations: each within 1e-5 of the largest |g|.
-            double gmax = 0;
-            for (double v : g) gmax = std::max(gmax, std::fabs(v));
-            REQUIRE(gmax > 0);
-            size_t bad = 0;
-            for (size_t i = 0; i < g.size(); ++i)
-                if (!(std::fabs(double(grads[i]) - g[i]) <= 1e-5 * gmax)) {
-                    if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": ", grads[i], " vs ", g[i]);
-                }
-            CHECK(bad == 0);
+    Recipe r;
+    r.loss = loss;
+    r.activation = act;
+    const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
+    const std::vector<float> run0 = m.initial_buffers();
+    std::vector<double> g, run64(run0.begin(), run0.end());
+    model_loss_grad64(m, P, r, X64, labels, B, &g, &run64);
+    for (size_t i = 0; i < running.size(); ++i) CHECK(running[i] == doctest::Approx(run64[i]).epsilon(1e-5));
+    const auto f = model_forward64(m, P, X64, B, act);
+    for (size_t i = 0; i < Y.size(); ++i) CHECK(Y[i] == doctest::Approx(f.logits()[i]).epsilon(1e-5));
+    // float32 buffers between float64 operations: each within 1e-5 of the largest |g|.
+    double gmax = 0;
+    for (double v : g) gmax = std::max(gmax, std::fabs(v));
+    REQUIRE(gmax > 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+        if (!(std::fabs(double(grads[i]) - g[i]) <= 1e-5 * gmax)) {
+            if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": ", grads[i], " vs ", g[i]);
         }
+    CHECK(bad == 0);
+}
+
+// The last three with bn: after each conv and a hidden fc (the running statistics checked too),
+// straight into the last fc, and under another fc.
+const char* const kHostSpecs[] = {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10",
+                                  "conv3k1,fc7,fc10", "conv2k1,fc10", "fc6,fc5,fc4,fc10", "fc7,fc10",
+                                  "conv4,bn,pool,conv3k5,bn,pool,fc6,bn,fc10", "conv3,bn,fc10", "fc6,bn,fc5,fc10"};
+
+}  // namespace
+
+TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float64 reference's logits and gradient") {
+    // Each loss, ten models (two convs and two fc; a pool straight into the last fc; a pool
+    // first; a 1x1 conv; a conv straight into the last fc; fc only, 3 and 1 hidden layers), each
+    // with and without the pools in conv_fwd (ops.fuse); three of them with bn.
+    for (const char* spec : kHostSpecs)
+        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
+            for (bool fuse : {false, true}) check_host_step(spec, loss, fuse, Activation::Relu);
+}
+
+TEST_CASE("train_cnn: every activation's data flow (act.ptx's passes, conv -> act -> pool) gives the float64 step") {
+    // Every model above with each activation other than ReLU, two losses (CE, and MSE or half-SSE
+    // in turn), with and without the pools in conv_fwd (which the activation turns off).
+    unsigned n = 0;
+    for (Activation act : {Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu})
+        for (const char* spec : kHostSpecs)
+            for (Loss loss : {Loss::Ce, ++n % 2 ? Loss::Mse : Loss::HalfSse})
+                for (bool fuse : {false, true}) check_host_step(spec, loss, fuse, act);
 }
 
 TEST_CASE("train_cnn: an fc layer is a 1x1 convolution of a 1x1 image") {
@@ -285,13 +352,15 @@ TEST_CASE("train_cnn: an fc layer is a 1x1 convolution of a 1x1 image") {
 }
 
 TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
-    // Three fc layers: the last two share fused_grad; the first's weight gradient is on the tensor
-    // cores with --kernels tc (tc_grad_weights), a 1x1 conv_bwd_weights with the FP32 kernels.
+    // Three small fc layers (under dense.hpp's kDenseMin weights a layer): fused_forward,
+    // fc_bwd_data and fc1's weight gradient on tc_grad_weights (tc) or dense_mm (FP32: a 1x1
+    // conv_bwd_weights would be milliseconds); the last two share fused_grad.
     const Model fc = parse_model("fc256,fc128,fc10");
     CHECK(cnn_step_kernels(fc, ConvKernels::Tc, 64) ==
           "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
-    CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) ==
-          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, conv_bwd_weights");
+    CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) == "fused_forward x2, fused_output, fused_grad, fc_bwd_data, dense_mm");
+    // 1024-wide: every product on dense_mm, the last two layers' gradients as two launches.
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
     // The default CNN: its fc layers are a pair, so no dense weight gradient changes kernel.
     const std::string cnn = cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64);
     CHECK(cnn.find("tc_grad_weights") == std::string::npos);
@@ -306,9 +375,28 @@ TEST_CASE("train_cnn: bn layers: the kernels a step launches, the batch they tak
     CHECK(k.find("bn_fwd x2") != std::string::npos);
     CHECK(k.find("bn_bwd x2") != std::string::npos);
     CHECK(k.find("+pool") == std::string::npos);  // a bn between: the conv's epilogue cannot pool
+    CHECK(k.find("act_") == std::string::npos);
     const std::string table = cnn_layer_kernels(m, ConvKernels::Tc, 64);
     MESSAGE(table);
     CHECK(table.find("bn1     bn_fwd") != std::string::npos);
+    // Leaky-ReLU in bn's epilogue; tanh, sigmoid and GELU: bn_fwd without, then act_fwd.
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::LeakyRelu).find("act_") == std::string::npos);
+    for (Activation act : {Activation::Tanh, Activation::Sigmoid, Activation::Gelu}) {
+        const std::string ka = cnn_step_kernels(m, ConvKernels::Tc, 64, act);
+        CAPTURE(ka);
+        CHECK(ka.find("bn_fwd x2") != std::string::npos);
+        CHECK(ka.find("act_fwd x2") != std::string::npos);
+        CHECK(ka.find("act_bwd x2") != std::string::npos);
+        CHECK(cnn_layer_kernels(m, ConvKernels::Tc, 64, act).find("bn1     bn_fwd, act_fwd") != std::string::npos);
+    }
+    // Under the last fc, fused_output applies the derivative: act_fwd, no act_bwd.
+    const Model mg = parse_model("conv8,pool,fc64,bn,fc10");
+    const std::string kg = cnn_step_kernels(mg, ConvKernels::Tc, 64, Activation::Gelu);
+    CAPTURE(kg);
+    CHECK(kg.find("act_fwd x2") != std::string::npos);
+    CHECK(kg.find("act_bwd x") == std::string::npos);  // conv1's alone
+    CHECK(cnn_layer_kernels(mg, ConvKernels::Tc, 64, Activation::Gelu).find("bn1     bn_fwd, act_fwd  ") !=
+          std::string::npos);
     // An fc under a bn has no activation: tc_forward with the tensor cores, a 1x1 conv_fwd in FP32.
     CHECK(cnn_step_kernels(parse_model("fc64,bn,fc10"), ConvKernels::Tc, 64).find("tc_forward, bn_fwd") == 0);
     CHECK(cnn_step_kernels(parse_model("fc64,bn,fc10"), ConvKernels::Fp32, 64).find("conv_fwd, bn_fwd") == 0);
@@ -322,6 +410,11 @@ TEST_CASE("train_cnn: bn layers: the kernels a step launches, the batch they tak
     TrainConfig c;
     c.model = m;
     CHECK_NOTHROW(c.validate_flags());
+    for (Activation act : {Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu}) {
+        c.activation = act;
+        CHECK_NOTHROW(c.validate_flags());
+    }
+    c.activation = Activation::Relu;
     c.model = parse_model("fc64,bn,fc10");
     c.batch = 1;  // BatchNorm1d of one value a channel, as PyTorch refuses in training
     CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("more than 1 value per channel"), InputError);
@@ -344,17 +437,22 @@ TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_data") != std::string::npos);
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_weights") != std::string::npos);
     CHECK(row(cnn, "pool2").find("pool_bwd") != std::string::npos);
-    CHECK(row(cnn, "fc1").find("fused_forward") != std::string::npos);
-    CHECK(row(cnn, "fc1").find("fc_bwd_data") != std::string::npos);
-    CHECK(row(cnn, "fc1").find("fused_grad (with fc2)") != std::string::npos);
+    CHECK(row(cnn, "fc1").find("dense_mm") != std::string::npos);
+    CHECK(row(cnn, "fc1").find("dense_mm (with fc2)") != std::string::npos);  // 3136 x 128: two dense_mm
     CHECK(row(cnn, "fc2").find("fused_output (logits, loss)") != std::string::npos);
-    // A hidden fc layer's weight gradient on the tensor cores; FP32 sets keep conv_bwd_weights.
-    const std::string fc3 = cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Tc, 64);
-    CHECK(row(fc3, "fc1").find("tc_grad_weights") != std::string::npos);
-    CHECK(row(fc3, "fc1").find("fc_bwd_data") == std::string::npos);  // no deltas below the first layer
-    CHECK(row(fc3, "fc2").find("fc_bwd_data") != std::string::npos);
-    CHECK(row(cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Fp32, 64), "fc1").find("conv_bwd_weights") !=
-          std::string::npos);
+    // A large hidden fc layer's forward pass, deltas and weight gradient on dense_mm, with either set.
+    for (ConvKernels k : {ConvKernels::Tc, ConvKernels::Fp32}) {
+        const std::string fc3 = cnn_layer_kernels(parse_model("fc1024,fc1024,fc10"), k, 64);
+        const std::string fc1 = row(fc3, "fc1"), fc2 = row(fc3, "fc2");
+        CHECK(fc1.find("dense_mm") != fc1.rfind("dense_mm"));  // the forward pass and the weight gradient
+        CHECK(fc1.find(" - ") != std::string::npos);           // no deltas below the first layer
+        CHECK(fc2.find("dense_mm") != fc2.rfind("dense_mm"));  // the forward pass and the deltas
+        CHECK(fc2.find("dense_mm (with fc3)") != std::string::npos);
+    }
+    // A small one keeps the older kernels; its FP32 weight gradient is dense_mm's.
+    const std::string small = row(cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Fp32, 64), "fc1");
+    CHECK(small.find("fused_forward") != std::string::npos);
+    CHECK(small.find("dense_mm") != std::string::npos);
 }
 
 TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
@@ -363,6 +461,12 @@ TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
     CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, every step of a chunk a launch)");
     c.steps_per_launch = 1;
     CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, 1 steps a launch)");
+    for (OptimKind k : {OptimKind::Sgd, OptimKind::Adam, OptimKind::RmsProp, OptimKind::NAdam}) {  // every rule
+        CAPTURE(to_string(k));
+        c.optim.kind = k;
+        CHECK(mlp_step_kernels(c) == "fused_step (the whole step in one launch, 1 steps a launch)");
+    }
+    c.optim.kind = OptimKind::Nesterov;
     c.batch = 256;
     CHECK(mlp_step_kernels(c) == "fused_forward, fused_output, fused_grad, optim_sgd (no one-launch step: fused_step "
                                  "takes batches up to 64 (larger ones run faster as separate launches))");
@@ -377,4 +481,31 @@ TEST_CASE("train: an MLP run's step, and why no one-launch step runs it") {
     c.kernels = {Design::Seed, KernelSource::Ptx};
     CHECK(mlp_step_kernels(c) == "grad3, batch_mean x6, optim_sgd (no one-launch step: fused_step and tc_step take "
                                  "networks of 2 fc layers)");
+}
+
+TEST_CASE("train_cnn: another activation than ReLU shows act.ptx's launches, and no pool in a conv's epilogue") {
+    auto row = [](const std::string& table, const std::string& layer) {
+        const size_t at = table.find("\n  " + layer + " ");
+        REQUIRE(at != std::string::npos);
+        return table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+    };
+    const Model cnn = parse_model("cnn");
+    const std::string t = cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Gelu);
+    MESSAGE(t);
+    CHECK(row(t, "conv1").find("conv_fwd, act_fwd") != std::string::npos);
+    CHECK(row(t, "pool1").find("pool_fwd") != std::string::npos);
+    CHECK(row(t, "conv2").find("tc_conv_fwd, act_fwd") != std::string::npos);
+    CHECK(row(t, "conv2").find("act_bwd, tc_conv_bwd_data") != std::string::npos);
+    CHECK(row(t, "conv1").find("act_bwd") != std::string::npos);
+    CHECK(row(t, "fc1").find("act_bwd") == std::string::npos);  // fused_output applies fc1's derivative
+    CHECK(t.find("+pool") == std::string::npos);
+    // A pool under the last fc: fc_bwd_data redoes its deltas without ReLU's mask.
+    const std::string p = cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64, Activation::Tanh);
+    CHECK(row(p, "fc1").find("fc_bwd_data") != std::string::npos);
+    CHECK(row(cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64), "fc1").find("in fused_output") !=
+          std::string::npos);
+    CHECK(cnn_step_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Tc, 64, Activation::Sigmoid) ==
+          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, act_bwd, tc_grad_weights");
+    // ReLU's listing is unchanged by the activation parameter.
+    CHECK(cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Relu) == cnn_layer_kernels(cnn, ConvKernels::Tc, 64));
 }

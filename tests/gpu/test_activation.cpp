@@ -246,3 +246,54 @@ TEST_CASE("activation: a wrong tanh derivative in grad.ptx is caught by verify f
     CHECK(r[1].pass());
     CHECK(r[2].pass());
 }
+
+TEST_CASE("activation: act_fwd and act_bwd (ptx/act.ptx), both sets, every activation, edge sizes") {
+    // One element, an odd count, conv1's output of the CNN at batch 64; pre-activations near 0,
+    // in [-12, 12] and saturating (|z| in [44, 60]) in every case (family_act.cpp).
+    std::vector<VerifyCase> cases;
+    for (const char* e : {"act_fwd", "act_bwd"})
+        for (unsigned N : {1u, 1001u, 64u * 32 * 28 * 28})
+            for (unsigned act = kActRelu; act <= kActGelu; ++act) cases.push_back({e, {N, act}});
+    VerifyOptions opt;
+    opt.seed = 3;
+    opt.ptx_dirs = KernelDirs::from_environment();
+    opt.reference_dirs = KernelDirs::from_environment();
+    const auto r = run_verify(gpu(), cases, opt);
+    REQUIRE(r.size() == cases.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+        INFO(format_result(r[i]));
+        CHECK(r[i].pass());
+        CHECK(r[i].differing == 0);
+        CHECK(r[i].unwritten_ptx == 0);
+        CHECK(r[i].f64_fail_ptx == 0);
+    }
+}
+
+TEST_CASE("activation: a wrong GELU derivative in act.ptx is caught by verify for GELU, and only there") {
+    // act_gelu_derivative.patch: activate_grad returns z phi(z) for GELU, without Phi(z).
+    const PlantedKernel planted = plant("act_gelu_derivative");
+    VerifyOptions opt;
+    opt.seed = 5;
+    opt.ptx_dirs = KernelDirs::from_ptx_dir(planted.dir());
+    opt.reference_dirs = KernelDirs::from_environment();
+    const auto r = run_verify(gpu(), {{"act_bwd", {1001, kActGelu}}, {"act_bwd", {1001, kActTanh}},
+                                      {"act_fwd", {1001, kActGelu}}, {"act_bwd", {1001, kActRelu}}},
+                              opt);
+    INFO(format_result(r[0]));
+    CHECK_FALSE(r[0].pass());
+    CHECK(r[0].differing > 0);
+    CHECK(r[0].f64_fail_ptx > 0);   // the wrong PTX misses the float64 reference ...
+    CHECK(r[0].f64_fail_ref == 0);  // ... its twin does not
+    REQUIRE_FALSE(r[0].mismatches.empty());
+    CHECK(r[0].mismatches[0].find("G[") == 0);
+    // The other codes and the forward pass never reach that line.
+    CHECK(r[1].pass());
+    CHECK(r[2].pass());
+    CHECK(r[3].pass());
+    // On the command line too: verify says FAIL and exits 1.
+    const RunResult run =
+        run_command(ptxlab_cmd("verify --kernel act_bwd --shape 1001,4 --ptx-dir " + planted.dir()));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("FAIL") != std::string::npos);
+}

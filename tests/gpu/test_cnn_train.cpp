@@ -37,7 +37,7 @@ Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init
     const unsigned B = static_cast<unsigned>(labels.size());
     KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels)));
     CnnParams p(m, init, cfg.optim);
-    CnnActs a(m, B);
+    CnnActs a(m, B, cfg.activation);
     std::vector<float> t(size_t(B) * kClasses, 0.0f);
     for (unsigned s = 0; s < B; ++s) t[size_t(s) * kClasses + labels[s]] = 1.0f;
     std::vector<StepHyper> hyp;
@@ -302,8 +302,8 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
     MESSAGE("fc1: largest gradient ", gmax1, ", largest error ", err1, "; the rest: ", gmax, ", ", err);
     CHECK(err1 <= 2e-3 * gmax1);
     CHECK(err <= 1e-4 * gmax);
-    // A planted slip in that path is seen: the gradient of fc1 taken with FP32 conv_bwd_weights
-    // instead (the Fused design) differs in its bits from the tc run.
+    // A planted slip in that path is seen: the gradient of fc1 taken in FP32 instead (the Fused
+    // design: dense_mm) differs in its bits from the tc run.
     TrainConfig fp32 = cfg;
     fp32.kernels = {Design::Fused, KernelSource::Ptx};
     CHECK_FALSE(same_bits(gpu_steps(KernelSource::Ptx, m, init, fp32, X, labels, lrs).first_grad, ptx.first_grad));
@@ -401,24 +401,26 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
 }
 
 TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the element") {
-    // A fault planted in fc_bwd_data (ptx/fc.ptx): every delta of the batch's first sample becomes
-    // NaN (one unit would not do: a unit that is off for the whole batch passes no gradient).
+    // A fault planted in dense_mm's deltas (ptx/dense.ptx; the deltas are its one product with a
+    // masked A read k-major): every delta of the batch's first sample becomes NaN (one unit would
+    // not do: a unit that is off for the whole batch passes no gradient).
     // The NaN reaches fc1's parameters but never the loss: fc1's ReLU (max.f32) turns a NaN into 0.
     // The check of the parameters before each evaluation (here after every step) finds it.
     // The loop replays the failing steps one launch at a time, names the kernel and the buffer,
     // and blames the PTX because its twins stay finite.
     TempDir t;
     std::filesystem::copy(std::string(PTXLAB_SOURCE_DIR) + "/ptx", t.path, std::filesystem::copy_options::recursive);
-    std::string src = read_source_file(t.file("fc.ptx")).text;
-    const std::string at = "STORE:\n";
+    std::string src = read_source_file(t.file("dense.ptx")).text;
+    const std::string at = "RANKS_DONE:\n";
     REQUIRE(src.find(at) != std::string::npos);
     src.replace(src.find(at), at.size(),
-                at + "    {\n    .reg .pred nan_at;\n    setp.eq.u32     nan_at, s0, 0;\n"
-                     "    @nan_at mov.f32 acc0, 0f7FFFFFFF;\n    }\n");
-    write_text(t.file("fc.ptx"), src);
+                at + "    {\n    .reg .pred nan_at;\n    add.u32         m, m0, ml;\n"
+                     "    setp.eq.u32     nan_at, m, 0;\n    and.pred        nan_at, nan_at, has_mask;\n"
+                     "    and.pred        nan_at, nan_at, kmaj;\n    @nan_at mov.f32 v, 0f7FFFFFFF;\n    }\n");
+    write_text(t.file("dense.ptx"), src);
     const Dataset data = load_dataset(default_data_dir());
     TrainConfig cfg;
-    cfg.model = parse_model("fc256,fc128,fc10");
+    cfg.model = parse_model("fc1024,fc1024,fc10");  // layers of kDenseMin weights or more: dense_mm
     cfg.layers = cfg.model->fc_sizes();
     cfg.epochs = 1;
     cfg.max_steps = 100;
@@ -430,7 +432,7 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     const TrainResult r = train(gpu(), data, cfg, out);
     CHECK(r.diverged);
     CAPTURE(r.fault);
-    CHECK(r.fault.find("kernel 'fc_bwd_data'") != std::string::npos);
+    CHECK(r.fault.find("kernel 'dense_mm'") != std::string::npos);
     CHECK(r.fault.find("fc1 deltas[0][0] = nan") != std::string::npos);
     CHECK(r.fault.find("twins stay finite") != std::string::npos);
     CHECK(r.steps == 1);
@@ -468,4 +470,102 @@ TEST_CASE("cnn: the evaluation takes a test split of any size, its last batch sm
     size_t total = 0;
     for (auto c : few.confusion) total += c;
     CHECK(total == 37);
+}
+
+TEST_CASE("cnn: every activation, fused and tc: three steps match the float64 step, the PTX its twins bit for bit") {
+    // act.ptx's passes (conv -> act -> pool, act_bwd in place), fused_forward's and fused_output's
+    // codes, fc_bwd_data under a pool: a conv net with a pool into fc, one with two convs (the tc
+    // set's tensor-core conv passes), and fc layers only (tc: the hidden fc's weight gradient on
+    // tc_grad_weights). Batch 16, Nesterov, CE; lrs exact in float.
+    const unsigned B = 16;
+    const auto [X, labels] = random_batch(B, 23);
+    const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
+    for (const char* spec : {"conv8,pool,fc32,fc10", "fc64,fc32,fc10", "fc32,fc10", "conv8,pool,conv16k5,pool,fc32,fc10"})
+        for (Activation act : {Activation::Relu, Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid,
+                               Activation::Gelu})
+            for (Design d : {Design::Fused, Design::Tc}) {
+                CAPTURE(spec);
+                CAPTURE(to_string(act));
+                CAPTURE(d == Design::Tc ? "tc" : "fused");
+                const Model m = parse_model(spec);
+                const std::vector<float> init = init_model_params(m, Init::Torch, 7);
+                TrainConfig cfg;
+                cfg.activation = act;
+                cfg.kernels = {d, KernelSource::Ptx};
+                const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
+                Recipe r;
+                r.optim = cfg.optim;
+                r.activation = act;
+                std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
+                model_loss_grad64(m, P, r, X64, labels, B, &g);
+                // The first gradient within 1e-4 of the largest |g| (FP32), 5e-3 with TF32 products
+                // (tc: conv2's three passes, fc1's weight gradient of the fc-only net). A wrong
+                // derivative or a missing act pass moves it by O(1).
+                const double tol = d == Design::Tc ? 5e-3 : 1e-4;
+                double gmax = 0, gerr = 0;
+                for (size_t i = 0; i < g.size(); ++i) {
+                    gmax = std::max(gmax, std::fabs(g[i]));
+                    gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
+                }
+                MESSAGE(spec, " ", to_string(act), ": largest gradient ", gmax, ", largest error ", gerr);
+                CHECK(gmax > 0);
+                CHECK(gerr <= tol * gmax);
+                // Each step's loss from the logits the GPU wrote, against the float64 steps.
+                ModelOptim64 st;
+                for (size_t k = 0; k < lrs.size(); ++k) {
+                    const double want = cpu_model_step(m, P, st, r, X64, labels, B, lrs[k]);
+                    double got = 0, y[kClasses], t[kClasses];
+                    for (unsigned s = 0; s < B; ++s) {
+                        for (unsigned o = 0; o < kClasses; ++o) {
+                            y[o] = ptx.logits[(k * B + s) * kClasses + o];
+                            t[o] = labels[s] == o;
+                        }
+                        got += loss_value(Loss::Ce, y, t, kClasses) / B;
+                    }
+                    CHECK(got == doctest::Approx(want).epsilon(d == Design::Tc ? 1e-3 : 1e-5));
+                }
+                size_t bad = 0;
+                const double ptol = d == Design::Tc ? 3e-4 : 1e-5;
+                for (size_t i = 0; i < P.size(); ++i)
+                    if (std::fabs(double(ptx.params[i]) - P[i]) > ptol + ptol * std::fabs(P[i])) ++bad;
+                CHECK(bad == 0);
+            }
+}
+
+TEST_CASE("cnn: train --model conv8,pool,fc32,fc10 --activation gelu and tanh learn in 300 steps, the PTX as its twins, with or without overlap") {
+    // The whole loop with act.ptx: CUDA graphs, the weight gradients on side streams beside the
+    // in-place act_bwd, the evaluations (CnnEvaluator's z buffers, a tail batch).
+    const Dataset data = load_dataset(default_data_dir());
+    for (Activation act : {Activation::Gelu, Activation::Tanh}) {
+        CAPTURE(to_string(act));
+        auto run = [&](KernelSource src, bool overlap) {
+            TrainConfig cfg;
+            cfg.model = parse_model("conv8,pool,fc32,fc10");
+            cfg.activation = act;
+            cfg.lr = kCnnDefaultLr;
+            cfg.epochs = 1;
+            cfg.max_steps = 300;
+            cfg.kernels = {Design::Tc, src};
+            cfg.overlap = overlap;
+            cfg.progress = false;
+            std::ostringstream out;
+            TrainResult r = train(gpu(), data, cfg, out);
+            MESSAGE(out.str());
+            return r;
+        };
+        const TrainResult ptx = run(KernelSource::Ptx, true), twin = run(KernelSource::Reference, true),
+                          serial = run(KernelSource::Ptx, false);
+        CHECK(ptx.steps == 300);
+        CHECK(ptx.accuracy >= 0.90);
+        CHECK(ptx.step_losses == twin.step_losses);
+        CHECK(same_bits(ptx.params, twin.params));
+        CHECK(ptx.step_losses == serial.step_losses);
+        CHECK(same_bits(ptx.params, serial.params));
+        // The trained parameters evaluate as the run reported, with the activation (eval's path).
+        const Model m = parse_model("conv8,pool,fc32,fc10");
+        KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), cnn_forward_entries(ConvKernels::Tc));
+        const EvalResult e =
+            evaluate_cnn(ks, m, CnnParams(m, ptx.params, OptimConfig{}), data.test, Loss::Ce, ConvKernels::Tc, act);
+        CHECK(e.accuracy == doctest::Approx(ptx.accuracy).epsilon(1e-12));
+    }
 }

@@ -139,11 +139,12 @@ TEST_CASE("kernels: fused_output, both sets, both loss codes, every activation")
 }
 TEST_CASE("kernels: fused_grad, both sets") { check_both_sets("fused_grad", {65, 784, 128, 10}); }
 TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}); }
-// fused_step's shape ends in the loss code, the optimizer code (0 sgd, 1 momentum,
-// 2 nesterov, 3 adam, 4 adamw, 5 rmsprop) and the activation code (0 relu .. 4 gelu).
+// fused_step's shape ends in the loss code, the optimizer code (recipe.hpp optim_code: 0 sgd,
+// 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop, 6 nadam; nadam with weight decay for loss
+// 1, without for loss 0) and the activation code (0 relu .. 4 gelu).
 TEST_CASE("kernels: fused_step, both sets, every loss, optimizer and activation") {
     for (unsigned loss : {0u, 1u})
-        for (unsigned optim = 0; optim < 6; ++optim) {
+        for (unsigned optim = 0; optim < kOptimCodes; ++optim) {
             CAPTURE(loss);
             CAPTURE(optim);
             check_both_sets("fused_step", {64, 784, 128, 10, loss, optim, 0});  // one chunk, one tile a cluster
@@ -155,6 +156,7 @@ TEST_CASE("kernels: fused_step, both sets, every loss, optimizer and activation"
     }
     check_both_sets("fused_step", {130, 257, 300, 17, 1, 3, 0});  // three chunks, single-float copies, 19 tiles
     check_both_sets("fused_step", {130, 257, 300, 17, 0, 2, 0});
+    check_both_sets("fused_step", {130, 257, 300, 17, 1, 6, 0});  // nadam through optimizer_update's calls too
 }
 
 namespace {
@@ -272,13 +274,15 @@ TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launc
     check_steps_in_one_launch(64, 100, 2000, 10, 3, Loss::Ce, OptimKind::Momentum);  // 125 tiles: clusters loop over tiles
     check_steps_in_one_launch(64, 784, 128, 10, 4, Loss::Ce, OptimKind::Nesterov, kActTanh);  // activations through Z
     check_steps_in_one_launch(65, 13, 5, 3, 3, Loss::Ce, OptimKind::Adam, kActGelu);
+    check_steps_in_one_launch(64, 784, 128, 10, 5, Loss::Ce, OptimKind::NAdam);  // NAdam: a coefficient pair a step
+    check_steps_in_one_launch(65, 13, 5, 3, 4, Loss::Mse, OptimKind::NAdam);
 }
 
 // tc_step (tcstep.ptx): whole steps in one 16-block cluster, TF32 products. Shape
 // B,I,H,O,loss,optim (ReLU).
 TEST_CASE("kernels: tc_step, both sets, every loss and optimizer") {
     for (unsigned loss : {0u, 1u})
-        for (unsigned optim = 0; optim < 6; ++optim) {
+        for (unsigned optim = 0; optim < kOptimCodes; ++optim) {
             CAPTURE(loss);
             CAPTURE(optim);
             check_both_sets("tc_step", {64, 784, 128, 10, loss, optim});  // the MNIST step
@@ -293,6 +297,7 @@ TEST_CASE("kernels: tc_step runs S steps in one launch bit for bit as S launches
     check_steps_in_one_launch(64, 784, 128, 10, 4, Loss::Ce, OptimKind::Adam, kActRelu, "tc_step");
     check_steps_in_one_launch(37, 300, 72, 7, 3, Loss::Mse, OptimKind::Sgd, kActRelu, "tc_step");
     check_steps_in_one_launch(5, 13, 9, 3, 4, Loss::HalfSse, OptimKind::RmsProp, kActRelu, "tc_step");
+    check_steps_in_one_launch(64, 784, 128, 10, 4, Loss::Ce, OptimKind::NAdam, kActRelu, "tc_step");
 }
 
 // The CNN's kernels (conv.ptx, pool.ptx): the issue's network's layers at batch 64, and odd
@@ -440,6 +445,49 @@ TEST_CASE("kernels: a NAdam step without its gradient term is caught by verify")
         CHECK(ok.pass());
     }
     check_cli_fails("optim_adam", "1000,3", planted);
+}
+
+TEST_CASE("kernels: a fused_step NAdam step without its gradient term is caught by verify") {
+    // fused_step_nadam_without_gradient_term.patch: the inline update of the W1 elements (the
+    // main role) branches past p -= cg g / d; optimizer_update (b1, W2, b2) is intact. A and Y
+    // (before the update), b1, W2, b2, M and V are right, W1 is wrong: with weight decay (loss
+    // 1) and without (loss 0). Adam through the same inline path passes.
+    const PlantedKernel planted = plant("fused_step_nadam_without_gradient_term");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
+    for (unsigned loss : {0u, 1u}) {
+        CAPTURE(loss);
+        CaseResult r = verify_one("fused_step", {64, 784, 128, 10, loss, 6, 0}, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("W1[") == 0);  // A and Y, listed before the parameters, are right
+    }
+    CaseResult ok = verify_one("fused_step", {64, 784, 128, 10, 1, 3, 0}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    check_cli_fails("fused_step", "64,784,128,10,1,6,0", planted);
+}
+
+TEST_CASE("kernels: a tc_step NAdam step without its gradient term is caught by verify") {
+    // tc_step_nadam_without_gradient_term.patch: tc_step's optimizer_update (step.ptx's text)
+    // branches past p -= cg g / d for every parameter. A and Y are right, W1 (the first
+    // parameter) is wrong, with weight decay (MNIST sizes, CE) and without (5 x 13 x 9 x 3, MSE);
+    // Adam passes.
+    const PlantedKernel planted = plant("tc_step_nadam_without_gradient_term");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
+    for (const std::vector<unsigned>& shape : {std::vector<unsigned>{64, 784, 128, 10, 1, 6}, {5, 13, 9, 3, 0, 6}}) {
+        CaseResult r = verify_one("tc_step", shape, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("W1[") == 0);
+    }
+    CaseResult ok = verify_one("tc_step", {64, 784, 128, 10, 1, 3}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    check_cli_fails("tc_step", "64,784,128,10,1,6", planted);
 }
 
 TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verify") {

@@ -173,6 +173,26 @@ TEST_CASE("train: every optimizer and loss gives the same losses as the twins") 
     }
 }
 
+TEST_CASE("train: nadam runs in the one-launch steps, fused_step and tc_step, and gives the twins' losses") {
+    // issue 33: the default recipe's shapes with --optimizer nadam take fused_step (fused set) and
+    // tc_step (tc set), not the separate launches; each equals its twin bit for bit.
+    auto nadam = [](TrainConfig& c) {
+        c.optim.kind = OptimKind::NAdam;
+        c.optim.weight_decay = 1e-4f;
+        c.lr = 2e-3f;
+    };
+    for (auto [ptx, ref, entry] : {std::tuple{kFusedPtx, kFusedRef, "fused_step"}, std::tuple{kTcPtx, kTcRef, "tc_step"}}) {
+        CAPTURE(entry);
+        CHECK(mlp_step_kernels(config(ptx, 60, 3, nadam)).find(entry) == 0);
+        TrainResult a = run(ptx, 60, 3, nadam), b = run(ref, 60, 3, nadam);
+        REQUIRE(a.step_losses.size() == 60);
+        CHECK(a.step_losses == b.step_losses);
+        CHECK(a.model.W == b.model.W);
+        CHECK(a.model.b == b.model.b);
+        CHECK(a.step_losses.back() < a.step_losses.front());
+    }
+}
+
 // `r` (400 steps) learned like the seed set `p` from the same start and data order: the
 // last 40 step losses within 5 %, the accuracy within 2 points. The sums run in another
 // order, so the curves are close, not identical.

@@ -1,0 +1,126 @@
+// What a step of the model trainer launches, by layer, as `train` prints it (train_cnn.hpp:
+// cnn_step_kernels, cnn_layer_kernels): the step's data flow run on RecordingOps.
+#include "cnn_ops.hpp"
+#include "dense.hpp"
+#include "train_cnn.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace ptxlab {
+
+namespace {
+
+using namespace cnn_detail;
+
+class RecordingOps : public CnnOps {
+public:
+    explicit RecordingOps(bool tc, size_t n_layers = 0) : layers(n_layers), tc_(tc) {}
+    std::vector<std::string> names;
+    // By layer: the kernels of its forward pass, of its deltas to its input, of its weight gradient.
+    enum Role { kForward, kDeltas, kWeights };
+    std::vector<std::array<std::string, 3>> layers;
+    void begin_layer(size_t l) override { cur_ = l; }
+    void conv_fwd(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
+                  CUdeviceptr idx) override {
+        record(kForward, std::string(conv_fwd_kernel(d, tc_)) + (idx ? "+pool" : ""));
+    }
+    bool pools_in_conv(const ConvDims& d) const override { return conv_pool_unfit(d).empty(); }
+    void conv_bwd_data(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
+        record(kDeltas, conv_bwd_data_kernel(d, tc_));
+    }
+    void conv_bwd_weights(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
+                          float) override {
+        record(kWeights, conv_bwd_weights_kernel(d, tc_));
+    }
+    void pool_fwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr) override { record(kForward, "pool_fwd"); }
+    void pool_bwd(unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr) override {
+        record(kDeltas, "pool_bwd");
+    }
+    void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
+    void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a)); }
+    void fused_grad(const FusedArgs& a) override {  // dense_mm: two launches, one entry in the layer table
+        record(kWeights, fused_grad_kernel(a));
+        if (dense_replaces_fused_grad(a.I, a.H, a.O)) names.push_back("dense_mm");
+    }
+    void fc_bwd_data(unsigned, unsigned I, unsigned O, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
+        record(kDeltas, fc_bwd_data_kernel(I, O));
+    }
+    void act_fwd(unsigned, CUdeviceptr, CUdeviceptr, unsigned) override { record(kForward, "act_fwd"); }
+    void act_bwd(unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
+        record(kDeltas, "act_bwd");
+    }
+    void bn_fwd(const BnArgs&) override { record(kForward, "bn_fwd"); }
+    void bn_bwd(const BnArgs&) override { record(kDeltas, "bn_bwd"); }
+
+private:
+    void record(Role r, const std::string& name) {
+        names.push_back(name);
+        if (cur_ < layers.size()) layers[cur_][r] += (layers[cur_][r].empty() ? "" : ", ") + name;
+    }
+    bool tc_;
+    size_t cur_ = 0;
+};
+// One step of `m` recorded (RecordingOps), with addresses that are never read but not 0 (0
+// means "none": a conv without its pool).
+RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activation act) {
+    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size());
+    CnnBuffers b;
+    b.B = B;
+    b.act = act;
+    // Addresses that are never read, but not 0 (0 means "none": a conv without its pool).
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+        b.out.push_back(CUdeviceptr(0x1000 * (3 * l + 1)));
+        b.idx.push_back(CUdeviceptr(0x1000 * (3 * l + 2)));
+        if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
+        b.z.push_back(CUdeviceptr(0x100000 + 0x1000 * l));
+    }
+    b.running = 0x400;
+    cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
+    cnn_backward(ops, m, b, 0x100, 1.0f);
+    return ops;
+}
+
+}  // namespace
+
+std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act) {
+    const RecordingOps ops = record_step(m, conv, B, act);
+    std::string out = fmt::format("  {:<7} {:<28} {:<20} {}\n", "layer", "forward", "deltas to its input",
+                                  "weight gradient");
+    const size_t L = m.layers.size();
+    for (size_t l = 0; l < L; ++l) {
+        const auto& k = ops.layers[l];
+        std::string fwd = k[RecordingOps::kForward];
+        if (fwd.empty() && l > 0) fwd = fmt::format("in {}'s epilogue", m.layers[l - 1].name);
+        std::string wgt = k[RecordingOps::kWeights];
+        if (wgt.empty() && l + 2 == L && m.layers[l].kind == LayerKind::Fc && !ops.layers[l + 1][2].empty())
+            wgt = fmt::format("{} (with {})", ops.layers[l + 1][2], m.layers[l + 1].name);
+        if (wgt.empty() && m.layers[l].is_bn()) wgt = "in bn_bwd";
+        std::string back = k[RecordingOps::kDeltas];
+        if (l + 1 == L) {
+            fwd += " (logits, loss)";
+            if (back.empty()) back = "in fused_output";  // else fc_bwd_data: a pool below, no ReLU
+        }
+        out += fmt::format("  {:<7} {:<28} {:<20} {}\n", m.layers[l].name, fwd, back.empty() ? "-" : back,
+                           wgt.empty() ? "-" : wgt);
+    }
+    return out;
+}
+
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act) {
+    const RecordingOps ops = record_step(m, conv, B, act);
+    // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
+    std::vector<std::pair<std::string, unsigned>> seen;
+    for (const auto& n : ops.names) {
+        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == n; });
+        if (it == seen.end()) seen.push_back({n, 1});
+        else ++it->second;
+    }
+    std::string out;
+    for (const auto& [n, k] : seen) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", n, k > 1 ? fmt::format(" x{}", k) : "");
+    return out;
+}
+
+}  // namespace ptxlab

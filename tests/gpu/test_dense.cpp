@@ -1,0 +1,103 @@
+// dense_mm (ptx/dense.ptx): the PTX against its twin bit for bit and both against float64 on
+// random shapes of each of a dense layer's three products and every cluster size; a planted
+// bug in its cross-rank join must be caught.
+#include "../helpers.hpp"
+#include "../planted.hpp"
+#include "common.hpp"
+#include "dense.hpp"
+#include "idx.hpp"
+#include "model.hpp"
+#include "train.hpp"
+#include "train_cnn.hpp"
+#include "verify.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+#include <sstream>
+
+using namespace ptxlab;
+using namespace ptxlab::test;
+
+namespace {
+CaseResult verify_dense(std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed) {
+    VerifyOptions opt;
+    opt.seed = seed;
+    opt.reference_dirs = KernelDirs::from_environment();
+    opt.ptx_dirs = ptx_dirs;
+    return run_verify(gpu(), {{"dense_mm", std::move(shape)}}, opt).at(0);
+}
+}  // namespace
+
+TEST_CASE("dense: dense_mm equals its twin bit for bit and float64 within its bound on random shapes") {
+    const unsigned seed = std::random_device{}();
+    INFO("seed ", seed);
+    std::mt19937 gen(seed);
+    auto size = [&](unsigned hi) { return std::uniform_int_distribution<unsigned>(1, hi)(gen); };
+    const unsigned clusters[] = {0, 1, 2, 4, 8};
+    for (int i = 0; i < 24; ++i) {
+        // op, B, I, O, act, cluster: mostly small sizes, now and then a training-sized one.
+        const bool big = i % 6 == 5;
+        const unsigned op = unsigned(i % 3), B = big ? size(600) : size(130), I = big ? size(1100) : size(300);
+        const unsigned O = big ? size(1100) : size(300), act = size(2) - 1, cl = clusters[size(5) - 1];
+        const std::vector<unsigned> shape = {op, B, I, O, act, cl};
+        const CaseResult r = verify_dense(shape, KernelDirs::from_environment(), seed + i);
+        INFO(format_result(r));
+        CHECK(r.pass());
+        CHECK(r.elements > 0);
+    }
+}
+
+TEST_CASE("dense: a dense_mm whose join skips a rank is caught by verify") {
+    // dense_join_skips_rank.patch: the join starts at rank 2, so with clusters of 2 or more
+    // blocks rank 1's partial sums are missing from every output (all still written).
+    const PlantedKernel planted = plant("dense_join_skips_rank");
+    const unsigned seed = std::random_device{}();
+    INFO("seed ", seed);
+    for (unsigned op = 0; op < 3; ++op) {
+        const CaseResult r = verify_dense({op, 64, 300, 200, 1, 4}, KernelDirs::from_ptx_dir(planted.dir()), seed);
+        INFO(format_result(r));
+        CHECK_FALSE(r.pass());
+        CHECK(r.unwritten_ptx == 0);
+        CHECK(r.differing > 0);
+        CHECK(r.f64_fail_ptx > 0);
+        CHECK(r.f64_fail_ref == 0);
+    }
+    // Clusters of one block never join another rank: the planted kernel is right there.
+    const CaseResult one = verify_dense({0, 64, 300, 200, 1, 1}, KernelDirs::from_ptx_dir(planted.dir()), seed);
+    INFO(format_result(one));
+    CHECK(one.pass());
+    RunResult run =
+        run_command(ptxlab_cmd("verify --kernel dense_mm --shape 1,64,1024,1024,1,8 --ptx-dir " + planted.dir()));
+    CAPTURE(run.output);
+    CHECK(run.code == 1);
+    CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
+}
+
+TEST_CASE("dense: train --model fc1024,fc1024,fc10 on dense_mm (every product of its fc layers), the PTX as its twins") {
+    // The 1024-wide layers take dense_mm for the forward passes, fc2's deltas, fc1's weight
+    // gradient and the last two layers' gradients (dense_replaces_fused_grad): 60 steps of the PTX
+    // and of the twins, bit for bit.
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
+    const Dataset data = load_dataset(default_data_dir());
+    auto run = [&](KernelSource src) {
+        TrainConfig cfg;
+        cfg.model = parse_model("fc1024,fc1024,fc10");
+        cfg.layers = cfg.model->fc_sizes();
+        cfg.epochs = 1;
+        cfg.max_steps = 60;
+        cfg.kernels = {Design::Tc, src};
+        cfg.progress = false;
+        std::ostringstream out;
+        TrainResult r = train(gpu(), data, cfg, out);
+        MESSAGE(out.str());
+        return r;
+    };
+    const TrainResult ptx = run(KernelSource::Ptx), twin = run(KernelSource::Reference);
+    CHECK(ptx.steps == 60);
+    CHECK(ptx.step_losses == twin.step_losses);
+    REQUIRE(ptx.params.size() == twin.params.size());
+    CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);
+    CHECK(ptx.step_losses.back() < ptx.step_losses.front());
+}
