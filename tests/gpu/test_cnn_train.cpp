@@ -202,6 +202,52 @@ TEST_CASE("cnn: bn: three steps match the float64 reference (logits, gradient, r
     }
 }
 
+TEST_CASE("cnn: bn with every activation, FP32 and tc: three steps match float64 (gradient, running statistics), the PTX its twins") {
+    // ReLU and leaky-ReLU in bn_fwd/bn_bwd's epilogue; tanh, sigmoid and GELU as bn (none), then
+    // act_fwd, and act_bwd before bn_bwd; a bn under the last fc (fused_output's derivative, GELU's
+    // Z in delta[L-2]) and one under another fc (an fc under a bn first: tc_forward with tc).
+    const unsigned B = 16;
+    const auto [X, labels] = random_batch(B, 24);
+    const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
+    for (const char* spec : {"conv8,bn,pool,conv16k5,bn,pool,fc32,bn,fc10", "fc32,bn,fc16,fc10"})
+        for (Activation act : {Activation::Relu, Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid,
+                               Activation::Gelu})
+            for (ConvKernels conv : {ConvKernels::Fp32, ConvKernels::Tc}) {
+                CAPTURE(spec);
+                CAPTURE(to_string(act));
+                CAPTURE(int(conv));
+                const Model m = parse_model(spec);
+                const std::vector<float> init = init_model_params(m, Init::Torch, 8);
+                TrainConfig cfg;
+                cfg.activation = act;
+                cfg.kernels = {conv == ConvKernels::Tc ? Design::Tc : Design::Seed, KernelSource::Ptx};
+                const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
+                Recipe r;
+                r.optim = cfg.optim;
+                r.activation = act;
+                const std::vector<float> run0 = m.initial_buffers();
+                std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
+                std::vector<double> run(run0.begin(), run0.end()), run_first = run;
+                model_loss_grad64(m, P, r, X64, labels, B, &g, &run_first);
+                const double tol = conv == ConvKernels::Tc ? 1e-2 : 1e-4;
+                double gmax = 0, gerr = 0;
+                for (size_t i = 0; i < g.size(); ++i) {
+                    gmax = std::max(gmax, std::fabs(g[i]));
+                    gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
+                }
+                MESSAGE(spec, " ", to_string(act), ": largest gradient ", gmax, ", largest error ", gerr);
+                CHECK(gmax > 0);
+                CHECK(gerr <= tol * gmax);
+                ModelOptim64 st;
+                for (size_t k = 0; k < lrs.size(); ++k) cpu_model_step(m, P, st, r, X64, labels, B, lrs[k], &run);
+                REQUIRE(ptx.running.size() == run.size());
+                size_t bad = 0;
+                for (size_t i = 0; i < run.size(); ++i)
+                    if (std::fabs(double(ptx.running[i]) - run[i]) > tol * (1 + std::fabs(run[i]))) ++bad;
+                CHECK(bad == 0);
+            }
+}
+
 TEST_CASE("cnn: bn: train --model conv8,bn,pool,fc10 learns MNIST in 300 steps, the PTX as its twins; its checkpoint evaluates alike") {
     const Dataset data = load_dataset(default_data_dir());
     const char* spec = "conv8,bn,pool,fc10";
