@@ -68,7 +68,9 @@ void backward_bn(CnnOps& ops, const LayerSpec& ly, const CnnBuffers& b, CUdevice
     const CUdeviceptr dY = b.delta[l];
     if (a.Y != b.out[l] && l + 2 != L)
         ops.act_bwd(static_cast<unsigned>(b.B * ly.out.size()), dY, dY, b.out[l], a.Y, act_code(b.act));
-    if (l + 2 == L) a.act = kBnActNone;  // fused_output applied the derivative (ReLU's twice: the same bits)
+    // Under the last fc, fused_output applied the derivative: bn_bwd without it (ReLU's mask, the
+    // same twice, stays as bn had it).
+    if (l + 2 == L && b.act != Activation::Relu) a.act = kBnActNone;
     a.dX = dX;
     a.dY = dY;
     a.dgamma = b.grads + ly.weight_offset * 4;

@@ -35,7 +35,7 @@
 //             Backward: bn_bwd from the bn's output deltas and its output (the mask) writes
 //             dgamma, dbeta and the deltas of the layer below, whose passes then run with act
 //             0; act_bwd first where act.ptx applied the activation; kBnActNone under the last
-//             fc, whose fused_output applied the derivative.
+//             fc, whose fused_output applied the derivative (ReLU's mask again with ReLU).
 // Hidden activation other than ReLU (--activation: recipe.hpp's act_code, the codes fused_forward,
 // fused_output and ptx/act.ptx take): the conv kernels' epilogues and the dense and conv backward
 // passes know ReLU alone, so there they run with act 0 (none) and act.ptx applies the activation:
