@@ -11,15 +11,23 @@ a comma-separated list of layers read left to right from a 1x28x28 image,
   conv<N>k<K>   the same with a KxK kernel, K = 1, 3 or 5 (padding K // 2)
   pool          2x2 max-pool, stride 2 (even height and width, at least 2)
   fc<N>         dense layer to N units; the first fc flattens its input in NCHW order
+  bn            batch normalization of the conv (BatchNorm2d) or hidden fc (BatchNorm1d) right
+                before it, which hands it its activation (Conv -> BN -> ReLU); not first, after a
+                pool or a bn, nor last
   cnn           (alone) conv32,pool,conv64,pool,fc128,fc10
-The last layer is fc10 with no activation; every other conv and fc has the hidden activation; no
-conv or pool after an fc. Layers are named conv1, conv2, pool1, fc1, ... (numbered per kind).
+The last layer is fc10 with no activation; every other conv, fc and bn has the hidden activation
+(a conv or fc under a bn: the bn has it); no conv or pool after an fc. Layers are named conv1,
+conv2, pool1, fc1, bn1, ... (numbered per kind).
 
 The PyTorch module (build_sequential) is an nn.Sequential whose children carry those names:
   input (nn.Unflatten to C x H x W, when the first layer is a conv or pool), conv1, conv1_act,
-  pool1, ..., flatten (before the first fc, after a conv or pool), fc1, fc1_act, ..., fcN.
+  pool1, ..., flatten (before the first fc, after a conv or pool), fc1, fc1_act, ..., fcN; a bn
+  layer is bn1 (nn.BatchNorm2d after a conv, nn.BatchNorm1d after an fc; eps 1e-5, momentum 0.1)
+  then bn1_act.
 Its state_dict keys are therefore conv1.weight [out, in, k, k], conv1.bias [out], fc1.weight
-[out, in], fc1.bias [out], ... -- the tensor names of ptxlab's checkpoints (host/data/safetensors.hpp).
+[out, in], fc1.bias [out], bn1.weight [C], bn1.bias [C], and the bn buffers bn1.running_mean [C],
+bn1.running_var [C] (F32), bn1.num_batches_tracked [] (I64) ... -- the tensor names of ptxlab's
+checkpoints (host/data/safetensors.hpp); the parameters first in layer order, then the buffers.
 An MLP (fc layers only) takes the flat 784 pixels and has the MLP checkpoints' fc1, fc2, ... keys.
 """
 import argparse
@@ -33,7 +41,7 @@ MNIST_INPUT = (1, 28, 28)
 CLASSES = 10
 MAX_WIDTH = 1 << 20
 CNN = "conv32,pool,conv64,pool,fc128,fc10"
-GRAMMAR = "conv<N>[k<K>], pool or fc<N>, e.g. conv32,pool,conv64,pool,fc128,fc10; or cnn"
+GRAMMAR = "conv<N>[k<K>], pool, fc<N> or bn, e.g. conv32,pool,conv64,pool,fc128,fc10; or cnn"
 
 
 class SpecError(ValueError):
@@ -61,8 +69,8 @@ def _item(spec, index, item):
         raise SpecError(f"--model '{spec}': layer {index} is empty (a comma too many at the {where}?)")
     if item == "cnn":
         raise SpecError(f"--model '{spec}': layer {index} 'cnn' names a whole model: give it alone (--model cnn)")
-    if item == "pool":
-        return {"kind": "pool", "width": 0, "ksize": 0}
+    if item in ("pool", "bn"):
+        return {"kind": item, "width": 0, "ksize": 0}
     if item.startswith("conv"):
         width, pos = _count(spec, index, item, 4, "a channel count")
         ksize = 3
@@ -86,7 +94,7 @@ def _item(spec, index, item):
 def layer_text(layer):
     if layer["kind"] == "conv":
         return f"conv{layer['width']}" + ("" if layer["ksize"] == 3 else f"k{layer['ksize']}")
-    return "pool" if layer["kind"] == "pool" else f"fc{layer['width']}"
+    return layer["kind"] if layer["kind"] in ("pool", "bn") else f"fc{layer['width']}"
 
 
 def parse_model(spec, input_shape=MNIST_INPUT):
@@ -96,10 +104,19 @@ def parse_model(spec, input_shape=MNIST_INPUT):
         raise SpecError(f"--model is empty: give a layer list ({GRAMMAR})")
     if spec == "cnn":
         spec = CNN
-    layers, shape, seen_fc, counts = [], tuple(input_shape), False, {"conv": 0, "pool": 0, "fc": 0}
-    for index, item in enumerate(spec.split(","), start=1):
+    layers, shape, seen_fc, counts = [], tuple(input_shape), False, {"conv": 0, "pool": 0, "fc": 0, "bn": 0}
+    items = spec.split(",")
+    for index, item in enumerate(items, start=1):
         layer = _item(spec, index, item)
-        if seen_fc and layer["kind"] != "fc":
+        if layer["kind"] == "bn":
+            what = ("is the first layer" if not layers else "comes after a pool" if layers[-1]["kind"] == "pool"
+                    else "comes after a bn" if layers[-1]["kind"] == "bn"
+                    else f"comes after the last layer '{layer_text(layers[-1])}' (the logits)" if index == len(items)
+                    else "")
+            if what:
+                raise SpecError(f"--model '{spec}': layer {index} 'bn' {what}: a bn normalizes the conv or hidden fc "
+                                f"right before it")
+        if seen_fc and layer["kind"] not in ("fc", "bn"):
             raise SpecError(f"--model '{spec}': layer {index} '{item}' comes after an fc layer: conv and pool layers "
                             f"come before the first fc (which flattens)")
         seen_fc = seen_fc or layer["kind"] == "fc"
@@ -114,6 +131,10 @@ def parse_model(spec, input_shape=MNIST_INPUT):
                                 f"needs an even height and width of at least 2")
             layer["out"] = (c, h // 2, w // 2)
             layer["weight"] = None
+        elif layer["kind"] == "bn":
+            layer["width"] = c
+            layer["out"] = shape
+            layer["weight"] = (c,)
         else:
             if c * h * w > MAX_WIDTH:
                 raise SpecError(f"--model '{spec}': layer {index} '{item}' flattens {c}x{h}x{w} = {c * h * w} inputs "
@@ -130,7 +151,8 @@ def parse_model(spec, input_shape=MNIST_INPUT):
         raise SpecError(f"--model '{spec}': the last layer is '{layer_text(last)}' (layer {len(layers)}); it must be "
                         f"fc{CLASSES}, the {CLASSES} classes of MNIST")
     for i, layer in enumerate(layers):
-        layer["activation"] = layer["kind"] != "pool" and i + 1 < len(layers)
+        under_bn = i + 1 < len(layers) and layers[i + 1]["kind"] == "bn"
+        layer["activation"] = layer["kind"] != "pool" and i + 1 < len(layers) and not under_bn
     return layers
 
 
@@ -153,6 +175,17 @@ def state_dict_shapes(layers):
     return out
 
 
+def buffer_shapes(layers):
+    """The bn layers' buffers in layer order: name -> (dtype, shape), after the parameters in a checkpoint."""
+    out = collections.OrderedDict()
+    for layer in layers:
+        if layer["kind"] == "bn":
+            out[layer["name"] + ".running_mean"] = ("F32", (layer["width"],))
+            out[layer["name"] + ".running_var"] = ("F32", (layer["width"],))
+            out[layer["name"] + ".num_batches_tracked"] = ("I64", ())
+    return out
+
+
 def param_count(layers):
     total = 0
     for shape in state_dict_shapes(layers).values():
@@ -169,13 +202,14 @@ def shapes_text(layers):
 
     text = s(layers[0]["in"])
     for layer in layers:
-        text += f" -{layer_text(layer)}-> " + (str(layer["out"][0]) if layer["kind"] == "fc" else s(layer["out"]))
+        flat = layer["kind"] == "fc" or (layer["kind"] == "bn" and layer["out"][1:] == (1, 1))
+        text += f" -{layer_text(layer)}-> " + (str(layer["out"][0]) if flat else s(layer["out"]))
     return text
 
 
 def module_names(layers):
     """The nn.Sequential's children, in order: (name, what) with what one of 'input', 'conv', 'act',
-    'pool', 'flatten', 'fc'."""
+    'pool', 'flatten', 'fc', 'bn'."""
     names = []
     if layers[0]["kind"] != "fc":
         names.append(("input", "input"))
@@ -206,6 +240,10 @@ def build_sequential(torch, layers, activation="relu"):
             children[name] = acts[activation]()
         elif what == "pool":
             children[name] = nn.MaxPool2d(2, 2)
+        elif what == "bn":
+            layer = by_name[name]
+            norm = nn.BatchNorm1d if _after_fc(layers, layer) else nn.BatchNorm2d
+            children[name] = norm(layer["width"], eps=1e-5, momentum=0.1)
         elif what == "conv":
             layer = by_name[name]
             children[name] = nn.Conv2d(layer["in"][0], layer["width"], layer["ksize"], stride=1,
@@ -215,6 +253,12 @@ def build_sequential(torch, layers, activation="relu"):
             c, h, w = layer["in"]
             children[name] = nn.Linear(c * h * w, layer["width"])
     return nn.Sequential(children)
+
+
+def _after_fc(layers, layer):
+    """Whether a bn layer normalizes an fc's output (BatchNorm1d) rather than a conv's (BatchNorm2d)."""
+    i = layers.index(layer)
+    return layers[i - 1]["kind"] == "fc"
 
 
 def parse_input(text):
@@ -257,15 +301,16 @@ def check_checkpoint(path):
     the data (ptxlab's flat layout); returns (layers, list of problems)."""
     meta, tensors = read_header(path)
     layers = checkpoint_layers(meta, tensors)
-    want = state_dict_shapes(layers)
+    want = collections.OrderedDict((k, ("F32", v)) for k, v in state_dict_shapes(layers).items())
+    want.update(buffer_shapes(layers))
     problems = []
     model_tensors = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
-    for name, shape in want.items():
+    for name, (dtype, shape) in want.items():
         if name not in model_tensors:
             problems.append(f"lacks {name} {list(shape)}")
-        elif model_tensors[name][1] != shape or model_tensors[name][0] != "F32":
+        elif model_tensors[name][1] != shape or model_tensors[name][0] != dtype:
             problems.append(f"{name} is {model_tensors[name][0]} {list(model_tensors[name][1])}, "
-                            f"the spec needs F32 {list(shape)}")
+                            f"the spec needs {dtype} {list(shape)}")
     problems += [f"{name} is not a parameter of the model" for name in model_tensors if name not in want]
     order = sorted((v[2][0], k) for k, v in model_tensors.items())
     if not problems and [k for _, k in order] != list(want):
@@ -334,6 +379,20 @@ def self_test():
     check("cnn inside", refusal("cnn,fc10"),
           "--model 'cnn,fc10': layer 1 'cnn' names a whole model: give it alone (--model cnn)")
     check("input shape", parse_input("1x28x28"), (1, 28, 28))
+    bn = parse_model("conv32,bn,pool,fc128,bn,fc10")
+    check("bn modules", [n for n, _ in module_names(bn)],
+          ["input", "conv1", "bn1", "bn1_act", "pool1", "flatten", "fc1", "bn2", "bn2_act", "fc2"])
+    check("bn state_dict", list(state_dict_shapes(bn).items())[:4],
+          [("conv1.weight", (32, 1, 3, 3)), ("conv1.bias", (32,)), ("bn1.weight", (32,)), ("bn1.bias", (32,))])
+    check("bn buffers", list(buffer_shapes(bn))[:3], ["bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked"])
+    check("bn shapes", shapes_text(bn), "1x28x28 -conv32-> 32x28x28 -bn-> 32x28x28 -pool-> 32x14x14 -fc128-> 128 "
+                                        "-bn-> 128 -fc10-> 10")
+    check("bn first", refusal("bn,conv8,fc10"), "--model 'bn,conv8,fc10': layer 1 'bn' is the first layer: a bn "
+                                                "normalizes the conv or hidden fc right before it")
+    check("bn after pool", refusal("conv8,pool,bn,fc10"), "--model 'conv8,pool,bn,fc10': layer 3 'bn' comes after a "
+                                                          "pool: a bn normalizes the conv or hidden fc right before it")
+    check("bn last", refusal("conv8,fc10,bn"), "--model 'conv8,fc10,bn': layer 3 'bn' comes after the last layer "
+                                               "'fc10' (the logits): a bn normalizes the conv or hidden fc right before it")
     print(f"self-test: {'all passed' if not failures else f'{len(failures)} FAILED'}")
     return 1 if failures else 0
 

@@ -5,9 +5,12 @@
 
 An MLP checkpoint holds fc1.weight [H][I], fc1.bias [H], fc2.weight [O][H], fc2.bias [O] (and fc3.*
 for 3 layers); a --model checkpoint (a CNN) holds conv1.weight [out][in][k][k], conv1.bias, ...,
-fc1.weight [out][C*H*W] (the NCHW flatten), ... with its spec in the metadata ("model"). Either is
+fc1.weight [out][C*H*W] (the NCHW flatten), ..., and for a bn layer bn1.weight, bn1.bias and its
+buffers bn1.running_mean, bn1.running_var, bn1.num_batches_tracked (I64), with its spec in the
+metadata ("model"). Either is
 the state_dict of the nn.Sequential that tools/ptxlab_model.py builds from the spec, loaded
-strictly (names and shapes must match). The hidden activation is the metadata's
+strictly (names and shapes must match), and evaluated in eval mode (BatchNorm on its running
+statistics, as `ptxlab eval` and the test evaluations of `ptxlab train`). The hidden activation is the metadata's
 "train.activation" (ReLU when absent, as older checkpoints). Prints the test accuracy in float32
 and float64; with --expect, exits 1 unless the float32 accuracy equals the given one (the accuracy
 `ptxlab train` printed). Exit 2 for a file that is not a ptxlab checkpoint.
@@ -46,7 +49,8 @@ def main():
     activation = meta.get("train.activation", "relu")
     state = {k: v for k, v in load_file(args.checkpoint).items() if not k.startswith("optimizer.")}
     model = ptxlab_model.build_sequential(torch, layers, activation)
-    model.load_state_dict(state)  # strict: names and shapes must match
+    model.load_state_dict(state)  # strict: names and shapes must match (the bn buffers included)
+    model.eval()  # BatchNorm on its running statistics
     spec = ptxlab_model.model_text(layers)
 
     images = read_idx(os.path.join(args.data, "t10k-images-idx3-ubyte"))

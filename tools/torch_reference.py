@@ -500,9 +500,11 @@ def main(argv=None):
         return loss
 
     def evaluate():
+        model.eval()  # BatchNorm on its running statistics (a no-op without bn layers)
         with torch.no_grad():
             y = model(xte)
-            return loss_fn(y, yte, tte).item(), (y.argmax(1) == yte).float().mean().item()
+        model.train()
+        return loss_fn(y, yte, tte).item(), (y.argmax(1) == yte).float().mean().item()
 
     name = torch.cuda.get_device_name(dev) if cuda else "cpu"
     print(f"torch {torch.__version__} on {name}: model {spec} {a.activation}, "

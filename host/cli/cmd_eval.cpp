@@ -55,7 +55,7 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
                                                                                    : KernelSource::Ptx;
     const ConvKernels conv = o.kernels == "tc" || o.kernels == "tc-reference" ? ConvKernels::Tc : ConvKernels::Fp32;
     KernelSet ks(src, ctx.info(), dirs, cnn_forward_entries(conv));
-    const CnnParams p(mc.model, mc.params, OptimConfig{});
+    const CnnParams p(mc.model, mc.params, OptimConfig{}, mc.buffers);
     const EvalResult r = evaluate_cnn(ks, mc.model, p, data.test, Loss::Ce, conv, act);
     fmt::print("eval: {} (--model {}, {}) on {} test images from {}, {} conv kernels{}, {}\n", o.load,
                mc.model.text(), to_string(act), r.count, dir, to_string(src), conv == ConvKernels::Tc ? " (tensor cores, TF32)" : "",

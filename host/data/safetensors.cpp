@@ -99,12 +99,14 @@ Json parse_header(const std::string& path, std::string_view text) {
 
 namespace {
 
-// One tensor to write: its name, shape and float32 data.
+// One tensor to write: its name, shape and data (float32; or int64, a bn's num_batches_tracked).
 struct TensorOut {
     std::string name;
     std::vector<uint64_t> shape;
-    const float* data;
+    const void* data;
     size_t count;
+    const char* dtype = "F32";
+    unsigned width = 4;  // bytes an element
 };
 
 // The safetensors bytes of `tensors` (in this order) with the metadata, written to a temporary
@@ -116,9 +118,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
     for (const auto& [k, v] : meta) h["__metadata__"][k] = v;
     uint64_t offset = 0;
     for (const TensorOut& t : tensors) {
-        const uint64_t bytes = uint64_t(t.count) * 4;
+        const uint64_t bytes = uint64_t(t.count) * t.width;
         if (h.contains(t.name)) PTXLAB_THROW(Error, "internal error: checkpoint tensor '{}' written twice", t.name);
-        h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", OrderedJson::array({offset, offset + bytes})}};
+        h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", OrderedJson::array({offset, offset + bytes})}};
         offset += bytes;
     }
     // Compact, as the safetensors package writes it: {"__metadata__":{...},"fc1.weight":{"dtype":"F32",...}}.
@@ -134,7 +136,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
     for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char(uint8_t(uint64_t(header.size()) >> (8 * i)));
     bytes += header;
     static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
-    for (const TensorOut& t : tensors) bytes.append(reinterpret_cast<const char*>(t.data), t.count * 4);
+    for (const TensorOut& t : tensors) bytes.append(reinterpret_cast<const char*>(t.data), t.count * t.width);
     write_file_atomically(path, bytes, "--save");  // files.hpp: a temporary file renamed into place
 }
 
@@ -171,7 +173,11 @@ namespace {
 struct TensorSpan {
     std::vector<uint64_t> shape;
     uint64_t begin, end;
+    unsigned width = 4;  // bytes an element: F32, or I64 (a bn's num_batches_tracked)
 };
+
+// A bn layer's step counter, the one tensor that is not F32 (PyTorch's int64 buffer).
+bool is_batch_counter(const std::string& name) { return name.ends_with(".num_batches_tracked"); }
 
 // Each data byte belongs to one tensor: no two tensors may share bytes, and (as the safetensors
 // format requires) the tensors cover the data section without a gap.
@@ -253,11 +259,15 @@ TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t
                 bad(fmt::format("unknown field '{}' (an entry holds dtype, shape and data_offsets)", field));
         const auto dtype = t.find("dtype"), shape = t.find("shape"), offs = t.find("data_offsets");
         if (dtype == t.end() || !dtype->is_string()) bad("no dtype");
-        if (*dtype != "F32") bad(fmt::format("dtype {} is not supported (ptxlab checkpoints are F32)", dtype->get<std::string>()));
+        const bool counter = is_batch_counter(name);
+        if (*dtype != (counter ? "I64" : "F32"))
+            bad(fmt::format("dtype {} is not supported (ptxlab checkpoints are F32; a bn's num_batches_tracked I64)",
+                            dtype->get<std::string>()));
         if (shape == t.end() || !shape->is_array()) bad("no shape");
         if (offs == t.end() || !offs->is_array() || offs->size() != 2) bad("data_offsets must be [begin, end]");
         // The header holds no number but whole ones >= 0 (parse_header), each a uint64_t here.
         TensorSpan f;
+        f.width = counter ? 8 : 4;
         for (const auto& d : *shape) {
             if (!d.is_number_unsigned()) bad("shape holds a non-number");
             f.shape.push_back(d.get<uint64_t>());
@@ -270,7 +280,7 @@ TensorTable read_tensor_table(const std::string& path, const std::vector<uint8_t
             count = 1;
             for (uint64_t d : f.shape) too_many = too_many || __builtin_mul_overflow(count, d, &count);
         }
-        if (too_many || __builtin_mul_overflow(count, uint64_t(4), &need))
+        if (too_many || __builtin_mul_overflow(count, uint64_t(f.width), &need))
             bad(fmt::format("shape [{}] has too many elements", fmt::join(f.shape, ", ")));
         if (!(*offs)[0].is_number_unsigned() || !(*offs)[1].is_number_unsigned()) bad("bad data_offsets");
         f.begin = (*offs)[0].get<uint64_t>();
@@ -375,10 +385,16 @@ NetParams load_safetensors(const std::string& path) { return load_checkpoint(pat
 bool uses_mlp_format(const Model& m) { return m.fc_only() && (m.layers.size() == 2 || m.layers.size() == 3); }
 
 void save_model_safetensors(const std::string& path, const Model& m, const std::vector<float>& params,
-                            const std::map<std::string, std::string>& metadata, const ExtraTensors& extra) {
+                            const std::map<std::string, std::string>& metadata, const ExtraTensors& extra,
+                            const std::vector<float>& buffers, int64_t batches_tracked) {
     if (params.size() != m.param_count)
         PTXLAB_THROW(Error, "internal error: {} parameters for the model {} of {}", params.size(), m.text(),
                      m.param_count);
+    const std::vector<float> initial = m.initial_buffers();
+    const std::vector<float>& bufs = buffers.empty() ? initial : buffers;
+    if (bufs.size() != m.buffer_count)
+        PTXLAB_THROW(Error, "internal error: {} running statistics for the model {} of {}", bufs.size(), m.text(),
+                     m.buffer_count);
     if (uses_mlp_format(m)) {
         NetParams net;
         net.sizes = m.fc_sizes();
@@ -401,6 +417,14 @@ void save_model_safetensors(const std::string& path, const Model& m, const std::
                        l.weight_count()});
         out.push_back({l.name + ".bias", {l.bias_dims.begin(), l.bias_dims.end()}, params.data() + l.bias_offset,
                        l.bias_count()});
+    }
+    // The bn layers' buffers after the parameters (PyTorch's state_dict has them after each
+    // layer's parameters; a reader goes by name).
+    for (const LayerSpec& l : m.layers) {
+        if (!l.is_bn()) continue;
+        out.push_back({l.name + ".running_mean", {l.width}, bufs.data() + l.buffer_offset, l.width});
+        out.push_back({l.name + ".running_var", {l.width}, bufs.data() + l.buffer_offset + l.width, l.width});
+        out.push_back({l.name + ".num_batches_tracked", {}, &batches_tracked, 1, "I64", 8});
     }
     add_extra(out, extra);
     write_safetensors(path, out, meta);
@@ -433,17 +457,19 @@ Shape3 parse_input_shape(const std::string& path, const std::string& text) {
     return {v[0], v[1], v[2]};
 }
 
-// The flat parameters of `m` from the tensors named after its layers, each of the exact shape.
-std::vector<float> read_model_tensors(const std::string& path, const TensorTable& tt, const Model& m) {
+// The flat parameters of `m` (and its bn buffers) from the tensors named after its layers, each
+// of the exact shape, into ck.
+void read_model_tensors(const std::string& path, const TensorTable& tt, const Model& m, ModelCheckpoint& ck) {
     // Every tensor is checked before the parameters are allocated: a spec's parameter count is
     // only as large as the file's tensors once their shapes match.
     struct Take {
         const TensorSpan* span;
         size_t offset;
+        bool buffer;  // into the running statistics, not the parameters
     };
     std::vector<Take> takes;
     std::set<std::string> names;
-    auto take = [&](const std::string& name, const std::vector<unsigned>& dims, size_t offset) {
+    auto take = [&](const std::string& name, const std::vector<unsigned>& dims, size_t offset, bool buffer = false) {
         auto it = tt.tensors.find(name);
         const std::vector<uint64_t> want(dims.begin(), dims.end());
         if (it == tt.tensors.end())
@@ -452,23 +478,40 @@ std::vector<float> read_model_tensors(const std::string& path, const TensorTable
         if (it->second.shape != want)
             PTXLAB_THROW(InputError, "{}: tensor '{}' has the shape [{}]; the model '{}' needs [{}]", path, name,
                          fmt::join(it->second.shape, ", "), m.text(), fmt::join(want, ", "));
-        takes.push_back({&it->second, offset});
+        takes.push_back({&it->second, offset, buffer});
         names.insert(name);
     };
+    std::vector<const TensorSpan*> counters;
     for (const LayerSpec& l : m.layers) {
         if (l.kind == LayerKind::Pool) continue;
         take(l.name + ".weight", l.weight_dims, l.weight_offset);
         take(l.name + ".bias", l.bias_dims, l.bias_offset);
+        if (!l.is_bn()) continue;
+        take(l.name + ".running_mean", {l.width}, l.buffer_offset, true);
+        take(l.name + ".running_var", {l.width}, l.buffer_offset + l.width, true);
+        take(l.name + ".num_batches_tracked", {}, 0, true);
+        counters.push_back(takes.back().span);
+        takes.pop_back();
     }
     for (const auto& [name, f] : tt.tensors)
         if (!name.starts_with("optimizer.") && !names.count(name))
             PTXLAB_THROW(InputError, "{}: tensor '{}' is not a parameter of the model '{}'", path, name, m.text());
-    std::vector<float> params(m.param_count);
+    ck.params.assign(m.param_count, 0.0f);
+    ck.buffers.assign(m.buffer_count, 0.0f);
     for (const Take& t : takes) {
         const std::vector<float> v = read_floats(tt, *t.span);
-        std::copy(v.begin(), v.end(), params.begin() + long(t.offset));
+        std::copy(v.begin(), v.end(), (t.buffer ? ck.buffers : ck.params).begin() + long(t.offset));
     }
-    return params;
+    // Every bn layer counts the same training steps.
+    for (size_t i = 0; i < counters.size(); ++i) {
+        int64_t n = 0;
+        std::memcpy(&n, tt.data + counters[i]->begin, 8);
+        if (n < 0 || (i > 0 && n != ck.batches_tracked))
+            PTXLAB_THROW(InputError, "{}: the bn layers' num_batches_tracked disagree or are negative ({} and {}); "
+                                     "each counts the run's training steps",
+                         path, ck.batches_tracked, n);
+        ck.batches_tracked = n;
+    }
 }
 
 }  // namespace
@@ -507,7 +550,7 @@ ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vecto
     } catch (const InputError& e) {
         PTXLAB_THROW(InputError, "{}: its metadata 'model' is not a model: {}", path, e.what());
     }
-    ck.params = read_model_tensors(path, tt, ck.model);
+    read_model_tensors(path, tt, ck.model, ck);
     read_extra(tt, ck.extra);
     return ck;
 }

@@ -51,7 +51,10 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
 // A 2- or 3-layer fc-only model is written as above (the MLP format, unchanged). Any other
 // model holds each conv and fc layer's tensors under model.hpp's layer names, in PyTorch's
 // layout: conv1.weight [out][in][k][k], conv1.bias [out], fc1.weight [out][in] (`in` the
-// flattened NCHW input, c * H * W + y * W + x), fc1.bias [out], ...; pool layers have none.
+// flattened NCHW input, c * H * W + y * W + x), fc1.bias [out], bn1.weight [C], bn1.bias [C],
+// ...; pool layers have none. After the parameters, each bn layer's buffers: bn1.running_mean
+// [C], bn1.running_var [C] (F32) and bn1.num_batches_tracked [] (I64, the one tensor that is
+// not F32: the training steps taken, as PyTorch counts them).
 // These are the state_dict keys of tools/ptxlab_model.py's nn.Sequential, whose children are
 // named conv1, conv1_act, pool1, flatten, fc1, ... The metadata holds "model" (the spec, e.g.
 // conv32,pool,conv64,pool,fc128,fc10), "input" ("1x28x28") and "format": "pt". Reading checks
@@ -59,14 +62,19 @@ Checkpoint parse_checkpoint(const std::string& path, const std::vector<uint8_t>&
 // optimizer.*): a mismatch is an InputError naming the tensor and both shapes.
 struct ModelCheckpoint {
     Model model;
-    std::vector<float> params;  // the model's flat layout
+    std::vector<float> params;   // the model's flat layout
+    std::vector<float> buffers;  // its bn layers' running statistics (model.hpp's buffer layout)
+    int64_t batches_tracked = 0; // their num_batches_tracked (0 without bn layers)
     ExtraTensors extra;
     std::map<std::string, std::string> metadata;
 };
 // True when `m` is written in the MLP format (fc-only with 2 or 3 layers).
 bool uses_mlp_format(const Model& m);
+// buffers: the bn layers' running statistics (empty: their initial values), batches_tracked
+// their num_batches_tracked.
 void save_model_safetensors(const std::string& path, const Model& m, const std::vector<float>& params,
-                            const std::map<std::string, std::string>& metadata = {}, const ExtraTensors& extra = {});
+                            const std::map<std::string, std::string>& metadata = {}, const ExtraTensors& extra = {},
+                            const std::vector<float>& buffers = {}, int64_t batches_tracked = 0);
 // Reads either kind: an MLP checkpoint becomes its fc-only model.
 ModelCheckpoint load_model_checkpoint(const std::string& path);
 ModelCheckpoint parse_model_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes);

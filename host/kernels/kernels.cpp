@@ -79,6 +79,10 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"pool_fwd", "pool", {P, P, P, U, U, U}},
         // dX dY idx | P H W
         {"pool_bwd", "pool", {P, P, P, P, U, U, U}},
+        // Batch normalization (bn.hpp). Y stats running X gamma beta | B C HW act train
+        {"bn_fwd", "bn", {P, P, P, P, P, P, U, U, U, U, U}},
+        // dX dgamma dbeta dY Y X gamma stats | B C HW act | scale
+        {"bn_bwd", "bn", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
         // The convolutions on the tensor cores (tcconv.hpp): conv_fwd's and conv_bwd_data's signatures.
         {"tc_conv_fwd", "tcconv", {P, P, P, P, P, U, U, U, U, U, U, U}},
         {"tc_conv_bwd_data", "tcconv", {P, P, P, P, U, U, U, U, U, U, U}},

@@ -9,7 +9,7 @@ namespace ptxlab {
 
 namespace {
 
-const char* kGrammar = "conv<N>[k<K>], pool or fc<N>, e.g. conv32,pool,conv64,pool,fc128,fc10; or cnn";
+const char* kGrammar = "conv<N>[k<K>], pool, fc<N> or bn, e.g. conv32,pool,conv64,pool,fc128,fc10; or cnn";
 
 size_t product(const std::vector<unsigned>& dims) {
     size_t n = dims.empty() ? 0 : 1;
@@ -42,8 +42,8 @@ LayerSpec parse_item(const std::string& spec, size_t index, const std::string& i
         PTXLAB_THROW(InputError, "--model '{}': layer {} is empty (a comma too many at the {}?)", spec, index,
                      index == 1 ? "start" : "end or in the middle");
     size_t pos = 0;
-    if (item == "pool") {
-        l.kind = LayerKind::Pool;
+    if (item == "pool" || item == "bn") {
+        l.kind = item == "pool" ? LayerKind::Pool : LayerKind::Bn;
         return l;
     }
     if (item.rfind("conv", 0) == 0) {
@@ -73,6 +73,19 @@ LayerSpec parse_item(const std::string& spec, size_t index, const std::string& i
     return l;
 }
 
+// A bn (layer `index`) normalizes the conv or hidden fc before it: not first, not after a pool or
+// a bn, and not last (after the logits).
+void check_bn_place(const std::string& spec, size_t index, const Model& m, bool last) {
+    std::string what;
+    if (m.layers.empty()) what = "is the first layer";
+    else if (m.layers.back().kind == LayerKind::Pool) what = "comes after a pool";
+    else if (m.layers.back().is_bn()) what = "comes after a bn";
+    else if (last) what = fmt::format("comes after the last layer '{}' (the logits)", m.layers.back().text());
+    if (!what.empty())
+        PTXLAB_THROW(InputError, "--model '{}': layer {} 'bn' {}: a bn normalizes the conv or hidden fc right before it",
+                     spec, index, what);
+}
+
 // Fills in l's output shape and parameters from its input shape `in`.
 void place(const std::string& spec, size_t index, LayerSpec& l, Shape3 in, size_t& offset) {
     l.in = in;
@@ -98,6 +111,12 @@ void place(const std::string& spec, size_t index, LayerSpec& l, Shape3 in, size_
         l.weight_dims = {l.width, static_cast<unsigned>(in.size())};
         l.bias_dims = {l.width};
         break;
+    case LayerKind::Bn:  // its channels (a conv's) or units (an fc's): one gamma and beta each
+        l.width = in.c;
+        l.out = in;
+        l.weight_dims = {in.c};
+        l.bias_dims = {in.c};
+        break;
     }
     l.weight_offset = offset;
     offset += l.weight_count();
@@ -115,8 +134,16 @@ std::string LayerSpec::text() const {
     case LayerKind::Conv: return fmt::format("conv{}{}", width, ksize == 3 ? "" : fmt::format("k{}", ksize));
     case LayerKind::Pool: return "pool";
     case LayerKind::Fc: return fmt::format("fc{}", width);
+    case LayerKind::Bn: return "bn";
     }
     return "?";
+}
+
+std::vector<float> Model::initial_buffers() const {
+    std::vector<float> b(buffer_count, 0.0f);
+    for (const auto& l : layers)
+        if (l.is_bn()) std::fill(b.begin() + long(l.buffer_offset + l.width), b.begin() + long(l.buffer_offset + 2 * l.width), 1.0f);
+    return b;
 }
 
 bool Model::fc_only() const {
@@ -140,7 +167,7 @@ std::string Model::text() const {
 std::string Model::shapes_text() const {
     auto shape = [](Shape3 s) { return fmt::format("{}x{}x{}", s.c, s.h, s.w); };
     std::string s = layers.empty() ? "" : shape(layers.front().in);
-    for (const auto& l : layers) s += fmt::format(" -{}-> {}", l.text(), l.kind == LayerKind::Fc ? std::to_string(l.out.c) : shape(l.out));
+    for (const auto& l : layers) s += fmt::format(" -{}-> {}", l.text(), l.out.h == 1 && l.out.w == 1 && l.kind != LayerKind::Conv && l.kind != LayerKind::Pool ? std::to_string(l.out.c) : shape(l.out));
     return s;
 }
 
@@ -159,10 +186,11 @@ Model parse_model(const std::string& spec_in, Shape3 input) {
             PTXLAB_THROW(InputError, "--model '{}': layer {} 'cnn' names a whole model: give it alone (--model cnn)",
                          spec, index);
         LayerSpec l = parse_item(spec, index, item);
-        if (seen_fc && l.kind != LayerKind::Fc)
+        if (seen_fc && l.kind != LayerKind::Fc && !l.is_bn())
             PTXLAB_THROW(InputError, "--model '{}': layer {} '{}' comes after an fc layer: conv and pool layers come "
                                      "before the first fc (which flattens)",
                          spec, index, item);
+        if (l.is_bn()) check_bn_place(spec, index, m, comma == std::string::npos);
         seen_fc = seen_fc || l.kind == LayerKind::Fc;
         place(spec, index, l, shape, offset);
         shape = l.out;
@@ -175,13 +203,20 @@ Model parse_model(const std::string& spec_in, Shape3 input) {
         PTXLAB_THROW(InputError, "--model '{}': the last layer is '{}' (layer {}); it must be fc{}, the {} classes of "
                                  "MNIST",
                      spec, last.text(), m.layers.size(), kMnistClasses, kMnistClasses);
-    // Numbered names, and the hidden activation on every conv and fc but the last layer.
-    unsigned counts[3] = {0, 0, 0};
+    // Numbered names; the hidden activation on every conv, fc and bn but the last layer and a
+    // layer under a bn (the bn carries it); each bn's running statistics in the buffer array.
+    static const char* const kNames[4] = {"conv", "pool", "fc", "bn"};
+    unsigned counts[4] = {0, 0, 0, 0};
     for (size_t i = 0; i < m.layers.size(); ++i) {
         LayerSpec& l = m.layers[i];
         const unsigned n = ++counts[static_cast<int>(l.kind)];
-        l.name = fmt::format("{}{}", l.kind == LayerKind::Conv ? "conv" : l.kind == LayerKind::Pool ? "pool" : "fc", n);
-        l.activation = l.kind != LayerKind::Pool && i + 1 < m.layers.size();
+        l.name = fmt::format("{}{}", kNames[static_cast<int>(l.kind)], n);
+        const bool under_bn = i + 1 < m.layers.size() && m.layers[i + 1].is_bn();
+        l.activation = l.kind != LayerKind::Pool && i + 1 < m.layers.size() && !under_bn;
+        if (l.is_bn()) {
+            l.buffer_offset = m.buffer_count;
+            m.buffer_count += 2 * size_t(l.width);
+        }
     }
     m.param_count = offset;
     return m;

@@ -7,9 +7,14 @@
 //   conv<N>k<K>   the same with a KxK kernel, K odd: 1, 3 or 5 (same padding K/2)
 //   pool          2x2 max-pool, stride 2 (the size must be even and at least 2)
 //   fc<N>         dense layer to N units; the first fc flattens its input in NCHW order
+//   bn            batch normalization of the layer before it, a conv (BatchNorm2d over its C
+//                 channels, statistics over B x H x W) or a hidden fc (BatchNorm1d over its
+//                 units, statistics over B); that layer's hidden activation moves after the bn
+//                 (PyTorch's Conv -> BN -> ReLU). Not first, after a pool or a bn, nor last.
 //   cnn           (alone) conv32,pool,conv64,pool,fc128,fc10
 // The last layer is fc10 (MNIST's 10 classes) and has no activation; every other conv and
-// fc has the hidden activation; no conv or pool may follow an fc. A list of fc layers only
+// fc has the hidden activation (a conv or fc under a bn: the bn has it); no conv or pool may
+// follow an fc. A list of fc layers only
 // (e.g. fc128,fc10) is the MLP of `--layers 784,128,10`.
 //
 // Parameters live in one flat array, tensors back to back in layer order, each layer its
@@ -17,6 +22,14 @@
 //   conv  weight [out][in][k][k], bias [out]       (nn.Conv2d)
 //   fc    weight [out][in],       bias [out]       (nn.Linear; `in` indexes the flattened
 //                                                   NCHW input: c * H * W + y * W + x)
+//   bn    weight [C] (gamma, 1),  bias [C] (beta, 0)   (nn.BatchNorm2d / BatchNorm1d)
+// A bn's running statistics are buffers, not parameters (the optimizer never sees them): a
+// second flat array, each bn layer's running_mean [C] (starts at 0) then running_var [C]
+// (starts at 1) at its buffer_offset. PyTorch's third buffer, num_batches_tracked, is the
+// count of training steps (each step's forward pass adds one in every bn layer), which the
+// checkpoint holds as the step; it is not stored here. Training normalizes with the batch's
+// mean and biased variance and moves the running ones by PyTorch's momentum 0.1 (the running
+// variance by the unbiased one); evaluation normalizes with the running ones; eps 1e-5.
 #pragma once
 
 #include <cstddef>
@@ -32,27 +45,38 @@ struct Shape3 {
     bool operator==(const Shape3&) const = default;
 };
 
-enum class LayerKind { Conv, Pool, Fc };
+enum class LayerKind { Conv, Pool, Fc, Bn };
+
+inline constexpr double kBnMomentum = 0.1, kBnEps = 1e-5;  // PyTorch's defaults
 
 struct LayerSpec {
     LayerKind kind = LayerKind::Fc;
-    unsigned width = 0;       // conv: output channels; fc: units; pool: 0
+    unsigned width = 0;       // conv: output channels; fc: units; bn: channels (or units); pool: 0
     unsigned ksize = 0;       // conv: kernel size (3 by default); else 0
     Shape3 in, out;
-    bool activation = false;  // the hidden activation after this layer (conv and fc, not the last)
-    std::string name;         // "conv1", "pool1", "fc2": numbered per kind, from 1
+    bool activation = false;  // the hidden activation after this layer (conv, fc and bn; not the last,
+                              // nor a conv or fc under a bn)
+    std::string name;         // "conv1", "pool1", "fc2", "bn1": numbered per kind, from 1
     // Parameters (conv, fc): the weight's and the bias's shape and offset in the flat
-    // array, in floats. Pool layers have none (empty dims, count 0).
+    // array, in floats. Pool layers have none (empty dims, count 0). A bn: gamma and beta.
     std::vector<unsigned> weight_dims, bias_dims;
     size_t weight_offset = 0, bias_offset = 0;
+    // A bn's running_mean [width] at buffer_offset, running_var [width] after it, in the
+    // model's buffer array (0 for the other kinds).
+    size_t buffer_offset = 0;
+    bool is_bn() const { return kind == LayerKind::Bn; }
     size_t weight_count() const;
     size_t bias_count() const;
-    std::string text() const;  // the layer as the grammar writes it: "conv32", "conv32k5", "pool", "fc10"
+    std::string text() const;  // the layer as the grammar writes it: "conv32", "conv32k5", "pool", "fc10", "bn"
 };
 
 struct Model {
     std::vector<LayerSpec> layers;
-    size_t param_count = 0;  // floats in the flat parameter array
+    size_t param_count = 0;   // floats in the flat parameter array
+    size_t buffer_count = 0;  // floats in the flat buffer array (the bn layers' running statistics)
+    bool has_bn() const { return buffer_count > 0; }
+    // The buffer array's initial values: each bn's running_mean 0, running_var 1.
+    std::vector<float> initial_buffers() const;
     bool fc_only() const;
     // The --layers sizes of an fc-only model: {784, widths...}.
     std::vector<unsigned> fc_sizes() const;

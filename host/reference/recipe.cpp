@@ -114,6 +114,10 @@ std::vector<float> init_model_params(const Model& m, Init init, uint64_t seed) {
     std::vector<float> flat(m.param_count, 0.0f);
     for (const LayerSpec& l : m.layers) {
         if (l.kind == LayerKind::Pool) continue;
+        if (l.is_bn()) {  // nn.BatchNorm's gamma 1, beta 0 (no draw from the generator)
+            std::fill(flat.begin() + long(l.weight_offset), flat.begin() + long(l.weight_offset + l.width), 1.0f);
+            continue;
+        }
         const double k2 = l.kind == LayerKind::Conv ? double(l.ksize) * l.ksize : 1.0;
         const double fan_in = double(l.weight_dims[1]) * k2, fan_out = double(l.weight_dims[0]) * k2;
         init_layer(rng, init, fan_in, fan_out, flat.data() + l.weight_offset, l.weight_count(),

@@ -8,11 +8,17 @@
 //         layer has the hidden activation (every conv)
 //   pool  a' = 2x2 max-pool, stride 2 (ties to the first in row-major order), its argmax kept
 //   fc    z[n][o] = b[o] + sum_i W[o][i] a[n][i] (i over the flattened NCHW input, in order);
-//         a' = act(z) except on the last layer (the logits)
+//         a' = act(z) except on the last layer (the logits) and under a bn
+//   bn    per channel c (stats over the batch and the plane: B x H x W values; an fc's units
+//         are channels of a 1x1 plane): training: mean, the biased variance var, rstd =
+//         1 / sqrt(var + 1e-5), z = gamma (a - mean) rstd + beta, a' = act(z); the running
+//         mean and variance move by 0.1 towards the batch's (the variance's unbiased, times
+//         n / (n - 1)); evaluation: the running ones in place of the batch's
 // Loss: the mean over the batch of loss_value against one-hot labels. Backward: each sample's
 // loss_grad / B at the logits, then layer by layer down: fc sums in sample order as
 // cpu_recipe_step does, conv through conv2d_backward_weights / conv2d_backward_input, pool
-// through its argmax, and act'(z) at every activated layer's pre-activation.
+// through its argmax, bn through its batch statistics (bn_backward64), and act'(z) at every
+// activated layer's pre-activation.
 #pragma once
 
 #include "model.hpp"
@@ -23,22 +29,40 @@
 
 namespace ptxlab {
 
+// ---- Batch normalization (one bn layer) on x [B][C][HW], in float64 ----
+// Forward: z = gamma (x - mean) rstd + beta per channel; mean and rstd [C] are written. train:
+// the batch's mean and biased variance, and, where run_mean and run_var are given, the running
+// statistics updated (momentum 0.1, unbiased variance; it throws for a channel of one value, as
+// PyTorch does: "Expected more than 1 value per channel when training"); else the running ones.
+void bn_forward64(const double* x, unsigned B, unsigned C, unsigned HW, const double* gamma, const double* beta,
+                  bool train, double* run_mean, double* run_var, double* z, double* mean, double* rstd);
+// Backward in training, from dz = dL/dz: dgamma[c] = sum dz xhat, dbeta[c] = sum dz (written,
+// not accumulated) and dx = gamma rstd (dz - mean(dz) - xhat mean(dz xhat)), xhat = (x - mean) rstd.
+void bn_backward64(const double* x, const double* dz, unsigned B, unsigned C, unsigned HW, const double* gamma,
+                   const double* mean, const double* rstd, double* dgamma, double* dbeta, double* dx);
+
 // Every layer's values for one batch: a[l] is layer l's input (a[0] = X) and a[l + 1] its
-// output; z[l + 1] the pre-activation of conv and fc layers (empty for pool); idx[l + 1] a
-// pool layer's argmax (maxpool2_forward's index in the input plane).
+// output; z[l + 1] the pre-activation of conv, fc and bn layers (empty for pool); idx[l + 1] a
+// pool layer's argmax (maxpool2_forward's index in the input plane); bn[l + 1] a bn layer's
+// mean [C] then rstd [C], those it normalized with.
 struct ModelForward64 {
-    std::vector<std::vector<double>> a, z;
+    std::vector<std::vector<double>> a, z, bn;
     std::vector<std::vector<uint32_t>> idx;
     const std::vector<double>& logits() const { return a.back(); }  // [B][10]
 };
+// train: the bn layers normalize with the batch's statistics and update `running` (the model's
+// buffer array, m.buffer_count values) where it is given; eval (train false): with `running`'s,
+// which a model with bn layers then needs.
 ModelForward64 model_forward64(const Model& m, const std::vector<double>& params, const std::vector<double>& X,
-                               unsigned B, Activation act);
+                               unsigned B, Activation act, std::vector<double>* running = nullptr,
+                               bool train = true);
 
 // The batch loss (mean over the B samples) and, when grad is not null, its gradient with
-// respect to every parameter in the flat layout (grad is resized to m.param_count).
+// respect to every parameter in the flat layout (grad is resized to m.param_count). A training
+// pass: bn layers on the batch's statistics, `running` (when given) updated.
 double model_loss_grad64(const Model& m, const std::vector<double>& params, const Recipe& r,
                          const std::vector<double>& X, const std::vector<uint8_t>& labels, unsigned B,
-                         std::vector<double>* grad);
+                         std::vector<double>* grad, std::vector<double>* running = nullptr);
 
 // The optimizer's state over the flat parameters (sized on first use) and the steps taken.
 struct ModelOptim64 {
@@ -46,8 +70,10 @@ struct ModelOptim64 {
     uint64_t t = 0;
 };
 // One training step: model_loss_grad64, then optim_step (recipe.hpp) over the whole flat
-// array with learning rate lr at step ++st.t. Returns the batch loss before the step.
+// array with learning rate lr at step ++st.t. Returns the batch loss before the step. The bn
+// layers' running statistics move in `running` when it is given.
 double cpu_model_step(const Model& m, std::vector<double>& params, ModelOptim64& st, const Recipe& r,
-                      const std::vector<double>& X, const std::vector<uint8_t>& labels, unsigned B, double lr);
+                      const std::vector<double>& X, const std::vector<uint8_t>& labels, unsigned B, double lr,
+                      std::vector<double>* running = nullptr);
 
 }  // namespace ptxlab

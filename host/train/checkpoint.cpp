@@ -52,7 +52,8 @@ void save_training_checkpoint(const std::string& path, const TrainConfig& cfg, c
     ExtraTensors extra;
     if (!e.state1.empty()) extra["optimizer.state1"] = e.state1;
     if (!e.state2.empty()) extra["optimizer.state2"] = e.state2;
-    if (cfg.model) save_model_safetensors(path, *cfg.model, r.params, meta, extra);
+    // A bn layer's num_batches_tracked: the training steps taken (every step's forward pass counts one).
+    if (cfg.model) save_model_safetensors(path, *cfg.model, r.params, meta, extra, e.buffers, int64_t(e.step));
     else save_safetensors(path, r.model, meta, extra);
 }
 
@@ -223,6 +224,11 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
     ResumeState r = std::move(*position);
     r.model = std::move(ck.net);
     r.params = std::move(mck.params);
+    if (cfg.model && cfg.model->has_bn() && mck.batches_tracked != int64_t(r.step))
+        PTXLAB_THROW(InputError, "--resume: {} counts {} steps in its bn layers' num_batches_tracked but {} in "
+                                 "'resume.step'; a train --save checkpoint has them equal",
+                     path, mck.batches_tracked, r.step);
+    r.buffers = std::move(mck.buffers);
     if (auto it = ck.extra.find("optimizer.state1"); it != ck.extra.end()) r.state1 = std::move(it->second);
     if (auto it = ck.extra.find("optimizer.state2"); it != ck.extra.end()) r.state2 = std::move(it->second);
     return r;

@@ -52,6 +52,8 @@ public:
     void act_bwd(unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
         record(kDeltas, "act_bwd");
     }
+    void bn_fwd(const BnArgs&) override { record(kForward, "bn_fwd"); }
+    void bn_bwd(const BnArgs&) override { record(kDeltas, "bn_bwd"); }
 
 private:
     void record(Role r, const std::string& name) {
@@ -75,6 +77,7 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
         if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
         b.z.push_back(CUdeviceptr(0x100000 + 0x1000 * l));
     }
+    b.running = 0x400;
     cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
     cnn_backward(ops, m, b, 0x100, 1.0f);
     return ops;
@@ -94,6 +97,7 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
         std::string wgt = k[RecordingOps::kWeights];
         if (wgt.empty() && l + 2 == L && m.layers[l].kind == LayerKind::Fc && !ops.layers[l + 1][2].empty())
             wgt = fmt::format("{} (with {})", ops.layers[l + 1][2], m.layers[l + 1].name);
+        if (wgt.empty() && m.layers[l].is_bn()) wgt = "in bn_bwd";
         std::string back = k[RecordingOps::kDeltas];
         if (l + 1 == L) {
             fwd += " (logits, loss)";

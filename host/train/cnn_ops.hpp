@@ -16,7 +16,10 @@ inline bool is_dense(const ConvDims& d) { return d.H == 1 && d.W == 1 && d.KS ==
 // Which kernel runs a conv layer's pass (KernelOps launches it, RecordingOps names it).
 // Passes over fewer than kTcConvMinChannels input channels (conv1) stay FP32: with C*KS*KS
 // columns (9) the tensor-core kernel fills one of its 8 column tiles, in 16 blocks.
+// An fc layer under a bn (a 1x1 conv of a 1x1 image, no activation) runs on tc_forward with the
+// tensor cores (a 1x1 conv_fwd keeps one thread a block busy); FP32 sets keep conv_fwd.
 inline const char* conv_fwd_kernel(const ConvDims& d, bool tc) {
+    if (tc && is_dense(d) && tc_unfit(d.N, d.C, d.K).empty()) return "tc_forward";
     return tc && d.C >= kTcConvMinChannels ? "tc_conv_fwd" : "conv_fwd";
 }
 inline const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {

@@ -57,6 +57,7 @@ struct ResumeState {
     bool reached = false;               // the target was reached, at target_step, after
     unsigned target_step = 0;           // train_ms_to_target of training
     double train_ms = 0, train_ms_to_target = 0;
+    std::vector<float> buffers;         // a --model's bn running statistics (model.hpp's buffer layout)
 };
 
 struct TrainConfig {

@@ -4,6 +4,7 @@
 #include "step_program.hpp"
 
 #include "act.hpp"
+#include "bn.hpp"
 #include "cnn_ops.hpp"
 #include "conv.hpp"
 #include "dense.hpp"
@@ -45,9 +46,14 @@ void TrainConfig::validate_model_flags() const {
                      m.layers.front().in.c, m.layers.front().in.h, m.layers.front().in.w);
     for (const LayerSpec& l : m.layers) {
         if (l.kind == LayerKind::Pool) continue;
-        for (unsigned B : {batch, kEvalBatch})
-            if (std::string why = conv_unfit(kernel_dims(l, B)); !why.empty())
-                PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", m.text(), l.name, l.text(), why);
+        if (l.is_bn()) {  // PyTorch refuses one value a channel in training; evaluation takes any batch
+            if (std::string why = bn_unfit(batch, l.width, l.in.h * l.in.w, kActRelu, true); !why.empty())
+                PTXLAB_THROW(InputError, "--model {}: layer {} at --batch {}: {}", m.text(), l.name, batch, why);
+        } else {
+            for (unsigned B : {batch, kEvalBatch})
+                if (std::string why = conv_unfit(kernel_dims(l, B)); !why.empty())
+                    PTXLAB_THROW(InputError, "--model {}: layer {} ({}): {}", m.text(), l.name, l.text(), why);
+        }
         if (activation != Activation::Relu && uint64_t(std::max(batch, kEvalBatch)) * l.out.size() > 0xffffffffu)
             PTXLAB_THROW(InputError, "--model {}: layer {} ({}): act_fwd takes up to 2^32 - 1 elements a launch; "
                                      "{} of {} are more (--activation {})",
@@ -58,8 +64,10 @@ void TrainConfig::validate_model_flags() const {
 ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
-    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm"};
-    if (conv == ConvKernels::Tc) v.push_back("tc_conv_fwd");  // conv_fwd stays: layers of fewer than 8 channels
+    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm",
+                                  "bn_fwd"};
+    if (conv == ConvKernels::Tc)  // conv_fwd stays: layers of fewer than 8 channels; tc_forward: an fc under a bn
+        for (const char* e : {"tc_conv_fwd", "tc_forward"}) v.push_back(e);
     return v;
 }
 
@@ -68,13 +76,22 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
     v.push_back("conv_bwd_data");
     if (conv == ConvKernels::Tc)
         for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights"}) v.push_back(e);
-    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "gather"})
+    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "bn_bwd", "gather"})
         v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
 }
 
-CnnParams::CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o) : count(m.param_count) {
+CnnParams::CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o,
+                     const std::vector<float>& buffers)
+    : count(m.param_count) {
+    if (m.has_bn()) {
+        if (!buffers.empty() && buffers.size() != m.buffer_count)
+            PTXLAB_THROW(Error, "internal error: {} running statistics for the model {} of {}", buffers.size(),
+                         m.text(), m.buffer_count);
+        running = DeviceBuffer(m.buffer_count * 4, "bn running statistics");
+        running.upload(buffers.empty() ? m.initial_buffers() : buffers);
+    }
     if (init.size() != count)
         PTXLAB_THROW(Error, "internal error: {} initial parameters for the model {} of {}", init.size(), m.text(),
                      count);
@@ -98,11 +115,12 @@ CUdeviceptr CnnParams::v_ptr(const OptimConfig& o) const {
 CnnActs::CnnActs(const Model& m, unsigned B_, Activation act_) : B(B_), act(act_) {
     for (size_t i = 0; i < m.layers.size(); ++i) {
         const LayerSpec& l = m.layers[i];
-        const bool pre = act != Activation::Relu && l.kind != LayerKind::Pool && i + 1 < m.layers.size();
+        const bool pre = act != Activation::Relu && l.activation && i + 1 < m.layers.size();
         z.emplace_back(pre ? DeviceBuffer(size_t(B) * l.out.size() * 4, fmt::format("{} pre-activations", l.name))
                            : DeviceBuffer());
         out.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} output", l.name));
-        idx.emplace_back(l.kind == LayerKind::Pool ? size_t(B) * l.out.size() * 4 : 4, fmt::format("{} argmax", l.name));
+        if (l.is_bn()) idx.emplace_back(2 * size_t(l.width) * 4, fmt::format("{} batch statistics", l.name));
+        else idx.emplace_back(l.kind == LayerKind::Pool ? size_t(B) * l.out.size() * 4 : 4, fmt::format("{} argmax", l.name));
         if (i + 1 < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} deltas", l.name));
     }
     D2 = DeviceBuffer(size_t(B) * kClasses * 4, "output deltas");
@@ -133,7 +151,8 @@ public:
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
                   CUdeviceptr idx) override {
         const std::string k = conv_fwd_kernel(d, tc_);
-        if (k == "tc_conv_fwd") launch_tc_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
+        if (k == "tc_forward") launch_tc_forward(ks_.get(k), d.N, d.C, d.K, X, Wt, b, Y, act, s_);  // the same act codes
+        else if (k == "tc_conv_fwd") launch_tc_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
         else launch_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
     }
     // Both conv_fwd and tc_conv_fwd pool in their epilogues (the same limits).
@@ -187,6 +206,15 @@ public:
     void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         launch_act_bwd(ks_.get("act_bwd"), n, G, dA, A, Z, code, s_);
     }
+    void bn_fwd(const BnArgs& a) override {
+        launch_bn_fwd(ks_.get("bn_fwd"), a.B, a.C, a.HW, a.Y, a.stats, a.running, a.X, a.gamma, a.beta, a.act, a.train,
+                      s_);
+    }
+    // On the main stream: its dX is the next delta of the chain.
+    void bn_bwd(const BnArgs& a) override {
+        launch_bn_bwd(ks_.get("bn_bwd"), a.B, a.C, a.HW, a.dX, a.dgamma, a.dbeta, a.dY, a.Y, a.X, a.gamma, a.stats,
+                      a.act, a.scale, s_);
+    }
 
 private:
     // Where a weight gradient goes: the next side stream in turn, after the main stream's work
@@ -215,6 +243,7 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
     b.grads = p.grads.ptr();
     b.D2 = a.D2.ptr();
     b.act = a.act;
+    b.running = p.running.bytes() ? p.running.ptr() : 0;
     for (const DeviceBuffer& d : a.delta) b.delta.push_back(d.ptr());
     for (const DeviceBuffer& z : a.z) b.z.push_back(z.bytes() ? z.ptr() : 0);
     for (size_t l = 0; l < a.out.size(); ++l) {
@@ -224,178 +253,14 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
     return b;
 }
 
-void require_buffers(const Model& m, const CnnBuffers& b) {
-    const size_t L = m.layers.size();
-    if (L < 2 || b.delta.size() != L - 1 || b.out.size() != L)
-        PTXLAB_THROW(Error, "internal error: the CNN step takes two layers or more, an output buffer for each and a "
-                            "delta buffer for each but the last ({} layers, {} output and {} delta buffers)",
-                     L, b.out.size(), b.delta.size());
-    if (b.act != Activation::Relu && b.z.size() != L)
-        PTXLAB_THROW(Error, "internal error: --activation {} takes a pre-activation buffer entry a layer ({} for {})",
-                     to_string(b.act), b.z.size(), L);
-}
-
 }  // namespace
-
-namespace {
-
-// Where layer l keeps its pre-activations Z when act.ptx applies the activation: the layer
-// under the last fc keeps them in its deltas' buffer (fused_output reads GELU's Z there and
-// overwrites it with the deltas), the others in z[l].
-CUdeviceptr pre_activations(const CnnBuffers& b, size_t l, size_t L) { return l + 2 == L ? b.delta[l] : b.z[l]; }
-
-// Hidden layer l's forward pass from `in`; returns the last layer it ran (l + 1 where the conv
-// pooled in its epilogue).
-size_t forward_hidden(CnnOps& ops, const Model& m, const CnnBuffers& b, size_t l, CUdeviceptr in) {
-    const LayerSpec& ly = m.layers[l];
-    const size_t L = m.layers.size();
-    const bool relu = b.act == Activation::Relu;
-    if (ly.kind == LayerKind::Pool) {
-        ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
-        return l;
-    }
-    const CUdeviceptr W = b.params + ly.weight_offset * 4, bias = b.params + ly.bias_offset * 4;
-    if (ly.kind == LayerKind::Fc) {  // A = f(X W^T + b); for GELU also Z (fused_forward writes it into D1)
-        FusedArgs f{};
-        f.X = in;
-        f.W1 = W;
-        f.b1 = bias;
-        f.A1 = b.out[l];
-        f.D1 = relu ? 0 : pre_activations(b, l, L);
-        f.B = b.B;
-        f.I = static_cast<unsigned>(ly.in.size());
-        f.H = ly.width;
-        f.act = act_code(b.act);
-        ops.fused_forward(f);
-        return l;
-    }
-    const ConvDims d = kernel_dims(ly, b.B);
-    if (relu && l + 2 < L && m.layers[l + 1].kind == LayerKind::Pool && ops.pools_in_conv(d)) {
-        // The conv and the pool above it in one launch: the pool's maxima and indices into the
-        // pool's buffers; the conv's own output is never written (its backward passes read no
-        // Y: the pool's backward applies its ReLU mask).
-        ops.conv_fwd(d, in, W, bias, b.out[l + 1], kConvActRelu, b.idx[l + 1]);
-        return l + 1;
-    }
-    if (relu) {
-        ops.conv_fwd(d, in, W, bias, b.out[l], kConvActRelu, 0);
-        return l;
-    }
-    // Another activation: the conv writes Z (act 0), act_fwd A = f(Z); a pool above runs on A.
-    const CUdeviceptr Z = pre_activations(b, l, L);
-    ops.conv_fwd(d, in, W, bias, Z, kConvActNone, 0);
-    ops.act_fwd(static_cast<unsigned>(b.B * ly.out.size()), b.out[l], Z, act_code(b.act));
-    return l;
-}
-
-}  // namespace
-
-void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
-                 unsigned loss_code) {
-    require_buffers(m, b);
-    const size_t L = m.layers.size();
-    CUdeviceptr in = X;
-    for (size_t l = 0; l + 1 < L; ++l) {
-        ops.begin_layer(l);
-        l = forward_hidden(ops, m, b, l, in);
-        in = b.out[l];
-    }
-    // The last fc: logits, output deltas and the deltas of its input (into delta[L-2]), through
-    // the activation's derivative where that input is an activated layer's (a pool's: ReLU's
-    // mask, which changes nothing after a ReLU conv and is redone without it otherwise).
-    ops.begin_layer(L - 1);
-    const LayerSpec& last = m.layers.back();
-    FusedArgs f{};
-    f.A1 = in;
-    f.W2 = b.params + last.weight_offset * 4;
-    f.b2 = b.params + last.bias_offset * 4;
-    f.T = T;
-    f.Y = Y;
-    f.D2 = b.D2;
-    f.D1 = b.delta[L - 2];
-    f.B = b.B;
-    f.H = static_cast<unsigned>(last.in.size());
-    f.O = last.width;
-    f.loss = loss_code;
-    f.act = m.layers[L - 2].kind == LayerKind::Pool ? kActRelu : act_code(b.act);
-    ops.fused_output(f);
-}
-
-void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale) {
-    require_buffers(m, b);
-    const size_t L = m.layers.size();
-    auto input_of = [&](size_t l) { return l == 0 ? X : b.out[l - 1]; };
-    const LayerSpec& last = m.layers.back();
-    // Two fc layers last: both gradients in one fused_grad, from fused_output's D2 and the
-    // ReLU-masked deltas D1 it left in delta[L-2]. Else the last layer's through conv_bwd_weights.
-    // Down the layers, each layer's deltas go from delta[l] to delta[l-1]; the weight gradients
-    // (ops.conv_bwd_weights, ops.fused_grad) are issued before the deltas below them, which do
-    // not depend on them (KernelOps runs them on side streams).
-    const bool fc_pair = L >= 2 && m.layers[L - 2].kind == LayerKind::Fc;
-    const bool relu = b.act == Activation::Relu;
-    // A conv layer (ReLU) under a pool: the pool's backward applies the conv's ReLU mask (the
-    // window's maximum is the conv's output at the index), and the conv's backward passes run
-    // with act 0, not reading the conv's output (the same values, bit for bit).
-    auto masked_by_pool = [&](size_t l) {
-        return l + 1 < L && m.layers[l].kind == LayerKind::Conv && m.layers[l + 1].kind == LayerKind::Pool;
-    };
-    ops.begin_layer(L - 1);
-    if (fc_pair) {
-        const LayerSpec& fc = m.layers[L - 2];
-        FusedArgs f{};
-        f.GW1 = b.grads + fc.weight_offset * 4;
-        f.Gb1 = b.grads + fc.bias_offset * 4;
-        f.GW2 = b.grads + last.weight_offset * 4;
-        f.Gb2 = b.grads + last.bias_offset * 4;
-        f.X = input_of(L - 2);
-        f.A1 = b.out[L - 2];
-        f.D1 = b.delta[L - 2];
-        f.D2 = b.D2;
-        f.B = b.B;
-        f.I = static_cast<unsigned>(fc.in.size());
-        f.H = fc.width;
-        f.O = last.width;
-        f.scale = scale;
-        ops.fused_grad(f);
-    } else {
-        ops.conv_bwd_weights(kernel_dims(last, b.B), b.grads + last.weight_offset * 4,
-                             b.grads + last.bias_offset * 4, input_of(L - 1), b.D2, b.D2, kConvActNone, scale);
-    }
-    // A pool under the last fc, another activation than ReLU: fused_output's D1 took ReLU's mask
-    // of the pool's values; the deltas without it, D2 W, from fc_bwd_data (act 0).
-    if (!relu && L > 2 && m.layers[L - 2].kind == LayerKind::Pool)
-        ops.fc_bwd_data(b.B, static_cast<unsigned>(last.in.size()), last.width, b.delta[L - 2], b.D2, b.D2,
-                        b.params + last.weight_offset * 4, kConvActNone);
-    for (size_t l = L - 1; l-- > 0;) {
-        const LayerSpec& ly = m.layers[l];
-        ops.begin_layer(l);
-        const CUdeviceptr dY = b.delta[l], dX = l > 0 ? b.delta[l - 1] : 0;
-        if (ly.kind == LayerKind::Pool) {
-            if (l > 0)
-                ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l],
-                             relu && masked_by_pool(l - 1) ? b.out[l] : 0);
-        } else {
-            const ConvDims d = kernel_dims(ly, b.B);
-            const unsigned act = !relu || masked_by_pool(l) ? kConvActNone : kConvActRelu;
-            // Another activation: dL/dZ in place of dL/dA (fused_output made it for layer L-2).
-            if (!relu && l + 2 != L)
-                ops.act_bwd(static_cast<unsigned>(b.B * ly.out.size()), dY, dY, b.out[l], b.z[l], act_code(b.act));
-            if (!(fc_pair && l == L - 2))
-                ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
-                                     b.out[l], act, scale);
-            if (l > 0 && ly.kind == LayerKind::Fc)
-                ops.fc_bwd_data(b.B, d.C, d.K, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
-            else if (l > 0)
-                ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
-        }
-    }
-}
-
 
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s, ConvKernels conv) {
+                         CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s, ConvKernels conv, bool train) {
     KernelOps ops(ks, s, conv);
-    cnn_forward(ops, m, buffers_of(p, a), X, T, Y, loss_code);
+    CnnBuffers b = buffers_of(p, a);
+    b.train = train;
+    cnn_forward(ops, m, b, X, T, Y, loss_code);
 }
 
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
@@ -432,7 +297,7 @@ EvalResult CnnEvaluator::run(const KernelSet& ks, const Model& m, const CnnParam
     for (size_t first = 0; first < test_.count; first += kEvalBatch) {
         const CnnActs& a = first + kEvalBatch <= test_.count ? a_ : *tail_;
         enqueue_cnn_forward(ks, m, p, a, at(X_, first * test_.dim()), at(T_, first * kClasses),
-                            at(Y_, first * kClasses), loss_code(loss), s, conv);
+                            at(Y_, first * kClasses), loss_code(loss), s, conv, false);
     }
     CU(cuStreamSynchronize, s);
     const std::vector<float> y = Y_.download_vector<float>();
@@ -476,6 +341,7 @@ public:
             const LayerSpec& ly = m_.layers[l];
             name(a_.out[l], ly.out.size());
             if (ly.kind == LayerKind::Pool) name(a_.idx[l], ly.out.size());
+            if (ly.is_bn()) name(a_.idx[l], ly.width);
             if (l < a_.delta.size()) name(a_.delta[l], ly.out.size());
             if (a_.z[l].bytes()) name(a_.z[l], ly.out.size());
             if (ly.kind == LayerKind::Pool) continue;
@@ -492,6 +358,7 @@ public:
             }
         }
         name(a_.D2, kClasses);
+        if (p_.running.bytes()) name(p_.running, 0);
     }
 
     std::vector<StepKernel> step_kernels(const KernelSet& ks, const StepIO& io) override;
@@ -503,7 +370,7 @@ public:
     }
     std::vector<const DeviceBuffer*> state() const override {
         std::vector<const DeviceBuffer*> v = {&p_.params};
-        for (const DeviceBuffer* st : {&p_.state1, &p_.state2})
+        for (const DeviceBuffer* st : {&p_.state1, &p_.state2, &p_.running})
             if (st->bytes()) v.push_back(st);
         return v;
     }
@@ -514,11 +381,13 @@ public:
         p_.params.upload(r.params);
         if (!r.state1.empty()) p_.state1.upload(r.state1);
         if (!r.state2.empty()) p_.state2.upload(r.state2);
+        if (p_.running.bytes()) p_.running.upload(r.buffers);
     }
     void store(ResumeState& e) const override {
         e.params = p_.params.download_vector<float>();
         if (p_.state1.bytes()) e.state1 = p_.state1.download_vector<float>();
         if (p_.state2.bytes()) e.state2 = p_.state2.download_vector<float>();
+        if (p_.running.bytes()) e.buffers = p_.running.download_vector<float>();
     }
     unsigned default_chunk() const override { return 32; }
     bool float_lr() const override { return false; }
@@ -591,6 +460,12 @@ public:
     }
     void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         add("act_bwd", {G}, [=](KernelOps& k) { k.act_bwd(n, G, dA, A, Z, code); });
+    }
+    void bn_fwd(const BnArgs& a) override {
+        add("bn_fwd", {a.Y, a.stats, a.running}, [=](KernelOps& k) { k.bn_fwd(a); });
+    }
+    void bn_bwd(const BnArgs& a) override {
+        add("bn_bwd", {a.dX, a.dgamma, a.dbeta}, [=](KernelOps& k) { k.bn_bwd(a); });
     }
 
 private:

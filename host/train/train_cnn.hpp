@@ -26,6 +26,16 @@
 //             for fc 3136->128 at batch 64 on an H100.)
 //   optimizer one launch of ptx/optim.ptx over the flat parameters, with this step's StepHyper
 //             record from the epoch's table (recipe.hpp step_hyper, schedule_lr).
+//   bn        a conv or fc under a bn runs without its activation (conv_fwd act 0: its output is
+//             written, no pool in its epilogue); bn_fwd (ptx/bn.ptx) normalizes it with the
+//             batch's statistics (kept in the layer's idx buffer, [2][C]: mean, rstd) and moves
+//             the running ones (CnnParams::running), then applies ReLU or leaky-ReLU (bn's own
+//             codes); for tanh, sigmoid and GELU it runs with kBnActNone, writing Z (as below),
+//             and act_fwd applies the activation. In evaluation on the running statistics.
+//             Backward: bn_bwd from the bn's output deltas and its output (the mask) writes
+//             dgamma, dbeta and the deltas of the layer below, whose passes then run with act
+//             0; act_bwd first where act.ptx applied the activation; kBnActNone under the last
+//             fc, whose fused_output applied the derivative (ReLU's mask again with ReLU).
 // Hidden activation other than ReLU (--activation: recipe.hpp's act_code, the codes fused_forward,
 // fused_output and ptx/act.ptx take): the conv kernels' epilogues and the dense and conv backward
 // passes know ReLU alone, so there they run with act 0 (none) and act.ptx applies the activation:
@@ -78,11 +88,14 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
 // hidden fc layers (fused_forward) and the last layer (fused_output).
 std::vector<std::string> cnn_forward_entries(ConvKernels conv = ConvKernels::Fp32);
 
-// The parameters and their optimizer state on the GPU, in the model's flat layout.
+// The parameters and their optimizer state on the GPU, in the model's flat layout; the bn
+// layers' running statistics (model.hpp's buffer layout; empty without bn layers).
 struct CnnParams {
-    DeviceBuffer params, grads, state1, state2;
+    DeviceBuffer params, grads, state1, state2, running;
     size_t count = 0;
-    CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o);
+    // buffers: the running statistics to start from (empty: the model's initial ones).
+    CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o,
+              const std::vector<float>& buffers = {});
     CUdeviceptr m_ptr(const OptimConfig& o) const;  // the optimizer's M (0 when it keeps none)
     CUdeviceptr v_ptr(const OptimConfig& o) const;  // its V
 };
@@ -104,7 +117,9 @@ struct CnnSideStream {
 struct CnnActs {
     unsigned B = 0;
     Activation act = Activation::Relu;  // the hidden activation (other than ReLU: the z buffers)
-    std::vector<DeviceBuffer> out, idx;  // out[l]: layer l's output ([B][...]; the last: unused, Y is given)
+    // out[l]: layer l's output ([B][...]; the last: unused, Y is given); idx[l]: a pool's argmax,
+    // a bn's batch mean and rstd ([2][C], for its backward pass).
+    std::vector<DeviceBuffer> out, idx;
     // delta[l]: dL/d(out[l]) for l < L-1, one buffer a layer, so no kernel writes a delta that a
     // weight gradient still running on the side stream reads.
     std::vector<DeviceBuffer> delta;
@@ -121,11 +136,23 @@ struct CnnActs {
 // pool argmax (out[l], idx[l]; B rows), the deltas of each layer's output but the last
 // (delta[l], L-1 of them) and the output deltas D2 [B][10]; with an activation other than ReLU,
 // each layer's pre-activation buffer z[l] (0 where none) and the activation.
+// running: the bn layers' running statistics; train: a training pass (bn on the batch's
+// statistics, the running ones updated), else evaluation (bn on the running ones).
 struct CnnBuffers {
     unsigned B = 0;
-    CUdeviceptr params = 0, grads = 0, D2 = 0;
+    CUdeviceptr params = 0, grads = 0, D2 = 0, running = 0;
+    bool train = true;
     std::vector<CUdeviceptr> out, idx, delta, z;
     Activation act = Activation::Relu;
+};
+// A bn layer's launches (bn.hpp launch_bn_fwd / launch_bn_bwd): bn_fwd reads X, gamma, beta
+// (and running in evaluation) and writes Y, stats and running (training); bn_bwd reads dY, Y, X,
+// gamma, stats and writes dX, dgamma, dbeta.
+struct BnArgs {
+    unsigned B = 0, C = 0, HW = 0, act = 0;
+    bool train = true;
+    float scale = 1.0f;
+    CUdeviceptr Y = 0, stats = 0, running = 0, X = 0, gamma = 0, beta = 0, dX = 0, dgamma = 0, dbeta = 0, dY = 0;
 };
 // The operations a step is made of, with the kernels' parameters and semantics (conv.hpp,
 // ref_conv.hpp: act 0 none, 1 ReLU; the backward passes mask dY where Y <= 0 with act 1;
@@ -160,6 +187,9 @@ struct CnnOps {
     // An fc layer's deltas back to its input (ptx/fc.ptx): dX[B][I] from dY, Y ([B][O]) and W[O][I].
     virtual void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
                              CUdeviceptr W, unsigned act) = 0;
+    // Batch normalization of X [B][C][HW] and the activation (bn.hpp: act 0 ReLU, 5 none).
+    virtual void bn_fwd(const BnArgs& a) = 0;
+    virtual void bn_bwd(const BnArgs& a) = 0;
     // The hidden activation as its own pass over n floats (ptx/act.ptx; code: recipe.hpp's
     // act_code): A = f(Z); G = dA * f'(.) from A (codes 0..3) or Z (GELU), G may be dA.
     virtual void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) = 0;
@@ -188,9 +218,10 @@ std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activ
 // and of its weight gradient (a table, what `train` prints under its first line).
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu);
 
+// train false: evaluation (bn layers on their running statistics, which stay as they are).
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
-                         ConvKernels conv = ConvKernels::Fp32);
+                         ConvKernels conv = ConvKernels::Fp32, bool train = true);
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                           float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false);
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,

@@ -75,6 +75,7 @@ const KernelFamily& outer_family();
 const KernelFamily& conv_family();
 const KernelFamily& tc_family();
 const KernelFamily& tcstep_family();
+const KernelFamily& bn_family();
 const KernelFamily& dense_family();
 const KernelFamily& act_family();
 

@@ -169,6 +169,7 @@ expect "flags: --model trailing comma"    2 "layer 3 is empty"                  
 expect "flags: --model cnn --activation tanh" 2 "data directory '/nonexistent' does not exist" $nogpu "$P" train --model cnn --activation tanh --data /nonexistent
 expect "flags: 2 layers, tc, gelu"         2 "data directory '/nonexistent' does not exist"   $nogpu "$P" train --layers 784,64,10 --kernels tc --activation gelu --data /nonexistent
 expect "flags: --model fc, fused, sigmoid" 2 "data directory '/nonexistent' does not exist"  $nogpu "$P" train --model fc64,fc32,fc10 --kernels fused --activation sigmoid --data /nonexistent
+expect "flags: --model bn, gelu"          2 "data directory '/nonexistent' does not exist"   $nogpu "$P" train --model conv8,bn,pool,fc32,bn,fc10 --activation gelu --data /nonexistent
 expect "flags: --layers 3 layers gelu"    2 "data directory '/nonexistent' does not exist"   $nogpu "$P" train --layers 784,64,32,10 --activation gelu --data /nonexistent
 expect "flags: --model cnn --three-launches" 2 "is a flag of the one-launch steps of 2 fc layers" $nogpu "$P" train --model cnn --three-launches
 expect "flags: --model cnn --kernels"     2 "the model trainer runs on the conv, pool and dense kernels"      $nogpu "$P" train --model cnn --kernels fast

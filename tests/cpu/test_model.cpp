@@ -117,6 +117,11 @@ TEST_CASE("model: bad specs are refused, naming the layer") {
         {"conv32", "the last layer is 'conv32' (layer 1)"},
         {"fc128,fc9", "the last layer is 'fc9'"},
         {"cnn,fc10", "layer 1 'cnn' names a whole model"},
+        {"bn,conv8,fc10", "layer 1 'bn' is the first layer"},
+        {"conv8,pool,bn,fc10", "layer 3 'bn' comes after a pool"},
+        {"conv8,bn,bn,fc10", "layer 3 'bn' comes after a bn"},
+        {"conv8,fc10,bn", "layer 3 'bn' comes after the last layer 'fc10' (the logits)"},
+        {"conv8,bn2,fc10", "layer 2 'bn2' is not a layer"},
     };
     for (const auto& b : bad) {
         CAPTURE(b.spec);
@@ -124,4 +129,50 @@ TEST_CASE("model: bad specs are refused, naming the layer") {
         CAPTURE(msg);
         CHECK(msg.find(b.message) != std::string::npos);
     }
+}
+
+TEST_CASE("model: bn after a conv (BatchNorm2d) or a hidden fc (BatchNorm1d), the activation after it") {
+    const Model m = parse_model("conv32,bn,pool,conv64,bn,pool,fc128,bn,fc10");
+    REQUIRE(m.layers.size() == 9);
+    CHECK(m.text() == "conv32,bn,pool,conv64,bn,pool,fc128,bn,fc10");
+    const LayerSpec& bn1 = m.layers[1];
+    CHECK(bn1.kind == LayerKind::Bn);
+    CHECK(bn1.name == "bn1");
+    CHECK(m.layers[4].name == "bn2");
+    CHECK(m.layers[7].name == "bn3");
+    CHECK(bn1.width == 32);
+    CHECK(bn1.in == Shape3{32, 28, 28});
+    CHECK(bn1.out == Shape3{32, 28, 28});
+    CHECK(m.layers[7].out == Shape3{128, 1, 1});
+    // Conv -> BN -> ReLU: the conv or fc under a bn has no activation, the bn has it.
+    CHECK_FALSE(m.layers[0].activation);
+    CHECK(bn1.activation);
+    CHECK_FALSE(m.layers[6].activation);
+    CHECK(m.layers[7].activation);
+    CHECK_FALSE(m.layers[8].activation);
+    // Parameters in layer order: conv1 weight, bias, bn1 weight (gamma), bias (beta), ...
+    CHECK(bn1.weight_dims == std::vector<unsigned>{32});
+    CHECK(bn1.bias_dims == std::vector<unsigned>{32});
+    CHECK(bn1.weight_offset == 288 + 32);
+    CHECK(bn1.bias_offset == 288 + 32 + 32);
+    CHECK(m.layers[3].weight_offset == 288 + 32 + 64);
+    CHECK(m.param_count == 288 + 32 + 64 + 18432 + 64 + 128 + 401408 + 128 + 256 + 1280 + 10);
+    // Running statistics in the buffer array: mean then var of each bn in order.
+    CHECK(m.buffer_count == 2 * (32 + 64 + 128));
+    CHECK(bn1.buffer_offset == 0);
+    CHECK(m.layers[4].buffer_offset == 64);
+    CHECK(m.layers[7].buffer_offset == 64 + 128);
+    CHECK(m.has_bn());
+    CHECK_FALSE(parse_model("cnn").has_bn());
+    const std::vector<float> b = m.initial_buffers();
+    REQUIRE(b.size() == m.buffer_count);
+    CHECK(b[0] == 0.0f);
+    CHECK(b[31] == 0.0f);
+    CHECK(b[32] == 1.0f);
+    CHECK(b[63] == 1.0f);
+    CHECK(b[64] == 0.0f);
+    CHECK(b.back() == 1.0f);
+    // An fc with a bn is not an MLP: the model trainer runs it.
+    CHECK_FALSE(parse_model("fc128,bn,fc10").fc_only());
+    CHECK(parse_model("fc128,bn,fc10").shapes_text() == "1x28x28 -fc128-> 128 -bn-> 128 -fc10-> 10");
 }

@@ -84,6 +84,45 @@ TEST_CASE("model checkpoint: the CNN round-trips bit for bit under nn.Sequential
                          doctest::Contains("holds the model 'conv32,pool,conv64,pool,fc128,fc10'"), InputError);
 }
 
+TEST_CASE("model checkpoint: bn layers round-trip with their running statistics and num_batches_tracked (I64)") {
+    TempDir t;
+    const Model m = parse_model("conv8,bn,pool,fc16,bn,fc10");
+    const std::vector<float> p = init_model_params(m, Init::Torch, 3);
+    std::vector<float> run(m.buffer_count);
+    for (size_t i = 0; i < run.size(); ++i) run[i] = 0.25f + float(i) / 7.0f;
+    save_model_safetensors(t.file("bn.safetensors"), m, p, {}, {}, run, 1234);
+    const auto bytes = read_bytes(t.file("bn.safetensors"));
+    const std::string h = header_of(bytes);
+    for (const char* w : {"\"bn1.weight\":{\"dtype\":\"F32\",\"shape\":[8],", "\"bn1.bias\":{\"dtype\":\"F32\",\"shape\":[8],",
+                          "\"bn1.running_mean\":{\"dtype\":\"F32\",\"shape\":[8],",
+                          "\"bn1.running_var\":{\"dtype\":\"F32\",\"shape\":[8],",
+                          "\"bn1.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],",
+                          "\"bn2.running_var\":{\"dtype\":\"F32\",\"shape\":[16],",
+                          "\"bn2.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],"}) {
+        CAPTURE(w);
+        CHECK(h.find(w) != std::string::npos);
+    }
+    CHECK(bytes.size() == 8 + h.size() + 4 * (m.param_count + m.buffer_count) + 8 * 2);
+    const ModelCheckpoint ck = load_model_checkpoint(t.file("bn.safetensors"));
+    CHECK(ck.params == p);
+    CHECK(ck.buffers == run);
+    CHECK(ck.batches_tracked == 1234);
+    // Without buffers given: the initial ones (mean 0, var 1), 0 steps.
+    save_model_safetensors(t.file("init.safetensors"), m, p);
+    const ModelCheckpoint ik = load_model_checkpoint(t.file("init.safetensors"));
+    CHECK(ik.buffers == m.initial_buffers());
+    CHECK(ik.batches_tracked == 0);
+    // The reader's rules stay: a running_var of the wrong shape, a counter that is not I64, or one
+    // missing are refused by name.
+    auto with = [&](const std::string& from, const std::string& to) { return refusal(patched(bytes, from, to)); };
+    CHECK(with("\"bn1.num_batches_tracked\":{\"dtype\":\"I64\"", "\"bn1.num_batches_tracked\":{\"dtype\":\"F64\"")
+              .find("dtype F64 is not supported") != std::string::npos);
+    CHECK(with("\"bn1.running_mean\":{\"dtype\":\"F32\"", "\"bn1.running_mean\":{\"dtype\":\"I64\"")
+              .find("dtype I64 is not supported") != std::string::npos);
+    CHECK(with("\"bn2.running_var\"", "\"bn2.running_vax\"").find("needs the tensor 'bn2.running_var' [16]") !=
+          std::string::npos);
+}
+
 TEST_CASE("model checkpoint: fc-only models of 2 and 3 layers keep the MLP format, other models their spec") {
     TempDir t;
     const Model mlp = parse_model("fc16,fc10");
@@ -185,7 +224,8 @@ TEST_CASE("model checkpoint: tools/ptxlab_model.py reads ptxlab's checkpoints an
     TempDir t;
     // The module's state_dict names and shapes, in the data's order, for a CNN, a deep fc model
     // and an MLP checkpoint.
-    for (const char* spec : {"cnn", "conv8k5,pool,conv4k1,pool,fc16,fc10", "fc32,fc16,fc12,fc10", "fc16,fc10"}) {
+    for (const char* spec : {"cnn", "conv8k5,pool,conv4k1,pool,fc16,fc10", "fc32,fc16,fc12,fc10", "fc16,fc10",
+                             "conv8,bn,pool,conv4,bn,pool,fc16,bn,fc10"}) {
         CAPTURE(spec);
         const Model m = parse_model(spec);
         save_model_safetensors(t.file("m.safetensors"), m, init_model_params(m, Init::Torch, 1), {},

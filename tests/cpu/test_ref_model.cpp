@@ -234,6 +234,99 @@ TEST_CASE("ref_model: the gradient of small CNNs matches central differences (ev
     }
 }
 
+TEST_CASE("ref_model: bn's init (gamma 1, beta 0) and its forward pass by an independent formula") {
+    const Model m = parse_model("conv3,bn,pool,fc5,bn,fc10", Shape3{1, 4, 4});
+    const std::vector<float> P = init_model_params(m, Init::Torch, 3);
+    for (size_t i = 0; i < 3; ++i) {
+        CHECK(P[m.layers[1].weight_offset + i] == 1.0f);
+        CHECK(P[m.layers[1].bias_offset + i] == 0.0f);
+    }
+    // One channel, B = 2 planes of 2: x = {1, 2 | 3, 6}: mean 3, biased variance (4 + 1 + 0 + 9) / 4
+    // = 3.5, unbiased 14 / 3; z = gamma (x - 3) / sqrt(3.5 + 1e-5) + beta.
+    const double x[4] = {1, 2, 3, 6}, gamma = 2, beta = 0.5;
+    double z[4], mean, rstd, rm = 0.25, rv = 2;
+    bn_forward64(x, 2, 1, 2, &gamma, &beta, true, &rm, &rv, z, &mean, &rstd);
+    CHECK(mean == 3.0);
+    CHECK(rstd == doctest::Approx(1 / std::sqrt(3.5 + 1e-5)).epsilon(1e-15));
+    for (int i = 0; i < 4; ++i) CHECK(z[i] == doctest::Approx(2 * (x[i] - 3) / std::sqrt(3.50001) + 0.5).epsilon(1e-14));
+    CHECK(rm == doctest::Approx(0.9 * 0.25 + 0.1 * 3).epsilon(1e-15));
+    CHECK(rv == doctest::Approx(0.9 * 2 + 0.1 * 14.0 / 3).epsilon(1e-15));
+    // Evaluation: the running statistics, nothing updated.
+    bn_forward64(x, 2, 1, 2, &gamma, &beta, false, &rm, &rv, z, &mean, &rstd);
+    CHECK(mean == rm);
+    CHECK(z[3] == doctest::Approx(2 * (6 - rm) / std::sqrt(rv + 1e-5) + 0.5).epsilon(1e-14));
+    // One value per channel in training is refused, as PyTorch does.
+    CHECK_THROWS_WITH_AS(bn_forward64(x, 1, 1, 1, &gamma, &beta, true, &rm, &rv, z, &mean, &rstd),
+                         doctest::Contains("more than 1 value per channel"), InputError);
+}
+
+TEST_CASE("ref_model: models with bn: the gradient matches central differences, the running statistics move") {
+    struct Case {
+        const char* spec;
+        Shape3 in;
+        unsigned B;
+    };
+    // BatchNorm2d after convs (one of them 5x5, two input channels), BatchNorm1d after a hidden
+    // fc, a bn straight into the last fc, a batch of 2 on 1x1 planes.
+    for (const Case& c : {Case{"conv3,bn,pool,conv2k5,bn,pool,fc6,bn,fc10", {2, 8, 8}, 3},
+                          Case{"conv4k1,bn,fc10", {1, 3, 3}, 2}, Case{"fc7,bn,fc10", {1, 2, 3}, 2}}) {
+        const Model m = parse_model(c.spec, c.in);
+        const auto X = random_images(size_t(c.B) * c.in.size(), 5);
+        const auto y = random_labels(c.B, 6);
+        for (Activation act : {Activation::Tanh, Activation::Relu})
+            for (Loss loss : {Loss::Ce, Loss::Mse}) {
+                CAPTURE(c.spec);
+                CAPTURE(to_string(act));
+                CAPTURE(to_string(loss));
+                Recipe r;
+                r.loss = loss;
+                r.activation = act;
+                std::vector<double> P = widen(init_model_params(m, Init::Torch, 9));
+                Rng rng(4);
+                for (const LayerSpec& l : m.layers)  // gamma and beta away from 1 and 0
+                    if (l.is_bn())
+                        for (unsigned k = 0; k < l.width; ++k) {
+                            P[l.weight_offset + k] = rng.uniform(0.5f, 2.0f);
+                            P[l.bias_offset + k] = rng.uniform(-0.5f, 0.5f);
+                        }
+                std::vector<double> g;
+                model_loss_grad64(m, P, r, X, y, c.B, &g);
+                double gmax = 0;
+                for (double v : g) gmax = std::max(gmax, std::fabs(v));
+                REQUIRE(gmax > 0);
+                const double h = 1e-6;
+                size_t bad = 0;
+                for (size_t i = 0; i < P.size(); ++i) {
+                    std::vector<double> Q = P;
+                    Q[i] = P[i] + h;
+                    const double up = model_loss_grad64(m, Q, r, X, y, c.B, nullptr);
+                    Q[i] = P[i] - h;
+                    const double down = model_loss_grad64(m, Q, r, X, y, c.B, nullptr);
+                    const double fd = (up - down) / (2 * h);
+                    if (std::fabs(fd - g[i]) > 2e-6 * gmax + 1e-6 * std::fabs(g[i])) {
+                        if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": fd ", fd, " vs ", g[i]);
+                    }
+                }
+                CHECK(bad == 0);
+            }
+        // A step moves the running statistics (and only a training pass does).
+        const std::vector<float> run_init = m.initial_buffers();
+        std::vector<double> run = widen(run_init);
+        const std::vector<double> run0 = run;
+        std::vector<double> P = widen(init_model_params(m, Init::Torch, 9));
+        ModelOptim64 st;
+        Recipe r;
+        cpu_model_step(m, P, st, r, X, y, c.B, 0.1, &run);
+        CHECK(run != run0);
+        const std::vector<double> run1 = run;
+        const auto f = model_forward64(m, P, X, c.B, r.activation, &run, false);
+        CHECK(run == run1);
+        CHECK(f.logits().size() == size_t(c.B) * 10);
+        CHECK_THROWS_WITH_AS(model_forward64(m, P, X, c.B, r.activation, nullptr, false),
+                             doctest::Contains("needs its bn layers' running statistics"), Error);
+    }
+}
+
 TEST_CASE("ref_model: bad inputs are refused with the reason") {
     const Model m = parse_model("conv2,pool,fc10", Shape3{1, 4, 4});
     std::vector<double> P(m.param_count, 0.1);

@@ -8,6 +8,7 @@
 #include "ref_model.hpp"
 #include "rng.hpp"
 #include "train_cnn.hpp"
+#include "bn.hpp"
 
 #include <doctest/doctest.h>
 
@@ -129,6 +130,37 @@ struct HostOps : CnnOps {
         put(f.GW2, G.v);
         put(f.Gb2, Gb.v);
     }
+    // bn: ref_model.hpp's bn_forward64 / bn_backward64 on the buffers' float values; bn.hpp's
+    // codes: ReLU (0), leaky-ReLU (1, slope 0.01) or none.
+    void bn_fwd(const BnArgs& a) override {
+        REQUIRE((a.act == kActRelu || a.act == kActLeakyRelu || a.act == kBnActNone));
+        const size_t n = size_t(a.B) * a.C * a.HW;
+        std::vector<double> z(n), st(2 * size_t(a.C)), run = get(a.running, 2 * size_t(a.C));
+        bn_forward64(get(a.X, n).data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), get(a.beta, a.C).data(), a.train,
+                     run.data(), run.data() + a.C, z.data(), st.data(), st.data() + a.C);
+        if (a.train) {
+            put(a.running, run);
+            put(a.stats, st);
+        }
+        for (auto& v : z)
+            if (a.act != kBnActNone && !(v > 0)) v = a.act == kActLeakyRelu ? 0.01 * v : 0.0;
+        put(a.Y, z);
+    }
+    void bn_bwd(const BnArgs& a) override {
+        REQUIRE((a.act == kActRelu || a.act == kActLeakyRelu || a.act == kBnActNone));
+        const size_t n = size_t(a.B) * a.C * a.HW;
+        std::vector<double> dz = get(a.dY, n), dx(n), dg(a.C), db(a.C);
+        if (a.act != kBnActNone)
+            for (size_t i = 0; i < n; ++i)
+                if (!(host<float>(a.Y)[i] > 0.0f)) dz[i] *= a.act == kActLeakyRelu ? 0.01 : 0.0;
+        const std::vector<double> st = get(a.stats, 2 * size_t(a.C));
+        bn_backward64(get(a.X, n).data(), dz.data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), st.data(),
+                      st.data() + a.C, dg.data(), db.data(), dx.data());
+        for (unsigned c = 0; c < a.C; ++c) dg[c] *= a.scale, db[c] *= a.scale;
+        put(a.dX, dx);
+        put(a.dgamma, dg);
+        put(a.dbeta, db);
+    }
 };
 
 }  // namespace
@@ -230,6 +262,8 @@ void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
         b.idx.push_back(addr(idx[l].data()));
         b.z.push_back(addr(z[l].data()));
     }
+    std::vector<float> running = m.initial_buffers();
+    b.running = addr(running.data());
     HostOps ops;
     ops.fuse = fuse;
     cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
@@ -240,14 +274,25 @@ void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
     const int pools = sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv4,pool,fc10" || sp == "pool,conv2,pool,fc10" ? 1 : 0;
     CHECK(ops.pooled == (fuse && act == Activation::Relu ? pools : 0));
     if (act == Activation::Relu) CHECK(ops.act_launches == 0);
-    if (act != Activation::Relu && !m.fc_only()) CHECK(ops.act_launches > 0);
+    // act.ptx's passes: after a conv with the activation, or a bn with tanh, sigmoid or GELU
+    // (ReLU and leaky-ReLU in bn's own epilogue); act_bwd for an fc but the one under the last.
+    const bool bn_own = act == Activation::Relu || act == Activation::LeakyRelu;
+    bool act_pass = false;
+    for (size_t l = 0; l + 1 < m.layers.size(); ++l) {
+        const LayerSpec& ly = m.layers[l];
+        act_pass |= ly.activation && (ly.kind == LayerKind::Conv || (ly.is_bn() && !bn_own) ||
+                                      (ly.kind == LayerKind::Fc && l + 2 != m.layers.size()));
+    }
+    if (act != Activation::Relu) CHECK((ops.act_launches > 0) == act_pass);
 
     Recipe r;
     r.loss = loss;
     r.activation = act;
     const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
-    std::vector<double> g;
-    model_loss_grad64(m, P, r, X64, labels, B, &g);
+    const std::vector<float> run0 = m.initial_buffers();
+    std::vector<double> g, run64(run0.begin(), run0.end());
+    model_loss_grad64(m, P, r, X64, labels, B, &g, &run64);
+    for (size_t i = 0; i < running.size(); ++i) CHECK(running[i] == doctest::Approx(run64[i]).epsilon(1e-5));
     const auto f = model_forward64(m, P, X64, B, act);
     for (size_t i = 0; i < Y.size(); ++i) CHECK(Y[i] == doctest::Approx(f.logits()[i]).epsilon(1e-5));
     // float32 buffers between float64 operations: each within 1e-5 of the largest |g|.
@@ -262,15 +307,18 @@ void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
     CHECK(bad == 0);
 }
 
+// The last three with bn: after each conv and a hidden fc (the running statistics checked too),
+// straight into the last fc, and under another fc.
 const char* const kHostSpecs[] = {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10",
-                                  "conv3k1,fc7,fc10", "conv2k1,fc10", "fc6,fc5,fc4,fc10", "fc7,fc10"};
+                                  "conv3k1,fc7,fc10", "conv2k1,fc10", "fc6,fc5,fc4,fc10", "fc7,fc10",
+                                  "conv4,bn,pool,conv3k5,bn,pool,fc6,bn,fc10", "conv3,bn,fc10", "fc6,bn,fc5,fc10"};
 
 }  // namespace
 
 TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float64 reference's logits and gradient") {
-    // Each loss, seven models (two convs and two fc; a pool straight into the last fc; a pool
+    // Each loss, ten models (two convs and two fc; a pool straight into the last fc; a pool
     // first; a 1x1 conv; a conv straight into the last fc; fc only, 3 and 1 hidden layers), each
-    // with and without the pools in conv_fwd (ops.fuse).
+    // with and without the pools in conv_fwd (ops.fuse); three of them with bn.
     for (const char* spec : kHostSpecs)
         for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
             for (bool fuse : {false, true}) check_host_step(spec, loss, fuse, Activation::Relu);
@@ -318,6 +366,60 @@ TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
     CHECK(cnn.find("tc_grad_weights") == std::string::npos);
     CHECK(cnn.find("conv_fwd+pool") != std::string::npos);
     CHECK(cnn.find("tc_conv_fwd+pool") != std::string::npos);
+}
+
+TEST_CASE("train_cnn: bn layers: the kernels a step launches, the batch they take") {
+    const Model m = parse_model("conv32,bn,pool,conv64,bn,pool,fc128,fc10");
+    const std::string k = cnn_step_kernels(m, ConvKernels::Tc, 64);
+    MESSAGE(k);
+    CHECK(k.find("bn_fwd x2") != std::string::npos);
+    CHECK(k.find("bn_bwd x2") != std::string::npos);
+    CHECK(k.find("+pool") == std::string::npos);  // a bn between: the conv's epilogue cannot pool
+    CHECK(k.find("act_") == std::string::npos);
+    const std::string table = cnn_layer_kernels(m, ConvKernels::Tc, 64);
+    MESSAGE(table);
+    CHECK(table.find("bn1     bn_fwd") != std::string::npos);
+    // Leaky-ReLU in bn's epilogue; tanh, sigmoid and GELU: bn_fwd without, then act_fwd.
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::LeakyRelu).find("act_") == std::string::npos);
+    for (Activation act : {Activation::Tanh, Activation::Sigmoid, Activation::Gelu}) {
+        const std::string ka = cnn_step_kernels(m, ConvKernels::Tc, 64, act);
+        CAPTURE(ka);
+        CHECK(ka.find("bn_fwd x2") != std::string::npos);
+        CHECK(ka.find("act_fwd x2") != std::string::npos);
+        CHECK(ka.find("act_bwd x2") != std::string::npos);
+        CHECK(cnn_layer_kernels(m, ConvKernels::Tc, 64, act).find("bn1     bn_fwd, act_fwd") != std::string::npos);
+    }
+    // Under the last fc, fused_output applies the derivative: act_fwd, no act_bwd.
+    const Model mg = parse_model("conv8,pool,fc64,bn,fc10");
+    const std::string kg = cnn_step_kernels(mg, ConvKernels::Tc, 64, Activation::Gelu);
+    CAPTURE(kg);
+    CHECK(kg.find("act_fwd x2") != std::string::npos);
+    CHECK(kg.find("act_bwd x") == std::string::npos);  // conv1's alone
+    CHECK(cnn_layer_kernels(mg, ConvKernels::Tc, 64, Activation::Gelu).find("bn1     bn_fwd, act_fwd  ") !=
+          std::string::npos);
+    // An fc under a bn has no activation: tc_forward with the tensor cores, a 1x1 conv_fwd in FP32.
+    CHECK(cnn_step_kernels(parse_model("fc64,bn,fc10"), ConvKernels::Tc, 64).find("tc_forward, bn_fwd") == 0);
+    CHECK(cnn_step_kernels(parse_model("fc64,bn,fc10"), ConvKernels::Fp32, 64).find("conv_fwd, bn_fwd") == 0);
+    const auto tf = cnn_forward_entries(ConvKernels::Tc);
+    CHECK(std::find(tf.begin(), tf.end(), "tc_forward") != tf.end());
+    OptimConfig o;
+    const auto v = cnn_training_entries(o);
+    CHECK(std::find(v.begin(), v.end(), "bn_bwd") != v.end());
+    const auto f = cnn_forward_entries();
+    CHECK(std::find(f.begin(), f.end(), "bn_fwd") != f.end());
+    TrainConfig c;
+    c.model = m;
+    CHECK_NOTHROW(c.validate_flags());
+    for (Activation act : {Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid, Activation::Gelu}) {
+        c.activation = act;
+        CHECK_NOTHROW(c.validate_flags());
+    }
+    c.activation = Activation::Relu;
+    c.model = parse_model("fc64,bn,fc10");
+    c.batch = 1;  // BatchNorm1d of one value a channel, as PyTorch refuses in training
+    CHECK_THROWS_WITH_AS(c.validate_flags(), doctest::Contains("more than 1 value per channel"), InputError);
+    c.model = parse_model("conv8,bn,pool,fc10");
+    CHECK_NOTHROW(c.validate_flags());  // BatchNorm2d at batch 1: 784 values a channel
 }
 
 TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {

@@ -28,6 +28,7 @@ namespace {
 // What a few steps on one batch leave on the GPU.
 struct Steps {
     std::vector<float> params, first_grad, logits;  // after the last step; the first step's gradient; every step's Y
+    std::vector<float> running;                     // the bn layers' running statistics after the last step
 };
 
 // `lrs.size()` steps of `m` on the batch X (B images), each with its own lr, from `init`.
@@ -57,6 +58,7 @@ Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init
     }
     r.params = p.params.download_vector<float>();
     r.logits = dY.download_vector<float>();
+    if (p.running.bytes()) r.running = p.running.download_vector<float>();
     return r;
 }
 
@@ -82,6 +84,7 @@ Steps ptx_steps_as_twins(const Model& m, const std::vector<float>& init, const T
     CHECK(same_bits(ptx.params, twin.params));
     CHECK(same_bits(ptx.first_grad, twin.first_grad));
     CHECK(same_bits(ptx.logits, twin.logits));
+    CHECK(same_bits(ptx.running, twin.running));
     return ptx;
 }
 
@@ -160,6 +163,115 @@ TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the 
                 if (std::fabs(double(ptx.params[i]) - P[i]) > 1e-5 + 1e-5 * std::fabs(P[i])) ++bad;
             CHECK(bad == 0);
         }
+}
+
+TEST_CASE("cnn: bn: three steps match the float64 reference (logits, gradient, running statistics), the PTX its twins") {
+    // BatchNorm2d after each conv, BatchNorm1d after the hidden fc (run as a 1x1 conv_fwd).
+    const Model m = parse_model("conv8,bn,pool,conv16k5,bn,pool,fc32,bn,fc10");
+    const unsigned B = 16;
+    const auto [X, labels] = random_batch(B, 22);
+    const std::vector<float> init = init_model_params(m, Init::Torch, 6);
+    const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
+    for (ConvKernels conv : {ConvKernels::Fp32, ConvKernels::Tc}) {
+        CAPTURE(int(conv));
+        TrainConfig cfg;
+        cfg.kernels = {conv == ConvKernels::Tc ? Design::Tc : Design::Seed, KernelSource::Ptx};
+        const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
+        Recipe r;
+        r.optim = cfg.optim;
+        const std::vector<float> run0 = m.initial_buffers();
+        std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g, run(run0.begin(), run0.end());
+        std::vector<double> run_first = run;
+        model_loss_grad64(m, P, r, X64, labels, B, &g, &run_first);
+        double gmax = 0, gerr = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+            gmax = std::max(gmax, std::fabs(g[i]));
+            gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
+        }
+        MESSAGE("largest gradient ", gmax, ", largest error ", gerr);
+        // TF32 products (tc) are 2^-11 relative: a looser bound there.
+        CHECK(gerr <= (conv == ConvKernels::Tc ? 1e-2 : 1e-4) * gmax);
+        ModelOptim64 st;
+        for (size_t k = 0; k < lrs.size(); ++k) cpu_model_step(m, P, st, r, X64, labels, B, lrs[k], &run);
+        REQUIRE(ptx.running.size() == run.size());
+        size_t bad = 0;
+        for (size_t i = 0; i < run.size(); ++i)
+            if (std::fabs(double(ptx.running[i]) - run[i]) > (conv == ConvKernels::Tc ? 1e-2 : 1e-4) * (1 + std::fabs(run[i])))
+                ++bad;
+        CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("cnn: bn with every activation, FP32 and tc: three steps match float64 (gradient, running statistics), the PTX its twins") {
+    // ReLU and leaky-ReLU in bn_fwd/bn_bwd's epilogue; tanh, sigmoid and GELU as bn (none), then
+    // act_fwd, and act_bwd before bn_bwd; a bn under the last fc (fused_output's derivative, GELU's
+    // Z in delta[L-2]) and one under another fc (an fc under a bn first: tc_forward with tc).
+    const unsigned B = 16;
+    const auto [X, labels] = random_batch(B, 24);
+    const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
+    for (const char* spec : {"conv8,bn,pool,conv16k5,bn,pool,fc32,bn,fc10", "fc32,bn,fc16,fc10"})
+        for (Activation act : {Activation::Relu, Activation::LeakyRelu, Activation::Tanh, Activation::Sigmoid,
+                               Activation::Gelu})
+            for (ConvKernels conv : {ConvKernels::Fp32, ConvKernels::Tc}) {
+                CAPTURE(spec);
+                CAPTURE(to_string(act));
+                CAPTURE(int(conv));
+                const Model m = parse_model(spec);
+                const std::vector<float> init = init_model_params(m, Init::Torch, 8);
+                TrainConfig cfg;
+                cfg.activation = act;
+                cfg.kernels = {conv == ConvKernels::Tc ? Design::Tc : Design::Seed, KernelSource::Ptx};
+                const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs);
+                Recipe r;
+                r.optim = cfg.optim;
+                r.activation = act;
+                const std::vector<float> run0 = m.initial_buffers();
+                std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
+                std::vector<double> run(run0.begin(), run0.end()), run_first = run;
+                model_loss_grad64(m, P, r, X64, labels, B, &g, &run_first);
+                const double tol = conv == ConvKernels::Tc ? 1e-2 : 1e-4;
+                double gmax = 0, gerr = 0;
+                for (size_t i = 0; i < g.size(); ++i) {
+                    gmax = std::max(gmax, std::fabs(g[i]));
+                    gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
+                }
+                MESSAGE(spec, " ", to_string(act), ": largest gradient ", gmax, ", largest error ", gerr);
+                CHECK(gmax > 0);
+                CHECK(gerr <= tol * gmax);
+                ModelOptim64 st;
+                for (size_t k = 0; k < lrs.size(); ++k) cpu_model_step(m, P, st, r, X64, labels, B, lrs[k], &run);
+                REQUIRE(ptx.running.size() == run.size());
+                size_t bad = 0;
+                for (size_t i = 0; i < run.size(); ++i)
+                    if (std::fabs(double(ptx.running[i]) - run[i]) > tol * (1 + std::fabs(run[i]))) ++bad;
+                CHECK(bad == 0);
+            }
+}
+
+TEST_CASE("cnn: bn: train --model conv8,bn,pool,fc10 learns MNIST in 300 steps, the PTX as its twins; its checkpoint evaluates alike") {
+    const Dataset data = load_dataset(default_data_dir());
+    const char* spec = "conv8,bn,pool,fc10";
+    const TrainResult res[2] = {short_run(data, spec, {Design::Tc, KernelSource::Ptx}),
+                                short_run(data, spec, {Design::Tc, KernelSource::Reference})};
+    CHECK(res[0].steps == 300);
+    CHECK(res[0].accuracy >= 0.90);
+    CHECK(res[0].step_losses == res[1].step_losses);
+    CHECK(same_bits(res[0].params, res[1].params));
+    CHECK(same_bits(res[0].end.buffers, res[1].end.buffers));
+    // The evaluation runs on the running statistics: a checkpoint (with them) evaluates to the
+    // accuracy the run reported, and the initial statistics (mean 0, var 1) to another.
+    TempDir t;
+    const Model m = parse_model(spec);
+    save_model_safetensors(t.file("bn.safetensors"), m, res[0].params, {}, {}, res[0].end.buffers, res[0].steps);
+    const ModelCheckpoint ck = load_model_checkpoint(t.file("bn.safetensors"));
+    CHECK(ck.batches_tracked == 300);
+    KernelSet ks(KernelSource::Ptx, gpu().info(), KernelDirs::from_environment(), cnn_forward_entries(ConvKernels::Tc));
+    const EvalResult e = evaluate_cnn(ks, ck.model, CnnParams(ck.model, ck.params, OptimConfig{}, ck.buffers), data.test,
+                                      Loss::Ce, ConvKernels::Tc);
+    CHECK(e.accuracy == res[0].accuracy);
+    const EvalResult e0 = evaluate_cnn(ks, ck.model, CnnParams(ck.model, ck.params, OptimConfig{}), data.test, Loss::Ce,
+                                       ConvKernels::Tc);
+    CHECK(e0.accuracy != e.accuracy);
 }
 
 TEST_CASE("cnn: train --model conv8,pool,fc10 learns MNIST in 300 steps, the PTX and the twins alike") {
@@ -290,7 +402,8 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
         float lr;
     };
     for (const Run& run : {Run{"conv8,pool,fc10", OptimKind::Nesterov, kCnnDefaultLr},
-                           Run{"fc256,fc128,fc10", OptimKind::Adam, 1e-3f}}) {
+                           Run{"fc256,fc128,fc10", OptimKind::Adam, 1e-3f},
+                           Run{"conv8,bn,pool,fc32,bn,fc10", OptimKind::Nesterov, 0.1f}}) {
         CAPTURE(run.model);
         TrainConfig cfg;
         cfg.model = parse_model(run.model);
@@ -325,6 +438,11 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
         // The checkpoint evaluates as the run reported (eval --load reads it as a model).
         const ModelCheckpoint ck = load_model_checkpoint(t.file("c.safetensors"));
         CHECK(same_bits(ck.params, part.params));
+        // bn: the running statistics survive the checkpoint bit for bit, num_batches_tracked the steps.
+        CHECK(same_bits(rest.end.buffers, whole.end.buffers));
+        CHECK(same_bits(ck.buffers, part.end.buffers));
+        CHECK(ck.batches_tracked == (cfg.model->has_bn() ? int64_t(part.steps) : 0));
+        CHECK(cfg.model->has_bn() == !whole.end.buffers.empty());
     }
 }
 

@@ -387,6 +387,40 @@ void check_planted_conv_fwd(const char* patch, const char* entry, const char* in
 }
 }  // namespace
 
+TEST_CASE("kernels: bn_fwd and bn_bwd, both sets (train and eval, each activation, batch 1, planes past 1024)") {
+    for (unsigned act : {0u, 1u, 5u}) {
+        check_both_sets("bn_fwd", {64, 32, 784, act, 1});  // after conv1 of the CNN at batch 64
+        check_both_sets("bn_fwd", {64, 32, 784, act, 0});
+        check_both_sets("bn_bwd", {64, 32, 784, act});
+        check_both_sets("bn_fwd", {64, 128, 1, act, 1});   // BatchNorm1d after fc128
+        check_both_sets("bn_bwd", {64, 128, 1, act});
+        check_both_sets("bn_fwd", {1, 3, 9, act, 1});      // one sample: the statistics of one plane
+        check_both_sets("bn_bwd", {1, 3, 9, act});
+        check_both_sets("bn_fwd", {2, 5, 1, act, 1});      // two values a channel
+        check_both_sets("bn_bwd", {2, 5, 1, act});
+        check_both_sets("bn_fwd", {17, 3, 1030, act, 1});  // a thread's step wraps inside a plane
+        check_both_sets("bn_bwd", {17, 3, 1030, act});
+        check_both_sets("bn_fwd", {1, 5, 1, act, 0});      // evaluation takes one value a channel
+    }
+}
+
+TEST_CASE("kernels: bn_fwd normalizing with the unbiased variance is caught by verify") {
+    // bn_unbiased_variance.patch: var = sum / (n - 1) in the normalization. Every Y is written,
+    // off by sqrt(n / (n - 1)) of its centred value; evaluation (train 0) does not use it.
+    const PlantedKernel planted = plant("bn_unbiased_variance");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
+    for (const std::vector<unsigned>& shape : std::vector<std::vector<unsigned>>{{64, 8, 49, 0, 1}, {2, 5, 1, 5, 1}}) {
+        CaseResult r = verify_one("bn_fwd", shape, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+    }
+    CaseResult ok = verify_one("bn_fwd", {64, 8, 49, 0, 0}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    check_cli_fails("bn_fwd", "64,8,49,0,1", planted);
+}
+
 TEST_CASE("kernels: a conv with its padding off by one is caught by verify") {
     // conv_padding_off_by_one.patch: conv_fwd stages its input one column off.
     check_planted_conv_fwd("conv_padding_off_by_one", "conv_fwd", "conv_bwd_data", {3, 3, 9, 9, 5, 3, 0}, "3,3,9,9,5,3,0");

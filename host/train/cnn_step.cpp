@@ -1,0 +1,248 @@
+// The model trainer's step as data flow (train_cnn.hpp cnn_forward, cnn_backward): which
+// operation each layer takes, on which buffers, apart from what runs the operations (kernel
+// launches, or the CPU tests' float64 ones).
+#include "train_cnn.hpp"
+
+#include "bn.hpp"
+#include "recipe.hpp"
+
+namespace ptxlab {
+
+namespace {
+
+constexpr unsigned kConvActNone = 0, kConvActRelu = 1;  // the conv kernels' act codes
+
+void require_buffers(const Model& m, const CnnBuffers& b) {
+    const size_t L = m.layers.size();
+    if (L < 2 || b.delta.size() != L - 1 || b.out.size() != L)
+        PTXLAB_THROW(Error, "internal error: the CNN step takes two layers or more, an output buffer for each and a "
+                            "delta buffer for each but the last ({} layers, {} output and {} delta buffers)",
+                     L, b.out.size(), b.delta.size());
+    if (b.act != Activation::Relu && b.z.size() != L)
+        PTXLAB_THROW(Error, "internal error: --activation {} takes a pre-activation buffer entry a layer ({} for {})",
+                     to_string(b.act), b.z.size(), L);
+}
+
+// Where layer l keeps its pre-activations Z when act.ptx applies the activation: the layer
+// under the last fc keeps them in its deltas' buffer (fused_output reads GELU's Z there and
+// overwrites it with the deltas), the others in z[l].
+CUdeviceptr pre_activations(const CnnBuffers& b, size_t l, size_t L) { return l + 2 == L ? b.delta[l] : b.z[l]; }
+
+// Whether bn_fwd and bn_bwd apply the activation themselves (ReLU, leaky-ReLU: bn.hpp's codes
+// are recipe.hpp's); for tanh, sigmoid and GELU bn runs without (kBnActNone), writing Z, and
+// act.ptx's passes apply it.
+bool bn_applies(Activation act) { return act == Activation::Relu || act == Activation::LeakyRelu; }
+
+// A bn layer's arguments on the batch `in` (X); the forward pass's writes: its output (Z where
+// act.ptx applies the activation), its batch statistics (training) and its running statistics.
+BnArgs bn_args(const LayerSpec& ly, const CnnBuffers& b, CUdeviceptr in, size_t l, size_t L) {
+    BnArgs a;
+    a.B = b.B;
+    a.C = ly.width;
+    a.HW = ly.in.h * ly.in.w;
+    const bool own = ly.activation && bn_applies(b.act);
+    a.act = own ? act_code(b.act) : kBnActNone;
+    a.train = b.train;
+    a.Y = own || !ly.activation ? b.out[l] : pre_activations(b, l, L);
+    a.stats = b.train ? b.idx[l] : 0;
+    a.running = b.running + ly.buffer_offset * 4;
+    a.X = in;
+    a.gamma = b.params + ly.weight_offset * 4;
+    a.beta = b.params + ly.bias_offset * 4;
+    return a;
+}
+
+// A bn layer's forward pass: bn_fwd, then act_fwd where act.ptx applies the activation.
+void forward_bn(CnnOps& ops, const LayerSpec& ly, const CnnBuffers& b, CUdeviceptr in, size_t l, size_t L) {
+    const BnArgs a = bn_args(ly, b, in, l, L);
+    ops.bn_fwd(a);
+    if (a.Y != b.out[l]) ops.act_fwd(static_cast<unsigned>(b.B * ly.out.size()), b.out[l], a.Y, act_code(b.act));
+}
+
+// A bn layer's backward pass from dY = delta[l]: the activation's derivative (fused_output's
+// for the layer under the last fc; act_bwd in place where act.ptx applied it; else bn_bwd's
+// code), then bn_bwd.
+void backward_bn(CnnOps& ops, const LayerSpec& ly, const CnnBuffers& b, CUdeviceptr in, CUdeviceptr dX, size_t l,
+                 size_t L, float scale) {
+    BnArgs a = bn_args(ly, b, in, l, L);
+    const CUdeviceptr dY = b.delta[l];
+    if (a.Y != b.out[l] && l + 2 != L)
+        ops.act_bwd(static_cast<unsigned>(b.B * ly.out.size()), dY, dY, b.out[l], a.Y, act_code(b.act));
+    // Under the last fc, fused_output applied the derivative: bn_bwd without it (ReLU's mask, the
+    // same twice, stays as bn had it).
+    if (l + 2 == L && b.act != Activation::Relu) a.act = kBnActNone;
+    a.dX = dX;
+    a.dY = dY;
+    a.dgamma = b.grads + ly.weight_offset * 4;
+    a.dbeta = b.grads + ly.bias_offset * 4;
+    a.scale = scale;
+    ops.bn_bwd(a);
+}
+
+// Hidden layer l's forward pass from `in`; returns the last layer it ran (l + 1 where the conv
+// pooled in its epilogue).
+size_t forward_hidden(CnnOps& ops, const Model& m, const CnnBuffers& b, size_t l, CUdeviceptr in) {
+    const LayerSpec& ly = m.layers[l];
+    const size_t L = m.layers.size();
+    const bool relu = b.act == Activation::Relu;
+    if (ly.kind == LayerKind::Pool) {
+        ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
+        return l;
+    }
+    if (ly.is_bn()) {
+        forward_bn(ops, ly, b, in, l, L);
+        return l;
+    }
+    const CUdeviceptr W = b.params + ly.weight_offset * 4, bias = b.params + ly.bias_offset * 4;
+    if (ly.kind == LayerKind::Fc && ly.activation) {  // A = f(X W^T + b); for GELU also Z (fused_forward writes it into D1)
+        FusedArgs f{};
+        f.X = in;
+        f.W1 = W;
+        f.b1 = bias;
+        f.A1 = b.out[l];
+        f.D1 = relu ? 0 : pre_activations(b, l, L);
+        f.B = b.B;
+        f.I = static_cast<unsigned>(ly.in.size());
+        f.H = ly.width;
+        f.act = act_code(b.act);
+        ops.fused_forward(f);
+        return l;
+    }
+    const ConvDims d = cnn_kernel_dims(ly, b.B);
+    if (relu && ly.activation && l + 2 < L && m.layers[l + 1].kind == LayerKind::Pool && ops.pools_in_conv(d)) {
+        // The conv and the pool above it in one launch: the pool's maxima and indices into the
+        // pool's buffers; the conv's own output is never written (its backward passes read no
+        // Y: the pool's backward applies its ReLU mask).
+        ops.conv_fwd(d, in, W, bias, b.out[l + 1], kConvActRelu, b.idx[l + 1]);
+        return l + 1;
+    }
+    if (relu || !ly.activation) {  // a ReLU conv, or a layer under a bn (an fc there as a 1x1 conv) without it
+        ops.conv_fwd(d, in, W, bias, b.out[l], ly.activation ? kConvActRelu : kConvActNone, 0);
+        return l;
+    }
+    // Another activation: the conv writes Z (act 0), act_fwd A = f(Z); a pool above runs on A.
+    const CUdeviceptr Z = pre_activations(b, l, L);
+    ops.conv_fwd(d, in, W, bias, Z, kConvActNone, 0);
+    ops.act_fwd(static_cast<unsigned>(b.B * ly.out.size()), b.out[l], Z, act_code(b.act));
+    return l;
+}
+
+}  // namespace
+
+void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
+                 unsigned loss_code) {
+    require_buffers(m, b);
+    if (m.has_bn() && !b.running)
+        PTXLAB_THROW(Error, "internal error: the model {} has bn layers but no running statistics", m.text());
+    const size_t L = m.layers.size();
+    CUdeviceptr in = X;
+    for (size_t l = 0; l + 1 < L; ++l) {
+        ops.begin_layer(l);
+        l = forward_hidden(ops, m, b, l, in);
+        in = b.out[l];
+    }
+    // The last fc: logits, output deltas and the deltas of its input (into delta[L-2]), through
+    // the activation's derivative where that input is an activated layer's (a pool's: ReLU's
+    // mask, which changes nothing after a ReLU conv or bn and is redone without it otherwise).
+    ops.begin_layer(L - 1);
+    const LayerSpec& last = m.layers.back();
+    FusedArgs f{};
+    f.A1 = in;
+    f.W2 = b.params + last.weight_offset * 4;
+    f.b2 = b.params + last.bias_offset * 4;
+    f.T = T;
+    f.Y = Y;
+    f.D2 = b.D2;
+    f.D1 = b.delta[L - 2];
+    f.B = b.B;
+    f.H = static_cast<unsigned>(last.in.size());
+    f.O = last.width;
+    f.loss = loss_code;
+    f.act = m.layers[L - 2].kind == LayerKind::Pool ? kActRelu : act_code(b.act);
+    ops.fused_output(f);
+}
+
+namespace {
+
+// The last layer's weight gradient: with the fc under it, both in one fused_grad (from
+// fused_output's D2 and the deltas D1 it left in delta[L-2]); else through conv_bwd_weights.
+void backward_last(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale, bool fc_pair) {
+    const size_t L = m.layers.size();
+    const LayerSpec& last = m.layers.back();
+    const CUdeviceptr in = L - 1 == 0 ? X : b.out[L - 2];
+    if (fc_pair) {
+        const LayerSpec& fc = m.layers[L - 2];
+        FusedArgs f{};
+        f.GW1 = b.grads + fc.weight_offset * 4;
+        f.Gb1 = b.grads + fc.bias_offset * 4;
+        f.GW2 = b.grads + last.weight_offset * 4;
+        f.Gb2 = b.grads + last.bias_offset * 4;
+        f.X = L == 2 ? X : b.out[L - 3];
+        f.A1 = b.out[L - 2];
+        f.D1 = b.delta[L - 2];
+        f.D2 = b.D2;
+        f.B = b.B;
+        f.I = static_cast<unsigned>(fc.in.size());
+        f.H = fc.width;
+        f.O = last.width;
+        f.scale = scale;
+        ops.fused_grad(f);
+    } else {
+        ops.conv_bwd_weights(cnn_kernel_dims(last, b.B), b.grads + last.weight_offset * 4,
+                             b.grads + last.bias_offset * 4, in, b.D2, b.D2, kConvActNone, scale);
+    }
+    // A pool under the last fc, another activation than ReLU: fused_output's D1 took ReLU's mask
+    // of the pool's values; the deltas without it, D2 W, from fc_bwd_data (act 0).
+    if (b.act != Activation::Relu && L > 2 && m.layers[L - 2].kind == LayerKind::Pool)
+        ops.fc_bwd_data(b.B, static_cast<unsigned>(last.in.size()), last.width, b.delta[L - 2], b.D2, b.D2,
+                        b.params + last.weight_offset * 4, kConvActNone);
+}
+
+}  // namespace
+
+void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale) {
+    require_buffers(m, b);
+    const size_t L = m.layers.size();
+    auto input_of = [&](size_t l) { return l == 0 ? X : b.out[l - 1]; };
+    // Down the layers, each layer's deltas go from delta[l] to delta[l-1]; the weight gradients
+    // (ops.conv_bwd_weights, ops.fused_grad) are issued before the deltas below them, which do
+    // not depend on them (KernelOps runs them on side streams).
+    const bool fc_pair = L >= 2 && m.layers[L - 2].kind == LayerKind::Fc;
+    const bool relu = b.act == Activation::Relu;
+    // A conv layer (ReLU) under a pool: the pool's backward applies the conv's ReLU mask (the
+    // window's maximum is the conv's output at the index), and the conv's backward passes run
+    // with act 0, not reading the conv's output (the same values, bit for bit).
+    auto masked_by_pool = [&](size_t l) {
+        return l + 1 < L && m.layers[l].kind == LayerKind::Conv && m.layers[l + 1].kind == LayerKind::Pool;
+    };
+    ops.begin_layer(L - 1);
+    backward_last(ops, m, b, X, scale, fc_pair);
+    for (size_t l = L - 1; l-- > 0;) {
+        const LayerSpec& ly = m.layers[l];
+        ops.begin_layer(l);
+        const CUdeviceptr dY = b.delta[l], dX = l > 0 ? b.delta[l - 1] : 0;
+        if (ly.kind == LayerKind::Pool) {
+            if (l > 0)
+                ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l],
+                             relu && masked_by_pool(l - 1) ? b.out[l] : 0);
+        } else if (ly.is_bn()) {  // never the first layer: dX is the deltas of the layer below
+            backward_bn(ops, ly, b, input_of(l), dX, l, L, scale);
+        } else {
+            // ReLU in the kernels unless a pool above applies its mask; a layer under a bn has none.
+            const ConvDims d = cnn_kernel_dims(ly, b.B);
+            const unsigned act = relu && ly.activation && !masked_by_pool(l) ? kConvActRelu : kConvActNone;
+            // Another activation: dL/dZ in place of dL/dA (fused_output made it for layer L-2).
+            if (!relu && ly.activation && l + 2 != L)
+                ops.act_bwd(static_cast<unsigned>(b.B * ly.out.size()), dY, dY, b.out[l], b.z[l], act_code(b.act));
+            if (!(fc_pair && l == L - 2))
+                ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
+                                     b.out[l], act, scale);
+            if (l > 0 && ly.kind == LayerKind::Fc)
+                ops.fc_bwd_data(b.B, d.C, d.K, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
+            else if (l > 0)
+                ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
+        }
+    }
+}
+
+}  // namespace ptxlab
