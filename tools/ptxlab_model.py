@@ -342,7 +342,7 @@ def self_test():
           [("conv1.weight", (32, 1, 3, 3)), ("conv1.bias", (32,)), ("conv2.weight", (64, 32, 3, 3)),
            ("conv2.bias", (64,)), ("fc1.weight", (128, 3136)), ("fc1.bias", (128,)), ("fc2.weight", (10, 128)),
            ("fc2.bias", (10,))])
-    # host/reference/model.hpp's count for the same network (tests/cpu/test_model.cpp).
+    # host/reference/model.hpp's count for the same network (tests/cpu/reference/test_model.cpp).
     check("cnn parameters", param_count(cnn), 288 + 32 + 18432 + 64 + 401408 + 128 + 1280 + 10)
     check("cnn activations", [layer["activation"] for layer in cnn], [True, False, True, False, True, False])
     check("cnn modules", [n for n, _ in module_names(cnn)],
@@ -356,7 +356,7 @@ def self_test():
           "2x8x8 -conv3-> 3x8x8 -pool-> 3x4x4 -conv2k5-> 2x4x4 -pool-> 2x2x2 -fc6-> 6 -fc10-> 10")
     check("small conv2", state_dict_shapes(small)["conv2.weight"], (2, 3, 5, 5))
     check("conv1k1 and conv8k5 text", model_text(parse_model("conv1k1,conv8k5,pool,fc10")), "conv1k1,conv8k5,pool,fc10")
-    # Bad specs, with host/reference/model.cpp's messages (tests/cpu/test_model.cpp checks the C++ side).
+    # Bad specs, with host/reference/model.cpp's messages (tests/cpu/reference/test_model.cpp checks the C++ side).
     check("empty", refusal(""), f"--model is empty: give a layer list ({GRAMMAR})")
     check("unknown layer", refusal("conv32,relu,fc10"),
           f"--model 'conv32,relu,fc10': layer 2 'relu' is not a layer ({GRAMMAR})")

@@ -52,7 +52,7 @@
 //   So |fl(e_o / S) - p_o| <= in_o + (p_o + in_o) rel_o + 2 * 2.5 * 2^-149 + 2^-149
 //   (subnormal ex2 results and a subnormal quotient), and the subtraction of t_o adds one
 //   rounding: u (|d_o| + that bound). For exact logits spread over 16 (O = 10) the rounding
-//   part is below 64 u p_o (tests/cpu/test_reference.cpp checks it).
+//   part is below 64 u p_o (tests/cpu/reference/test_reference.cpp checks it).
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
 // The planted bugs (tests/fixtures/planted/*.patch, tests/planted.hpp): each applies to today's
 // kernel exactly as it says, changes it, and still assembles, so that the GPU test that runs it
 // tests a wrong kernel and not a file that fails to load. A stale patch fails here first.
-#include "../helpers.hpp"
-#include "../planted.hpp"
+#include "../../helpers.hpp"
+#include "../../planted.hpp"
 #include "compile.hpp"
 #include "ptx_text.hpp"
 

@@ -1,5 +1,5 @@
 // Checkpoints: round trip, and bad files refused with a clear message.
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "error.hpp"
 #include "rng.hpp"
 #include "safetensors.hpp"

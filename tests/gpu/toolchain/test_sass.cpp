@@ -1,11 +1,11 @@
 // `ptxlab sass` with the real nvdisasm. NEEDS nvdisasm, which the device's CUDA toolkit has
 // and the CI machine lacks: this runs with the GPU tests (skipped without a GPU), not because
-// sass needs a GPU. The CPU tests (tests/cpu/test_sass.cpp) cover the same code with a
+// sass needs a GPU. The CPU tests (tests/cpu/toolchain/test_sass.cpp) cover the same code with a
 // stand-in nvdisasm and hand-made listings; this test checks that nvdisasm's real listing
 // reads the same way: a tensor-core kernel gets its HMMA counted, and the SASS sits under
 // the PTX lines it came from (the line info survived nvJitLink -lineinfo and nvdisasm -g).
-#include "../helpers.hpp"
-#include "common.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
 #include "ptx_text.hpp"
 
 #include <doctest/doctest.h>

@@ -1,7 +1,7 @@
 // Checkpoints of any --model (safetensors.hpp save_model_safetensors / load_model_checkpoint):
 // a CNN round-trips bit for bit under PyTorch's names and shapes, the MLP format is unchanged,
 // and a file whose tensors do not fit its spec is refused with the tensor and both shapes.
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "error.hpp"
 #include "model.hpp"
 #include "recipe.hpp"

@@ -1,6 +1,6 @@
 // Training on MNIST with both kernel sets (needs data/mnist: tools/fetch_mnist.sh).
-#include "../helpers.hpp"
-#include "common.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
 #include "safetensors.hpp"
 #include "error.hpp"
 #include "train.hpp"

@@ -1,5 +1,5 @@
 // The ptxlab executable: help, the no-GPU behaviour, data, and flag validation.
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "error.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"

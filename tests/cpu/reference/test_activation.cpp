@@ -2,7 +2,7 @@
 // that `verify` holds the kernels to, checked against a CPU emulation of the kernels'
 // instruction sequences (recipe.hpp), verify's shapes with an activation code, and the
 // checkpoint's record of it.
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "recipe.hpp"
 #include "reference.hpp"
 #include "safetensors.hpp"

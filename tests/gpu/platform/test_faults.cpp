@@ -1,8 +1,8 @@
 // Faults a lab must survive: a batch that does not fit in GPU memory, a kernel that never
 // finishes, Ctrl-C during training. Each runs the ptxlab executable and checks its message,
 // its exit code and what it leaves behind.
-#include "../helpers.hpp"
-#include "common.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
 #include "ptx_text.hpp"
 #include "safetensors.hpp"
 

@@ -1,6 +1,6 @@
 // Offline assembly (nvJitLink) and `ptxlab check`: good PTX, broken PTX at known lines,
 // parameter lists compared with the twins.
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "compile.hpp"
 #include "kernels.hpp"
 #include "ptx_text.hpp"

@@ -1,8 +1,8 @@
 // Every kernel, both sets (hand-written PTX and NVRTC twin), against the float64
 // reference and each other; and a deliberately wrong kernel that must be caught.
-#include "../helpers.hpp"
-#include "common.hpp"
-#include "../planted.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
+#include "../../planted.hpp"
 #include "fused.hpp"
 #include "ptx_text.hpp"
 #include "recipe.hpp"

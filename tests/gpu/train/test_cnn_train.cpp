@@ -1,8 +1,8 @@
 // The CNN trainer (host/train/train_cnn.hpp) on the GPU: steps against the float64 reference of the
 // whole model (ref_model.hpp), the PTX against the NVRTC twins bit for bit, and a short run on
 // MNIST.
-#include "../helpers.hpp"
-#include "common.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
 #include "error.hpp"
 #include "model.hpp"
 #include "ptx_text.hpp"

@@ -1,5 +1,5 @@
 // The CNN trainer's checks that need no GPU (host/train/train_cnn.hpp): what it refuses, which kernels
-// it loads. Its device behaviour is in tests/gpu/test_cnn_train.cpp.
+// it loads. Its device behaviour is in tests/gpu/train/test_cnn_train.cpp.
 #include "error.hpp"
 #include "model.hpp"
 #include "recipe.hpp"

@@ -1,5 +1,5 @@
 // IDX reader: good files (raw and gzip) and each kind of bad file.
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "error.hpp"
 #include "idx.hpp"
 #include "rng.hpp"

@@ -1,6 +1,6 @@
 // Smoke tests: load a PTX kernel through the driver JIT, run it, compare; JIT errors name file and line.
-#include "../helpers.hpp"
-#include "common.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
 #include "compile.hpp"
 #include "rng.hpp"
 #include "verify.hpp"

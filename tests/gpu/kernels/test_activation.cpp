@@ -2,9 +2,9 @@
 // and fused kernel sets with every activation against the float64 recipe step
 // (cpu_recipe_step), the PTX against its NVRTC twins bit for bit, and `train` with every
 // activation on every kernel set; a wrong derivative in the PTX is caught by verify.
-#include "../helpers.hpp"
-#include "common.hpp"
-#include "../planted.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
+#include "../../planted.hpp"
 #include "ptx_text.hpp"
 #include "fused.hpp"
 #include "optim.hpp"

@@ -1,9 +1,9 @@
 // dense_mm (ptx/dense.ptx): the PTX against its twin bit for bit and both against float64 on
 // random shapes of each of a dense layer's three products and every cluster size; a planted
 // bug in its cross-rank join must be caught.
-#include "../helpers.hpp"
-#include "../planted.hpp"
-#include "common.hpp"
+#include "../../helpers.hpp"
+#include "../../planted.hpp"
+#include "../common.hpp"
 #include "dense.hpp"
 #include "idx.hpp"
 #include "model.hpp"

@@ -1,9 +1,9 @@
 // `ptxlab sass`: the parser of nvdisasm's listing, the classes and counts, the interleaving
 // with the PTX lines, the --diff view, the search for nvdisasm and its absence, and the whole
 // command end to end with a stand-in nvdisasm (tests/fixtures/sass/fake_nvdisasm.sh) that
-// prints hand-made listings of the fixtures (no nvdisasm here; tests/gpu/test_sass.cpp runs
+// prints hand-made listings of the fixtures (no nvdisasm here; tests/gpu/toolchain/test_sass.cpp runs
 // the real one on the device).
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "compile.hpp"
 #include "nvdisasm.hpp"
 #include "process.hpp"

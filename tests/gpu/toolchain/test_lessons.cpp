@@ -1,7 +1,7 @@
 // `verify FILE.ptx` on the GPU: every lesson in ptx/lessons and the contract-header 3-layer
 // forward kernel pass against their twins; the planted lesson bugs fail (verify catches them).
-#include "../helpers.hpp"
-#include "common.hpp"
+#include "../../helpers.hpp"
+#include "../common.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Contract headers (contract.hpp): the expression evaluator, good and bad headers with their
 // file:line errors, `ptxlab new`, `check` on files with a header, the wrong-width parameter
 // load warning (ptx_lint.hpp) and the messages about non-ASCII text.
-#include "../helpers.hpp"
+#include "../../helpers.hpp"
 #include "contract.hpp"
 #include "error.hpp"
 #include "kernels.hpp"
