@@ -2,8 +2,15 @@
 #pragma once
 
 #include "cuda.hpp"
+#include "idx.hpp"
 #include "kernels.hpp"
+#include "train.hpp"
+
+#include <string>
 
 namespace ptxlab::test {
 const Context& gpu();  // created by main() before any test runs
+// `train --model spec --kernels tc` (or its twins: src) for `steps` steps of one epoch, quietly;
+// its printout goes to the test's log.
+TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsigned steps, KernelSource src);
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <sstream>
 #include <string_view>
 
 namespace {
@@ -15,6 +16,21 @@ std::unique_ptr<ptxlab::Context> g_ctx;
 }
 
 const ptxlab::Context& ptxlab::test::gpu() { return *g_ctx; }
+
+ptxlab::TrainResult ptxlab::test::train_model_steps(const Dataset& data, const std::string& spec, unsigned steps,
+                                                    KernelSource src) {
+    TrainConfig cfg;
+    cfg.model = parse_model(spec);
+    cfg.layers = cfg.model->fc_sizes();
+    cfg.epochs = 1;
+    cfg.max_steps = steps;
+    cfg.kernels = {Design::Tc, src};
+    cfg.progress = false;
+    std::ostringstream out;
+    TrainResult r = train(gpu(), data, cfg, out);
+    MESSAGE(out.str());
+    return r;
+}
 
 int main(int argc, char** argv) {
     bool listing = false;

@@ -81,20 +81,8 @@ TEST_CASE("dense: train --model fc1024,fc1024,fc10 on dense_mm (every product of
     // and of the twins, bit for bit.
     CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
     const Dataset data = load_dataset(default_data_dir());
-    auto run = [&](KernelSource src) {
-        TrainConfig cfg;
-        cfg.model = parse_model("fc1024,fc1024,fc10");
-        cfg.layers = cfg.model->fc_sizes();
-        cfg.epochs = 1;
-        cfg.max_steps = 60;
-        cfg.kernels = {Design::Tc, src};
-        cfg.progress = false;
-        std::ostringstream out;
-        TrainResult r = train(gpu(), data, cfg, out);
-        MESSAGE(out.str());
-        return r;
-    };
-    const TrainResult ptx = run(KernelSource::Ptx), twin = run(KernelSource::Reference);
+    const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 60, KernelSource::Ptx),
+                      twin = train_model_steps(data, "fc1024,fc1024,fc10", 60, KernelSource::Reference);
     CHECK(ptx.steps == 60);
     CHECK(ptx.step_losses == twin.step_losses);
     REQUIRE(ptx.params.size() == twin.params.size());

@@ -25,6 +25,19 @@ using namespace ptxlab::test;
 
 namespace {
 
+// The largest |g| of a float64 gradient and the largest difference of the GPU's from it.
+struct GradError {
+    double gmax = 0, gerr = 0;
+};
+GradError grad_error(const std::vector<double>& g, const std::vector<float>& gpu_g) {
+    GradError e;
+    for (size_t i = 0; i < g.size(); ++i) {
+        e.gmax = std::max(e.gmax, std::fabs(g[i]));
+        e.gerr = std::max(e.gerr, std::fabs(double(gpu_g[i]) - g[i]));
+    }
+    return e;
+}
+
 // What a few steps on one batch leave on the GPU.
 struct Steps {
     std::vector<float> params, first_grad, logits;  // after the last step; the first step's gradient; every step's Y
@@ -131,11 +144,7 @@ TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the 
             model_loss_grad64(m, P, r, X64, labels, B, &g);
             // The first gradient: within 1e-4 of the largest |g| (float32 sums of up to 16 * 784
             // terms; a ReLU whose input rounds across 0 moves one term).
-            double gmax = 0, gerr = 0;
-            for (size_t i = 0; i < g.size(); ++i) {
-                gmax = std::max(gmax, std::fabs(g[i]));
-                gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
-            }
+            const auto [gmax, gerr] = grad_error(g, ptx.first_grad);
             MESSAGE("largest gradient ", gmax, ", largest error ", gerr);
             CHECK(gerr <= 1e-4 * gmax);
             // Three steps: each loss (from the logits the GPU wrote) within 1e-5 relative, each
@@ -183,11 +192,7 @@ TEST_CASE("cnn: bn: three steps match the float64 reference (logits, gradient, r
         std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g, run(run0.begin(), run0.end());
         std::vector<double> run_first = run;
         model_loss_grad64(m, P, r, X64, labels, B, &g, &run_first);
-        double gmax = 0, gerr = 0;
-        for (size_t i = 0; i < g.size(); ++i) {
-            gmax = std::max(gmax, std::fabs(g[i]));
-            gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
-        }
+        const auto [gmax, gerr] = grad_error(g, ptx.first_grad);
         MESSAGE("largest gradient ", gmax, ", largest error ", gerr);
         // FP32: within 1e-4 of the largest |g| (5e-7 seen on the H100). TF32 products (tc) are
         // 2^-11 relative, and a BatchNorm over 16 samples divides them by a channel's spread,
@@ -237,11 +242,7 @@ TEST_CASE("cnn: bn with every activation, FP32 and tc: three steps match float64
                 std::vector<double> run(run0.begin(), run0.end()), run_first = run;
                 model_loss_grad64(m, P, r, X64, labels, B, &g, &run_first);
                 const double tol = conv == ConvKernels::Tc ? 0.15 : 1e-4;  // tc: see the test above
-                double gmax = 0, gerr = 0;
-                for (size_t i = 0; i < g.size(); ++i) {
-                    gmax = std::max(gmax, std::fabs(g[i]));
-                    gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
-                }
+                const auto [gmax, gerr] = grad_error(g, ptx.first_grad);
                 MESSAGE(spec, " ", to_string(act), ": largest gradient ", gmax, ", largest error ", gerr);
                 CHECK(gmax > 0);
                 CHECK(gerr <= tol * gmax);
@@ -366,20 +367,8 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
 
 TEST_CASE("cnn: train --layers 784,256,128,10 learns on the dense kernels in 300 steps, the PTX as its twins") {
     const Dataset data = load_dataset(default_data_dir());
-    auto run = [&](KernelSource src) {
-        TrainConfig cfg;
-        cfg.model = parse_model("fc256,fc128,fc10");
-        cfg.layers = cfg.model->fc_sizes();
-        cfg.epochs = 1;
-        cfg.max_steps = 300;
-        cfg.kernels = {Design::Tc, src};
-        cfg.progress = false;
-        std::ostringstream out;
-        TrainResult r = train(gpu(), data, cfg, out);
-        MESSAGE(out.str());
-        return r;
-    };
-    const TrainResult ptx = run(KernelSource::Ptx), twin = run(KernelSource::Reference);
+    const TrainResult ptx = train_model_steps(data, "fc256,fc128,fc10", 300, KernelSource::Ptx),
+                      twin = train_model_steps(data, "fc256,fc128,fc10", 300, KernelSource::Reference);
     CHECK(ptx.steps == 300);
     CHECK(ptx.accuracy >= 0.90);  // 92.44 % on an H200 (300 steps, still in the warm-up)
     CHECK(ptx.step_losses == twin.step_losses);
@@ -557,11 +546,7 @@ TEST_CASE("cnn: every activation, fused and tc: three steps match the float64 st
                 // (tc: conv2's three passes, fc1's weight gradient of the fc-only net). A wrong
                 // derivative or a missing act pass moves it by O(1).
                 const double tol = d == Design::Tc ? 5e-3 : 1e-4;
-                double gmax = 0, gerr = 0;
-                for (size_t i = 0; i < g.size(); ++i) {
-                    gmax = std::max(gmax, std::fabs(g[i]));
-                    gerr = std::max(gerr, std::fabs(double(ptx.first_grad[i]) - g[i]));
-                }
+                const auto [gmax, gerr] = grad_error(g, ptx.first_grad);
                 MESSAGE(spec, " ", to_string(act), ": largest gradient ", gmax, ", largest error ", gerr);
                 CHECK(gmax > 0);
                 CHECK(gerr <= tol * gmax);
