@@ -5,6 +5,9 @@
 #include "train.hpp"
 #include "train_cnn.hpp"
 
+#include <set>
+#include <string>
+
 namespace ptxlab::cli {
 
 namespace {
@@ -38,10 +41,12 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
             PTXLAB_THROW(InputError, "{}: its metadata 'train.activation' is not an activation: {}", o.load, e.what());
         }
     }
-    if (o.kernels != "auto" && o.kernels != "ptx" && o.kernels != "reference" && o.kernels != "tc" &&
-        o.kernels != "tc-reference")
-        PTXLAB_THROW(InputError, "--kernels {}: a CNN checkpoint runs on the conv kernels: auto (the PTX), ptx, tc "
-                                 "(the conv layers on the tensor cores, TF32) or reference and tc-reference (their twins)",
+    static const std::set<std::string> sets = {"auto", "ptx", "fused", "reference", "fused-reference", "tc",
+                                               "tc-reference"};
+    if (!sets.count(o.kernels))
+        PTXLAB_THROW(InputError, "--kernels {}: a CNN checkpoint runs on the conv kernels: auto (the PTX), fused or "
+                                 "ptx (FP32), tc (the conv layers on the tensor cores, TF32), or fused-reference, "
+                                 "reference and tc-reference (their twins)",
                      o.kernels);
     const KernelDirs dirs = KernelDirs::for_ptx_dir_flag(o.ptx_dir);
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
@@ -51,8 +56,7 @@ int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
                      mc.model.text(), mc.model.layers.front().in.c, mc.model.layers.front().in.h,
                      mc.model.layers.front().in.w, dir, data.test.rows, data.test.cols);
     Context ctx(o.device);
-    const KernelSource src = o.kernels == "reference" || o.kernels == "tc-reference" ? KernelSource::Reference
-                                                                                   : KernelSource::Ptx;
+    const KernelSource src = o.kernels.ends_with("reference") ? KernelSource::Reference : KernelSource::Ptx;
     const ConvKernels conv = o.kernels == "tc" || o.kernels == "tc-reference" ? ConvKernels::Tc : ConvKernels::Fp32;
     KernelSet ks(src, ctx.info(), dirs, cnn_forward_entries(conv));
     const CnnParams p(mc.model, mc.params, OptimConfig{}, mc.buffers);

@@ -203,9 +203,14 @@ TEST_CASE("model checkpoint: eval takes a CNN checkpoint to the data and the GPU
     RunResult r = run_command(nogpu + ptxlab_cmd("eval --data /nonexistent --load " + t.file("cnn.safetensors")));
     CHECK(r.code == 2);
     CHECK(r.output.find("data directory '/nonexistent' does not exist") != std::string::npos);
-    RunResult k = run_command(nogpu + ptxlab_cmd("eval --kernels fused --load " + t.file("cnn.safetensors")));
+    RunResult k = run_command(nogpu + ptxlab_cmd("eval --kernels fast --load " + t.file("cnn.safetensors")));
     CHECK(k.code == 2);
     CHECK(k.output.find("a CNN checkpoint runs on the conv kernels") != std::string::npos);
+    // fused (FP32, as train --model takes it) goes on to the data and the GPU.
+    RunResult f = run_command(nogpu + ptxlab_cmd("eval --kernels fused --data /nonexistent --load " +
+                                                 t.file("cnn.safetensors")));
+    CHECK(f.code == 2);
+    CHECK(f.output.find("data directory '/nonexistent' does not exist") != std::string::npos);
     save_model_safetensors(t.file("tanh.safetensors"), m, init_model_params(m, Init::Torch, 1),
                            {{"train.activation", "tanh"}});
     // Any activation is taken (act.ptx): the data directory is what stops this one.
