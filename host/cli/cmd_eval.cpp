@@ -30,17 +30,23 @@ void print_result(const EvalResult& r) {
     }
 }
 
+// The hidden activation a checkpoint was trained with: its metadata's "train.activation"
+// (`train --save` records it; older checkpoints, without the entry, were ReLU).
+template <class Metadata>
+Activation activation_of(const EvalOptions& o, const Metadata& metadata) {
+    auto it = metadata.find("train.activation");
+    if (it == metadata.end()) return Activation::Relu;
+    try {
+        return parse_activation(it->second);
+    } catch (const InputError& e) {
+        PTXLAB_THROW(InputError, "{}: its metadata 'train.activation' is not an activation: {}", o.load, e.what());
+    }
+}
+
 // A --model checkpoint with conv layers: the CNN's forward pass (train_cnn.hpp) with the hidden
 // activation it was trained with (older checkpoints, without the entry, were ReLU).
 int run_eval_cnn(const EvalOptions& o, const ModelCheckpoint& mc) {
-    Activation act = Activation::Relu;
-    if (auto it = mc.metadata.find("train.activation"); it != mc.metadata.end()) {
-        try {
-            act = parse_activation(it->second);
-        } catch (const InputError& e) {
-            PTXLAB_THROW(InputError, "{}: its metadata 'train.activation' is not an activation: {}", o.load, e.what());
-        }
-    }
+    const Activation act = activation_of(o, mc.metadata);
     static const std::set<std::string> sets = {"auto", "ptx", "fused", "reference", "fused-reference", "tc",
                                                "tc-reference"};
     if (!sets.count(o.kernels))
@@ -82,14 +88,7 @@ int run_eval(const EvalOptions& o) {
     NetParams& net = ck.net;
     // The forward kernels need the hidden activation the checkpoint was trained with
     // (`train --save` records it; older checkpoints, without the entry, were ReLU).
-    Activation act = Activation::Relu;
-    if (auto it = ck.metadata.find("train.activation"); it != ck.metadata.end()) {
-        try {
-            act = parse_activation(it->second);
-        } catch (const InputError& e) {
-            PTXLAB_THROW(InputError, "{}: its metadata 'train.activation' is not an activation: {}", o.load, e.what());
-        }
-    }
+    const Activation act = activation_of(o, ck.metadata);
     const std::string dir = o.data.empty() ? default_data_dir() : o.data;
     Dataset data = load_dataset(dir);
     if (net.sizes.front() != data.test.dim() || net.sizes.back() != kClasses)
