@@ -40,6 +40,27 @@ float max_abs(const float* p, size_t n) {
     return m;
 }
 
+// The parameters where the central difference of model_loss_grad64's loss (h = 1e-6) lies
+// past abs_tol + rel_tol |g[i]| from its gradient g; the first five are reported.
+size_t central_difference_misses(const Model& m, const std::vector<double>& P, const Recipe& r,
+                                 const std::vector<double>& X, const std::vector<uint8_t>& y, unsigned B,
+                                 const std::vector<double>& g, double abs_tol, double rel_tol) {
+    const double h = 1e-6;
+    size_t bad = 0;
+    for (size_t i = 0; i < P.size(); ++i) {
+        std::vector<double> Q = P;
+        Q[i] = P[i] + h;
+        const double up = model_loss_grad64(m, Q, r, X, y, B, nullptr);
+        Q[i] = P[i] - h;
+        const double down = model_loss_grad64(m, Q, r, X, y, B, nullptr);
+        const double fd = (up - down) / (2 * h);
+        if (std::fabs(fd - g[i]) > abs_tol + rel_tol * std::fabs(g[i])) {
+            if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": fd ", fd, " vs ", g[i]);
+        }
+    }
+    return bad;
+}
+
 }  // namespace
 
 TEST_CASE("ref_model: parse_model takes another input shape (the tests' small images)") {
@@ -216,20 +237,7 @@ TEST_CASE("ref_model: the gradient of small CNNs matches central differences (ev
                 // Central differences with h = 1e-6: truncation h^2 |f'''| and rounding 1e-16 / h,
                 // both far below 1e-6 of the largest gradient; a ReLU or pool kink within h of a
                 // sample point would break one comparison (not seen with these seeds).
-                const double h = 1e-6;
-                size_t bad = 0;
-                for (size_t i = 0; i < P.size(); ++i) {
-                    std::vector<double> Q = P;
-                    Q[i] = P[i] + h;
-                    const double up = model_loss_grad64(m, Q, r, X, y, c.B, nullptr);
-                    Q[i] = P[i] - h;
-                    const double down = model_loss_grad64(m, Q, r, X, y, c.B, nullptr);
-                    const double fd = (up - down) / (2 * h);
-                    if (std::fabs(fd - g[i]) > 1e-6 * gmax + 1e-7 * std::fabs(g[i])) {
-                        if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": fd ", fd, " vs ", g[i]);
-                    }
-                }
-                CHECK(bad == 0);
+                CHECK(central_difference_misses(m, P, r, X, y, c.B, g, 1e-6 * gmax, 1e-7) == 0);
             }
     }
 }
@@ -294,20 +302,7 @@ TEST_CASE("ref_model: models with bn: the gradient matches central differences, 
                 double gmax = 0;
                 for (double v : g) gmax = std::max(gmax, std::fabs(v));
                 REQUIRE(gmax > 0);
-                const double h = 1e-6;
-                size_t bad = 0;
-                for (size_t i = 0; i < P.size(); ++i) {
-                    std::vector<double> Q = P;
-                    Q[i] = P[i] + h;
-                    const double up = model_loss_grad64(m, Q, r, X, y, c.B, nullptr);
-                    Q[i] = P[i] - h;
-                    const double down = model_loss_grad64(m, Q, r, X, y, c.B, nullptr);
-                    const double fd = (up - down) / (2 * h);
-                    if (std::fabs(fd - g[i]) > 2e-6 * gmax + 1e-6 * std::fabs(g[i])) {
-                        if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": fd ", fd, " vs ", g[i]);
-                    }
-                }
-                CHECK(bad == 0);
+                CHECK(central_difference_misses(m, P, r, X, y, c.B, g, 2e-6 * gmax, 1e-6) == 0);
             }
         // A step moves the running statistics (and only a training pass does).
         const std::vector<float> run_init = m.initial_buffers();

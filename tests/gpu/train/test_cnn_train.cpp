@@ -38,6 +38,14 @@ GradError grad_error(const std::vector<double>& g, const std::vector<float>& gpu
     return e;
 }
 
+// How many of the GPU's values lie past atol + rtol |ref| from the float64 ones.
+size_t count_past(const std::vector<float>& gpu_v, const std::vector<double>& ref, double atol, double rtol) {
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        if (std::fabs(double(gpu_v[i]) - ref[i]) > atol + rtol * std::fabs(ref[i])) ++bad;
+    return bad;
+}
+
 // What a few steps on one batch leave on the GPU.
 struct Steps {
     std::vector<float> params, first_grad, logits;  // after the last step; the first step's gradient; every step's Y
@@ -167,10 +175,7 @@ TEST_CASE("cnn: three steps of a small CNN match the float64 reference, and the 
                 CHECK(got == doctest::Approx(want).epsilon(1e-5));
             }
             if (sign_sensitive) continue;
-            size_t bad = 0;
-            for (size_t i = 0; i < P.size(); ++i)
-                if (std::fabs(double(ptx.params[i]) - P[i]) > 1e-5 + 1e-5 * std::fabs(P[i])) ++bad;
-            CHECK(bad == 0);
+            CHECK(count_past(ptx.params, P, 1e-5, 1e-5) == 0);
         }
 }
 
@@ -203,10 +208,8 @@ TEST_CASE("cnn: bn: three steps match the float64 reference (logits, gradient, r
         ModelOptim64 st;
         for (size_t k = 0; k < lrs.size(); ++k) cpu_model_step(m, P, st, r, X64, labels, B, lrs[k], &run);
         REQUIRE(ptx.running.size() == run.size());
-        size_t bad = 0;
-        for (size_t i = 0; i < run.size(); ++i)
-            if (std::fabs(double(ptx.running[i]) - run[i]) > (conv == ConvKernels::Tc ? 1e-2 : 1e-4) * (1 + std::fabs(run[i])))
-                ++bad;
+        const double rtol = conv == ConvKernels::Tc ? 1e-2 : 1e-4;
+        const size_t bad = count_past(ptx.running, run, rtol, rtol);
         MESSAGE(bad, " of ", run.size(), " running statistics past the tolerance");
         // tc: the running statistics after three steps, past 1e-2 for at most 5 % (2 of 112 seen).
         if (conv == ConvKernels::Tc) CHECK(bad * 20 <= run.size());
@@ -249,10 +252,8 @@ TEST_CASE("cnn: bn with every activation, FP32 and tc: three steps match float64
                 ModelOptim64 st;
                 for (size_t k = 0; k < lrs.size(); ++k) cpu_model_step(m, P, st, r, X64, labels, B, lrs[k], &run);
                 REQUIRE(ptx.running.size() == run.size());
-                size_t bad = 0;
                 const double rtol = conv == ConvKernels::Tc ? 1e-2 : 1e-4;
-                for (size_t i = 0; i < run.size(); ++i)
-                    if (std::fabs(double(ptx.running[i]) - run[i]) > rtol * (1 + std::fabs(run[i]))) ++bad;
+                const size_t bad = count_past(ptx.running, run, rtol, rtol);
                 if (conv == ConvKernels::Tc) CHECK(bad * 20 <= run.size());  // 1 of 112 seen on the H100
                 else CHECK(bad == 0);
             }
@@ -568,10 +569,8 @@ TEST_CASE("cnn: every activation, fused and tc: three steps match the float64 st
                 // a ReLU kink can take the other side in the GPU's step than in float64's and move
                 // its weights by O(lr); on the H100 one of these nets (28,746 to 52,650 parameters) had
                 // 235 past 3e-4 with ReLU: tc may miss up to 2 %, a wrong pass moves most.
-                size_t bad = 0;
                 const double ptol = d == Design::Tc ? 3e-4 : 1e-5;
-                for (size_t i = 0; i < P.size(); ++i)
-                    if (std::fabs(double(ptx.params[i]) - P[i]) > ptol + ptol * std::fabs(P[i])) ++bad;
+                const size_t bad = count_past(ptx.params, P, ptol, ptol);
                 MESSAGE(spec, ": ", bad, " of ", P.size(), " parameters past the tolerance");
                 if (d == Design::Tc) CHECK(bad * 50 <= P.size());
                 else CHECK(bad == 0);
