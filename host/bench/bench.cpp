@@ -393,8 +393,12 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
 
     r.copy_gbps = measure_copy_gbps(s);
     r.fma_gflops = measure_fma_gflops(ctx, s);
-    fmt::print(out, "ceilings: device-to-device copy {:.0f} GB/s, FMA loop {:.0f} GFLOP/s (fp32)\n\n", r.copy_gbps,
+    fmt::print(out, "ceilings: device-to-device copy {:.0f} GB/s, FMA loop {:.0f} GFLOP/s (fp32)\n", r.copy_gbps,
                r.fma_gflops);
+    r.floors = measure_floors(ctx, opt.dirs, s);
+    fmt::print(out, "floors (ptx/probes/floors.ptx, one of each, nothing else running):\n");
+    for (const auto& f : r.floors) fmt::print(out, "  {:<30} {:>9.3f} us  {}\n", f.name, f.us, f.what);
+    fmt::print(out, "\n");
     out.flush();
 
     if (opt.kernels) bench_kernels(ctx, opt, r, out, s);
@@ -431,6 +435,8 @@ std::string bench_json(const BenchResult& r, const BenchOptions& opt) {
     j["device"] = r.device;
     j["copy_gbps"] = rounded(r.copy_gbps, 3);
     j["fma_gflops"] = rounded(r.fma_gflops, 3);
+    j["floors"] = OrderedJson::array();
+    for (const auto& f : r.floors) j["floors"].push_back({{"name", f.name}, {"us", rounded(f.us, 4)}, {"what", f.what}});
     j["target"] = opt.target;
     j["kernels"] = OrderedJson::array();
     for (const auto& k : r.kernels)

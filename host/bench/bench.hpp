@@ -12,6 +12,7 @@
 #pragma once
 
 #include "cuda.hpp"
+#include "floors.hpp"
 #include "idx.hpp"
 #include "kernels.hpp"
 
@@ -83,6 +84,7 @@ struct TargetTiming {
 struct BenchResult {
     std::string device;
     double copy_gbps = 0, fma_gflops = 0;
+    std::vector<Floor> floors;  // ptx/probes/floors.ptx: one launch, barrier, load, mma
     std::vector<KernelTiming> kernels;
     std::vector<StepTiming> steps;
     std::vector<TargetTiming> targets;
@@ -94,7 +96,7 @@ std::vector<std::string> bench_entries(const KernelChoice& k);
 std::vector<std::string> bench_cnn_entries();
 
 BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out);
-// The results as JSON (bench --json): device, copy_gbps, fma_gflops and target, then one object
+// The results as JSON (bench --json): device, copy_gbps, fma_gflops, floors and target, then one object
 // a row of each table (kernels, steps, to_target), the numbers rounded as the tables show them.
 std::string bench_json(const BenchResult& r, const BenchOptions& opt);
 

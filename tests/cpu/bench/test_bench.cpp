@@ -2,6 +2,8 @@
 // tables show them; a NaN (a timing that failed) is null, and the text is JSON whatever the
 // device's name holds.
 #include "bench.hpp"
+#include "compile.hpp"
+#include "ptx_text.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@ TEST_CASE("bench: --json holds every result under its key, rounded as the tables
     r.device = "NVIDIA H100 \"80GB\"\t\xff";  // a quote, a tab and a byte that is not UTF-8
     r.copy_gbps = 2987.65432;
     r.fma_gflops = 51234.5;
+    r.floors.push_back({"grid barrier", "a grid-wide barrier", 0.987654});
     r.kernels.push_back({"fused", "fused_forward", 64, 3.456789, 1234567.4, 2.0e9 + 0.6, 357.1234, 578.98765, 12.3456});
     r.steps.push_back({"fused/split", 256, 937, 41.234567, std::nan(""), });
     r.targets.push_back({"fused", true, 1234.5678, 0.9812345678, 3, 2811, 401.0004, 88.8888, 12.0});
@@ -24,11 +27,14 @@ TEST_CASE("bench: --json holds every result under its key, rounded as the tables
     const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
     std::vector<std::string> keys;
     for (const auto& [k, v] : j.items()) keys.push_back(k);
-    CHECK(keys == std::vector<std::string>{"device", "copy_gbps", "fma_gflops", "target", "kernels", "steps", "to_target"});
+    CHECK(keys == std::vector<std::string>{"device", "copy_gbps", "fma_gflops", "floors", "target", "kernels", "steps",
+                                           "to_target"});
     CHECK(j["device"] == "NVIDIA H100 \"80GB\"\t\xef\xbf\xbd");  // the bad byte became U+FFFD
     CHECK(j["copy_gbps"] == 2987.654);
     CHECK(j["fma_gflops"] == 51234.5);
     CHECK(j["target"] == 0.98);
+    REQUIRE(j["floors"].size() == 1);
+    CHECK(j["floors"][0].dump() == "{\"name\":\"grid barrier\",\"us\":0.9877,\"what\":\"a grid-wide barrier\"}");
     REQUIRE(j["kernels"].size() == 1);
     const auto& k = j["kernels"][0];
     CHECK(k.dump() == "{\"set\":\"fused\",\"kernel\":\"fused_forward\",\"batch\":64,\"us\":3.4568,\"bytes\":1234567,"
@@ -43,5 +49,21 @@ TEST_CASE("bench: --json holds every result under its key, rounded as the tables
     // No rows: empty arrays.
     const auto empty = nlohmann::json::parse(bench_json(BenchResult{}, opt));
     CHECK(empty["kernels"].empty());
+    CHECK(empty["floors"].empty());
     CHECK(empty["to_target"].empty());
+}
+
+TEST_CASE("bench: the floor probes assemble for sm_90 and hold the entries measure_floors launches") {
+    const SourceFile src = read_source_file(floors_path(KernelDirs::from_environment()));
+    const AssemblyResult res = assemble_offline(src, "sm_90");
+    for (const auto& d : res.diagnostics) MESSAGE(d.message);
+    REQUIRE(res.ok);
+    const PtxInfo info = parse_ptx(src.text);
+    for (const char* e : {"floor_empty", "floor_grid_barrier", "floor_cluster_barrier", "floor_dsmem_chain",
+                          "floor_mma_chain", "floor_l2_chain"}) {
+        CAPTURE(e);
+        CHECK(info.find(e) != nullptr);
+    }
+    // The probes are not network kernels: the kernel directory's pairs (check, verify, train) skip them.
+    for (const auto& p : find_kernel_pairs(KernelDirs::from_environment())) CHECK(p.stem != "floors");
 }
