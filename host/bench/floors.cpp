@@ -34,12 +34,7 @@ void launch_probe(CUfunction fn, unsigned grid, unsigned block, unsigned cluster
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
         attrs[n++].value.cooperative = 1;
     }
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = grid;
-    cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = block;
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.hStream = s;
+    CUlaunchConfig cfg = launch_config_1d(grid, block, 0, s);
     cfg.attrs = attrs;
     cfg.numAttrs = n;
     CU(cuLaunchKernelEx, &cfg, fn, params, nullptr);
@@ -107,54 +102,45 @@ std::vector<Floor> measure_floors(const Context& ctx, const KernelDirs& dirs, CU
     f.push_back({"launch (stream)", "an empty kernel, back-to-back launches into one stream", launch_us(empty, false, s)});
     f.push_back({"launch (graph)", "an empty kernel, a node of a CUDA graph of 200 launches", launch_us(empty, true, s)});
 
-    CUfunction gb = m.function("floor_grid_barrier");
-    f.push_back({"grid barrier", fmt::format("a grid-wide barrier of {} blocks (one an SM) on a 64-bit counter", sms),
-                 per_round_us(
-                     [&](CUstream st, unsigned r) {
-                         CU(cuMemsetD32Async, psync, 0, 2, st);
-                         void* p[] = {&psync, &r};
-                         launch_probe(gb, sms, 128, 0, true, st, p);
-                     },
-                     2000, s)});
-
-    CUfunction cb = m.function("floor_cluster_barrier");
-    f.push_back({"cluster barrier", "barrier.cluster arrive + wait, 16 clusters of 8 blocks",
-                 per_round_us(
-                     [&](CUstream st, unsigned r) {
-                         void* p[] = {&r};
-                         launch_probe(cb, 128, 128, 8, false, st, p);
-                     },
-                     20000, s)});
-
-    CUfunction ds = m.function("floor_dsmem_chain");
-    for (unsigned peer : {1u, 0u})
-        f.push_back({peer ? "DSMEM load" : "shared load (cluster window)",
-                     peer ? "a dependent ld.shared::cluster from the other block of a 2-block cluster"
-                          : "a dependent ld.shared::cluster into the block's own shared memory",
-                     per_round_us(
-                         [&](CUstream st, unsigned r) {
-                             void* p[] = {&pout, &r, &peer};
-                             launch_probe(ds, 2, 32, 2, false, st, p);
-                         },
-                         20000, s) / 8});
-
-    CUfunction mma = m.function("floor_mma_chain");
-    f.push_back({"mma chain", "one mma.sync.m16n8k8 TF32 whose C is the previous one's D (one warp)",
-                 per_round_us(
-                     [&](CUstream st, unsigned r) {
-                         void* p[] = {&pout, &r};
-                         launch_probe(mma, 1, 32, 0, false, st, p);
-                     },
-                     20000, s) / 8});
-
-    CUfunction l2 = m.function("floor_l2_chain");
-    f.push_back({"L2 load", "a dependent ld.global.cg that hits L2 (one thread)",
-                 per_round_us(
-                     [&](CUstream st, unsigned r) {
-                         void* p[] = {&pbuf, &pout, &r};
-                         launch_probe(l2, 1, 32, 0, false, st, p);
-                     },
-                     20000, s) / 8});
+    // The timed probes, a row each: entry, grid, block, cluster, cooperative, the rounds timed,
+    // the loads or mma a round, the name and the line that says what one of it is.
+    struct Probe {
+        const char* entry;
+        unsigned grid, block, cluster;
+        bool cooperative;
+        unsigned rounds, per_round;
+        std::string name, what;
+        std::function<std::vector<void*>(unsigned&)> params;  // the kernel's arguments around `rounds`
+    };
+    unsigned peer = 1, self = 0;
+    const std::vector<Probe> probes = {
+        {"floor_grid_barrier", sms, 128, 0, true, 2000, 1, "grid barrier",
+         fmt::format("a grid-wide barrier of {} blocks (one an SM) on a 64-bit counter", sms),
+         [&](unsigned& r) { return std::vector<void*>{&psync, &r}; }},
+        {"floor_cluster_barrier", 128, 128, 8, false, 20000, 1, "cluster barrier",
+         "barrier.cluster arrive + wait, 16 clusters of 8 blocks", [&](unsigned& r) { return std::vector<void*>{&r}; }},
+        {"floor_dsmem_chain", 2, 32, 2, false, 20000, 8, "DSMEM load",
+         "a dependent ld.shared::cluster from the other block of a 2-block cluster",
+         [&](unsigned& r) { return std::vector<void*>{&pout, &r, &peer}; }},
+        {"floor_dsmem_chain", 2, 32, 2, false, 20000, 8, "shared load (cluster window)",
+         "a dependent ld.shared::cluster into the block's own shared memory",
+         [&](unsigned& r) { return std::vector<void*>{&pout, &r, &self}; }},
+        {"floor_mma_chain", 1, 32, 0, false, 20000, 8, "mma chain",
+         "one mma.sync.m16n8k8 TF32 whose C is the previous one's D (one warp)",
+         [&](unsigned& r) { return std::vector<void*>{&pout, &r}; }},
+        {"floor_l2_chain", 1, 32, 0, false, 20000, 8, "L2 load", "a dependent ld.global.cg that hits L2 (one thread)",
+         [&](unsigned& r) { return std::vector<void*>{&pbuf, &pout, &r}; }},
+    };
+    for (const auto& pr : probes) {
+        CUfunction fn = m.function(pr.entry);
+        const bool barrier = pr.cooperative;  // the grid barrier's counter starts each launch at 0
+        auto run = [&](CUstream st, unsigned r) {
+            if (barrier) CU(cuMemsetD32Async, psync, 0, 2, st);
+            std::vector<void*> args = pr.params(r);
+            launch_probe(fn, pr.grid, pr.block, pr.cluster, pr.cooperative, st, args.data());
+        };
+        f.push_back({pr.name, pr.what, per_round_us(run, pr.rounds, s) / pr.per_round});
+    }
     return f;
 }
 
