@@ -1,6 +1,7 @@
 #include "bench.hpp"
 
 #include "compile.hpp"
+#include "headline.hpp"
 #include "recipe.hpp"
 #include "model.hpp"
 #include "optim.hpp"
@@ -384,6 +385,25 @@ void bench_to_target(const Context& ctx, const BenchOptions& opt, const Dataset&
 
 }  // namespace
 
+namespace {
+
+void print_headline(BenchResult& r, std::vector<HeadlineRow> rows, uint64_t seed, std::ostream& out) {
+    auto cell = [](const std::optional<double>& v) { return v && std::isfinite(*v) ? fmt::format("{:.2f}", *v) : "-"; };
+    fmt::print(out, "headline (seed {}; PyTorch: tools/torch_reference.py, the same recipe, same GPU)\n", seed);
+    fmt::print(out, "{:<40} {:>12} {:>14} {:>14} {:>8}\n", "figure", "ptxlab", "PyTorch eager", "PyTorch graph", "ratio");
+    for (const auto& h : rows) {
+        const std::optional<double> best = h.torch_graph ? h.torch_graph : h.torch_eager;
+        const std::string ratio = best && std::isfinite(h.ptxlab) ? fmt::format("{:.1f}x", *best / h.ptxlab) : "-";
+        fmt::print(out, "{:<40} {:>9.2f} {:<2} {:>14} {:>14} {:>8}\n", h.figure, h.ptxlab, h.unit, cell(h.torch_eager),
+                   cell(h.torch_graph), ratio);
+    }
+    if (!r.torch_note.empty()) fmt::print(out, "{}\n", r.torch_note);
+    fmt::print(out, "\n");
+    r.headline = std::move(rows);
+}
+
+}  // namespace
+
 BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream& out) {
     BenchResult r;
     r.device = fmt::format("{} ({}, {} SMs, driver {})", ctx.info().name, ctx.info().arch(), ctx.info().sm_count,
@@ -418,6 +438,7 @@ BenchResult run_bench(const Context& ctx, const BenchOptions& opt, std::ostream&
     const double data_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (opt.steps) bench_steps(ctx, opt, data, r, out);
     if (opt.to_target) bench_to_target(ctx, opt, data, data_ms, r, out);
+    if (opt.headline) print_headline(r, bench_headline(ctx, opt, data, r, r.torch_note, out), opt.seed, out);
     return r;
 }
 
@@ -462,6 +483,13 @@ std::string bench_json(const BenchResult& r, const BenchOptions& opt) {
                               {"steps", s.steps},
                               {"gpu_us_per_step", rounded(s.us_per_step, 4)},
                               {"wall_us_per_step", rounded(s.host_us_per_step, 4)}});
+    j["headline"] = OrderedJson::array();
+    for (const auto& h : r.headline)
+        j["headline"].push_back({{"figure", h.figure},
+                                 {"unit", h.unit},
+                                 {"ptxlab", rounded(h.ptxlab, 4)},
+                                 {"torch_eager", h.torch_eager ? rounded(*h.torch_eager, 4) : OrderedJson(nullptr)},
+                                 {"torch_graph", h.torch_graph ? rounded(*h.torch_graph, 4) : OrderedJson(nullptr)}});
     j["to_target"] = OrderedJson::array();
     for (const auto& t : r.targets)
         j["to_target"].push_back({{"set", t.set},

@@ -16,6 +16,7 @@
 #include "idx.hpp"
 #include "kernels.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct BenchOptions {
     std::string data_dir;
     std::string json;           // write the results here as JSON
     bool kernels = true, steps = true, to_target = true;
+    // Only the four headline figures (headline.hpp) beside PyTorch's: the fused step at 64, the CNN
+    // step, and their times to target.
+    bool headline = false;
 };
 
 struct KernelTiming {
@@ -81,6 +85,13 @@ struct TargetTiming {
     double median_epoch_ms = 0, jit_ms = 0, data_ms = 0;
 };
 
+// One of bench --headline's figures, ptxlab's and PyTorch's (eager and with a CUDA graph).
+struct HeadlineRow {
+    std::string figure, unit;
+    double ptxlab = 0;
+    std::optional<double> torch_eager, torch_graph;  // absent: PyTorch did not run or not give it
+};
+
 struct BenchResult {
     std::string device;
     double copy_gbps = 0, fma_gflops = 0;
@@ -88,6 +99,8 @@ struct BenchResult {
     std::vector<KernelTiming> kernels;
     std::vector<StepTiming> steps;
     std::vector<TargetTiming> targets;
+    std::vector<HeadlineRow> headline;
+    std::string torch_note;  // why PyTorch's headline figures are missing, or empty
 };
 
 // The entries timed for a kernel set at the MNIST sizes (each has its bench shape and work in

@@ -227,6 +227,7 @@ expect "flags: eval --device -1"        2 "--device must be a CUDA device ordina
 expect "flags: verify FILE --ptx-dir"   2 "--ptx-dir and a FILE.ptx together"                $nogpu "$P" verify "$t/good.ptx" --ptx-dir "$t/ptxdir"
 expect "flags: verify FILE --quick"     2 "--quick picks a smaller set of the built-in kernels' cases" $nogpu "$P" verify "$t/good.ptx" --quick
 expect "flags: bench FILE --sets"       2 "--sets does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --sets fused
+expect "flags: bench --headline --sets"  2 "--sets does not go with --headline"                $nogpu "$P" bench --headline --sets fused
 expect "flags: bench FILE --json"       2 "--json does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
 expect "flags: verify FILE --list"      0 "leaky_relu    N=1"                                $nogpu "$P" verify "$src/ptx/lessons/01_predicates.ptx" --list
 expect "flags: --model fc10 names it"   2 "--model fc10 has 1 fc layer; a network takes 2 fc layers or more" $nogpu "$P" train --model fc10

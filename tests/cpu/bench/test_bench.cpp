@@ -3,6 +3,7 @@
 // device's name holds.
 #include "bench.hpp"
 #include "compile.hpp"
+#include "headline.hpp"
 #include "ptx_text.hpp"
 
 #include <doctest/doctest.h>
@@ -19,6 +20,7 @@ TEST_CASE("bench: --json holds every result under its key, rounded as the tables
     r.kernels.push_back({"fused", "fused_forward", 64, 3.456789, 1234567.4, 2.0e9 + 0.6, 357.1234, 578.98765, 12.3456});
     r.steps.push_back({"fused/split", 256, 937, 41.234567, std::nan(""), });
     r.targets.push_back({"fused", true, 1234.5678, 0.9812345678, 3, 2811, 401.0004, 88.8888, 12.0});
+    r.headline.push_back({"MLP step", "us", 9.876543, 480.12346, std::nullopt});
     BenchOptions opt;
     opt.target = 0.98;
     const std::string text = bench_json(r, opt);
@@ -28,7 +30,7 @@ TEST_CASE("bench: --json holds every result under its key, rounded as the tables
     std::vector<std::string> keys;
     for (const auto& [k, v] : j.items()) keys.push_back(k);
     CHECK(keys == std::vector<std::string>{"device", "copy_gbps", "fma_gflops", "floors", "target", "kernels", "steps",
-                                           "to_target"});
+                                           "headline", "to_target"});
     CHECK(j["device"] == "NVIDIA H100 \"80GB\"\t\xef\xbf\xbd");  // the bad byte became U+FFFD
     CHECK(j["copy_gbps"] == 2987.654);
     CHECK(j["fma_gflops"] == 51234.5);
@@ -42,6 +44,9 @@ TEST_CASE("bench: --json holds every result under its key, rounded as the tables
     REQUIRE(j["steps"].size() == 1);
     CHECK(j["steps"][0].dump() == "{\"set\":\"fused/split\",\"batch\":256,\"steps\":937,\"gpu_us_per_step\":41.2346,"
                                   "\"wall_us_per_step\":null}");
+    REQUIRE(j["headline"].size() == 1);
+    CHECK(j["headline"][0].dump() == "{\"figure\":\"MLP step\",\"unit\":\"us\",\"ptxlab\":9.8765,"
+                                     "\"torch_eager\":480.1235,\"torch_graph\":null}");
     REQUIRE(j["to_target"].size() == 1);
     CHECK(j["to_target"][0].dump() == "{\"set\":\"fused\",\"reached\":true,\"train_ms\":1234.568,\"epochs\":3,"
                                       "\"steps\":2811,\"accuracy\":0.981235,\"median_epoch_ms\":401.0,\"jit_ms\":88.889,"
@@ -66,4 +71,22 @@ TEST_CASE("bench: the floor probes assemble for sm_90 and hold the entries measu
     }
     // The probes are not network kernels: the kernel directory's pairs (check, verify, train) skip them.
     for (const auto& p : find_kernel_pairs(KernelDirs::from_environment())) CHECK(p.stem != "floors");
+}
+
+TEST_CASE("bench: --headline reads PyTorch's step times and time to target from torch_reference's output") {
+    const std::string text = "torch 2.11.0+cu130 on NVIDIA H100 80GB HBM3: model fc128,fc10 relu, ...\n"
+                             "final test accuracy 98.01 % (test loss 0.06) after 4075 steps; training 5.12 s\n"
+                             "reached 98.00 % at step 4075 (epoch 5) after 5120 ms of training\n"
+                             "per step at batch 64 (ce, nesterov): eager 480.1 us, CUDA graph 100.4 us\n";
+    const TorchFigures f = parse_torch_reference(text);
+    REQUIRE(f.step_eager_us);
+    CHECK(*f.step_eager_us == doctest::Approx(480.1));
+    REQUIRE(f.step_graph_us);
+    CHECK(*f.step_graph_us == doctest::Approx(100.4));
+    REQUIRE(f.ms_to_target);
+    CHECK(*f.ms_to_target == doctest::Approx(5120));
+    // A run that did not reach the target, or printed no timing: those figures are absent, not 0.
+    const TorchFigures none = parse_torch_reference("did not reach 99.00 %\n");
+    CHECK_FALSE(none.ms_to_target);
+    CHECK_FALSE(none.step_graph_us);
 }
