@@ -135,6 +135,9 @@ expect "sass: no .entry"                2 "header_only.ptx: no .entry in this fi
 expect "sass: --diff, no common entry"  2 "have no entry in common"                         PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx" --diff "$src/tests/fixtures/sass/scale.ptx"
 expect "sass: nvdisasm not there"       1 "nvdisasm, part of the CUDA toolkit: \$CUDA_HOME/bin/nvdisasm" PTXLAB_NVDISASM=/nonexistent/nvdisasm "$P" sass "$t/good.ptx"
 expect "sass: nvdisasm fails"           1 "exited with status 3:"                           FAKE_NVDISASM_EXIT=3 PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx"
+expect "sass: --control with --diff"    2 "excludes"                                         PTXLAB_NVDISASM="$fake" "$P" sass --control "$t/good.ptx" --diff "$t/good.ptx"
+expect "sass: --control, nvdisasm fails" 1 "exited with status 3:"                          FAKE_NVDISASM_EXIT=3 PTXLAB_NVDISASM="$fake" "$P" sass --control "$t/good.ptx"
+expect "sass: --control, no listing"    1 "no canned listing"                                PTXLAB_NVDISASM="$fake" "$P" sass --control "$src/tests/fixtures/sass/scale.ptx"
 # ---- paths --------------------------------------------------------------------
 expect "path: --ptx-dir with files"     2 "give one or the other"                           "$P" check --ptx-dir "$t/ptxdir" "$t/good.ptx"
 expect "path: --ptx-dir is a file"      2 "--ptx-dir '$t/good.ptx' is a regular file, not a directory" "$P" check --ptx-dir "$t/good.ptx"
