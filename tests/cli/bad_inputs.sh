@@ -289,6 +289,15 @@ expect "verbose: no source line by default" 2 "ptxlab: error: --batch must be at
 if grep -q "raised at" "$t/out"; then echo "FAIL  verbose: '(raised at' printed without --verbose"; fails=$((fails + 1)); fi
 expect "verbose: --verbose shows it"    2 "(raised at host/"                                 $nogpu "$P" train --batch 0 --verbose
 # ---- contracts and PTX limits (#34) ---------------------------------------------
+expect "new: --dir is a file"           2 "--dir '$t/good.ptx' is a regular file, not a directory" "$P" new k --dir "$t/good.ptx"
+expect "new: --dir under a file"        2 "--dir '$t/good.ptx/sub' cannot be created:"       "$P" new k --dir "$t/good.ptx/sub"
+expect "new: --dir, parents made too"   0 "wrote $t/deep/er/k.ptx"                           "$P" new k --dir "$t/deep/er"
+expect "new: --dir, no overwrite"       2 "k.ptx already exists; ptxlab new does not overwrite" "$P" new k --dir "$t/deep/er"
+mkdir -p "$t/ro" && chmod 555 "$t/ro"
+if [ "$(id -u)" != 0 ]; then
+expect "new: --dir cannot be made"      2 "--dir '$t/ro/a/b' cannot be created:"             "$P" new k --dir "$t/ro/a/b"
+fi
+expect_absent "new: a refused --dir leaves nothing" "$t/good.ptx/sub"
 # nvJitLink overflows a 100 000-byte message buffer on a token of about 99 870 characters; a
 # token past 8192 is refused before it is called, by every command. Comments are not limited.
 mkdir "$t/limits"
