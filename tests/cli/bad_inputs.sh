@@ -230,7 +230,9 @@ expect "flags: eval --device -1"        2 "--device must be a CUDA device ordina
 expect "flags: verify FILE --ptx-dir"   2 "--ptx-dir and a FILE.ptx together"                $nogpu "$P" verify "$t/good.ptx" --ptx-dir "$t/ptxdir"
 expect "flags: verify FILE --quick"     2 "--quick picks a smaller set of the built-in kernels' cases" $nogpu "$P" verify "$t/good.ptx" --quick
 expect "flags: bench FILE --sets"       2 "--sets does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --sets fused
-expect "flags: bench FILE --json"       2 "--json does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
+expect "flags: bench FILE --json, no GPU" 3 "no NVIDIA driver found"                         $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
+expect_absent "flags: bench FILE --json wrote nothing" "$t/b.json"
+expect "flags: bench FILE --json a dir"  2 "--json"                                           $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t"
 expect "flags: verify FILE --list"      0 "leaky_relu    N=1"                                $nogpu "$P" verify "$src/ptx/lessons/01_predicates.ptx" --list
 expect "flags: --model fc10 names it"   2 "--model fc10 has 1 fc layer; a network takes 2 fc layers or more" $nogpu "$P" train --model fc10
 # Paths given as "" are refused, not read as "the default".
@@ -284,11 +286,6 @@ expect "new: a C++ keyword"             2 "'int' cannot be a kernel name: the CU
 expect "new: 200 letters"               2 "is 200 characters long; ptxlab new takes at most 64" "$P" new "$(head -c 200 /dev/zero | tr '\0' a)" --dir "$t/new2"
 expect "new: a dash, named"             2 "character 2 is '-'"                               "$P" new a-b --dir "$t/new2"
 expect_absent "new: refused names write nothing" "$t/new2/reference"
-# Messages: where in ptxlab an error was raised only with --verbose.
-expect "verbose: no source line by default" 2 "ptxlab: error: --batch must be at least 1"   $nogpu "$P" train --batch 0
-if grep -q "raised at" "$t/out"; then echo "FAIL  verbose: '(raised at' printed without --verbose"; fails=$((fails + 1)); fi
-expect "verbose: --verbose shows it"    2 "(raised at host/"                                 $nogpu "$P" train --batch 0 --verbose
-# ---- contracts and PTX limits (#34) ---------------------------------------------
 expect "new: --dir is a file"           2 "--dir '$t/good.ptx' is a regular file, not a directory" "$P" new k --dir "$t/good.ptx"
 expect "new: --dir under a file"        2 "--dir '$t/good.ptx/sub' cannot be created:"       "$P" new k --dir "$t/good.ptx/sub"
 expect "new: --dir, parents made too"   0 "wrote $t/deep/er/k.ptx"                           "$P" new k --dir "$t/deep/er"
@@ -298,6 +295,11 @@ if [ "$(id -u)" != 0 ]; then
 expect "new: --dir cannot be made"      2 "--dir '$t/ro/a/b' cannot be created:"             "$P" new k --dir "$t/ro/a/b"
 fi
 expect_absent "new: a refused --dir leaves nothing" "$t/good.ptx/sub"
+# Messages: where in ptxlab an error was raised only with --verbose.
+expect "verbose: no source line by default" 2 "ptxlab: error: --batch must be at least 1"   $nogpu "$P" train --batch 0
+if grep -q "raised at" "$t/out"; then echo "FAIL  verbose: '(raised at' printed without --verbose"; fails=$((fails + 1)); fi
+expect "verbose: --verbose shows it"    2 "(raised at host/"                                 $nogpu "$P" train --batch 0 --verbose
+# ---- contracts and PTX limits (#34) ---------------------------------------------
 # nvJitLink overflows a 100 000-byte message buffer on a token of about 99 870 characters; a
 # token past 8192 is refused before it is called, by every command. Comments are not limited.
 mkdir "$t/limits"
@@ -333,7 +335,7 @@ variant block3d    's|^//   block    256$|//   block    1024, 1, 2|'
 variant blockmin   's|^//   block    256$|//   block    min(N, 2048)|'
 variant gridfrac   's|^//   grid     ceil(N / 256)$|//   grid     N / 256|'
 variant gridy      's|^//   grid     ceil(N / 256)$|//   grid     1, 70000|'
-variant shared     's|^//   block    256$|//   block    256\n//   shared   100000|'
+variant shared     's|^//   block    256$|//   block    256\n//   shared   300000|'
 variant length     's|^//   param    y  out  f32\[N\]$|//   param    y  out  f32[N*N*N*N*N]|'
 variant length64   's|^//   param    y  out  f32\[N\]$|//   param    y  out  f32[N*N*N*N*N*N*N]|'
 variant u32        's|^//   param    n  u32 = N$|//   param    n  u32 = N*4294967296|'
@@ -353,7 +355,7 @@ expect "contract: check block 1024,1,2"    1 "block3d.ptx:24: error: block 1024x
 expect "contract: check every shape"       1 "blockmin.ptx:24: error: block.x = \`min(N, 2048)\` is 2048 at N=100003" "$P" check "$C/blockmin.ptx"
 expect "contract: check grid not whole"    1 "gridfrac.ptx:23: error: grid.x = \`N / 256\` is 125/32, not a whole number at N=1000; write ceil(N / 256)" "$P" check "$C/gridfrac.ptx"
 expect "contract: check grid.y 70000"      1 "gridy.ptx:23: error: grid.y = \`70000\` is 70000 at N=1000, outside [1, 65535]" "$P" check "$C/gridy.ptx"
-expect "contract: check shared 100000"     1 "shared.ptx:25: error: shared = \`100000\` is 100000 at N=1000, outside [0, 49152] (48 KiB" "$P" check "$C/shared.ptx"
+expect "contract: check shared 300000"     1 "shared.ptx:25: error: shared = \`300000\` is 300000 at N=1000, outside [0, 232448] (227 KiB" "$P" check "$C/shared.ptx"
 expect "contract: check length > 2^32"     1 "length.ptx:18: error: the length of 'y' = \`N*N*N*N*N\` is 1000000000000000 at N=1000, outside [1, 4294967296] (overflows" "$P" check "$C/length.ptx"
 expect "contract: check length > 2^63"     1 "length64.ptx:18: error: the length of 'y' = \`N*N*N*N*N*N*N\`: overflows 64-bit integers" "$P" check "$C/length64.ptx"
 expect "contract: check u32 out of range"  1 "u32.ptx:20: error: parameter 'n' = \`N*4294967296\` is 4294967296000 at N=1000, outside [0, 4294967295] (out of u32 range)" "$P" check "$C/u32.ptx"
