@@ -230,6 +230,9 @@ expect "flags: eval --device -1"        2 "--device must be a CUDA device ordina
 expect "flags: verify FILE --ptx-dir"   2 "--ptx-dir and a FILE.ptx together"                $nogpu "$P" verify "$t/good.ptx" --ptx-dir "$t/ptxdir"
 expect "flags: verify FILE --quick"     2 "--quick picks a smaller set of the built-in kernels' cases" $nogpu "$P" verify "$t/good.ptx" --quick
 expect "flags: bench FILE --sets"       2 "--sets does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --sets fused
+expect "verify: --racecheck, no sanitizer" 1 "\`ptxlab verify --racecheck\` needs compute-sanitizer" $nogpu PTXLAB_COMPUTE_SANITIZER=/nonexistent/cs "$P" verify "$src/ptx/lessons/04_shared_barrier.ptx" --racecheck
+expect "verify: --synccheck --list"     2 "--list only names the cases"                      $nogpu "$P" verify "$src/ptx/lessons/04_shared_barrier.ptx" --synccheck --list
+expect "verify: --racecheck, bad file first" 2 "nope.ptx"                                   $nogpu PTXLAB_COMPUTE_SANITIZER=/nonexistent/cs "$P" verify "$t/nope.ptx" --racecheck
 expect "flags: bench FILE --json, no GPU" 3 "no NVIDIA driver found"                         $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
 expect_absent "flags: bench FILE --json wrote nothing" "$t/b.json"
 expect "flags: bench FILE --json a dir"  2 "--json"                                           $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t"

@@ -55,6 +55,21 @@ TEST_CASE("lessons: verify catches the planted mistakes") {
     }
 }
 
+TEST_CASE("lessons: verify --racecheck fails lesson 04's planted mistake (no bar.sync) and passes lesson 04") {
+    // NEEDS compute-sanitizer (the device's CUDA toolkit), besides the GPU.
+    RunResult bad = run_command(ptxlab_cmd("verify " + fixture("lessons/04_no_barrier.ptx") + " --racecheck --seed 7 --shape B=4"));
+    CAPTURE(bad.output);
+    REQUIRE_MESSAGE(bad.output.find("compute-sanitizer not found") == std::string::npos,
+                    "verify --racecheck needs compute-sanitizer (the device's CUDA toolkit)");
+    CHECK(bad.code == 1);
+    CHECK(bad.output.find("verify --racecheck: FAIL: compute-sanitizer --tool racecheck reported") != std::string::npos);
+    RunResult good = run_command(ptxlab_cmd("verify " + lessons_dir() + "/04_shared_barrier.ptx --racecheck --synccheck --seed 7 --shape B=4"));
+    CAPTURE(good.output);
+    CHECK(good.code == 0);
+    CHECK(good.output.find("verify --racecheck: PASS") != std::string::npos);
+    CHECK(good.output.find("verify --synccheck: PASS") != std::string::npos);
+}
+
 TEST_CASE("lessons: a mismatch is named by its coordinates from the contract's shapes") {
     // 07_no_max's y is f32[R * C]: its mismatches read y[r][c].
     RunResult r = run_command(ptxlab_cmd("verify " + fixture("lessons/07_no_max.ptx") + " --seed 7"));
