@@ -50,10 +50,6 @@ std::vector<std::string> sanitizer_args(const std::string& tool, const std::stri
                                         const std::vector<std::string>& args) {
     std::vector<std::string> a = {"--tool", tool, "--error-exitcode", std::to_string(kSanitizerErrorExit),
                                   "--print-limit", "20"};
-    if (tool == "racecheck") {  // every hazard, as a hazard (not only the analysis' summary of it)
-        a.push_back("--racecheck-report");
-        a.push_back("all");
-    }
     a.push_back(exe);
     a.insert(a.end(), args.begin(), args.end());
     return a;

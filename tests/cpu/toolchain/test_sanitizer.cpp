@@ -25,7 +25,7 @@ ProcessResult result(int code, const std::string& out) {
 TEST_CASE("sanitizer: the arguments run the program under the tool, errors giving their own exit status") {
     const auto a = sanitizer_args("racecheck", "/bin/ptxlab", {"verify", "k.ptx", "--seed", "7"});
     CHECK(a == std::vector<std::string>{"--tool", "racecheck", "--error-exitcode", "86", "--print-limit", "20",
-                                        "--racecheck-report", "all", "/bin/ptxlab", "verify", "k.ptx", "--seed", "7"});
+                                        "/bin/ptxlab", "verify", "k.ptx", "--seed", "7"});
     const auto s = sanitizer_args("synccheck", "/bin/ptxlab", {"verify"});
     CHECK(s == std::vector<std::string>{"--tool", "synccheck", "--error-exitcode", "86", "--print-limit", "20",
                                         "/bin/ptxlab", "verify"});
