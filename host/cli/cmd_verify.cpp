@@ -43,8 +43,9 @@ std::vector<std::string> rerun_args(const VerifyCliOptions& o, uint64_t seed) {
     return a;
 }
 
-// --racecheck / --synccheck: the input was checked; compute-sanitizer runs this verify again with
-// each tool asked for, its output shown; exit 1 when a tool reports a hazard or the run fails.
+// --racecheck / --synccheck: the input was checked; compute-sanitizer runs this same verify (the
+// seed fixed) under each tool asked for, its output shown; exit 1 when a tool reports a hazard or
+// the verify run fails.
 int run_under_sanitizer(const VerifyCliOptions& o, uint64_t seed) {
     std::vector<std::string> tools;
     if (o.racecheck) tools.push_back("racecheck");
@@ -220,11 +221,12 @@ void setup_verify(CLI::App& app, Command& chosen) {
     sub->add_flag("--quick", o->quick, "a small set of cases (for compute-sanitizer and other slow tools)");
     sub->add_flag("--list", o->list, "list the cases and exit");
     sub->add_flag("--racecheck", o->racecheck,
-                  "run this same verify (same cases, shapes and seed) again under the CUDA toolkit's compute-sanitizer "
-                  "--tool racecheck, which finds shared-memory data races (a missing bar.sync); its report is shown, "
-                  "and verify fails (exit 1) when it reports a hazard. compute-sanitizer is looked for in "
-                  "$PTXLAB_COMPUTE_SANITIZER, else where nvdisasm is (sass --help); without it verify says where it "
-                  "looked and exits 1. Slow: give one --shape or --quick");
+                  "run this same verify (same cases, shapes and seed; the seed is printed) under the CUDA toolkit's "
+                  "compute-sanitizer --tool racecheck, which finds shared-memory data races (a missing bar.sync): "
+                  "verify's own lines and the tool's report are shown, and verify fails (exit 1) when the cases fail "
+                  "or the tool reports a hazard. compute-sanitizer is looked for in $PTXLAB_COMPUTE_SANITIZER, else "
+                  "where nvdisasm is (sass --help) and in the toolkit's compute-sanitizer/ folder; without it verify "
+                  "says where it looked and exits 1 (the input is checked first). Slow: give one --shape or --quick");
     sub->add_flag("--synccheck", o->synccheck,
                   "the same with compute-sanitizer --tool synccheck: barriers used wrongly (a bar.sync that not every "
                   "thread of the block reaches, a shfl with a wrong mask); with --racecheck, both run");

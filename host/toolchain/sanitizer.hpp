@@ -1,4 +1,4 @@
-// `verify --racecheck` / `--synccheck`: the same verify invocation run again under the CUDA
+// `verify --racecheck` / `--synccheck`: the same verify invocation run under the CUDA
 // toolkit's compute-sanitizer (racecheck: shared-memory data races, such as a missing
 // bar.sync; synccheck: barriers used wrongly), failing when it reports a hazard. Like nvdisasm,
 // compute-sanitizer is a program of the toolkit, absent from minimal installations: its absence
