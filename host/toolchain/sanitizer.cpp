@@ -12,12 +12,13 @@ namespace ptxlab {
 
 ToolSearch compute_sanitizer_search_from_environment() {
     ToolSearch s = toolkit_search_from_environment("PTXLAB_COMPUTE_SANITIZER");
-    // The toolkit keeps the program in compute-sanitizer/ (bin/ holds a link to it, not always).
+    // A toolkit keeps the program in compute-sanitizer/ beside bin/ (bin/ holds a link to it, not always).
     std::vector<std::pair<std::string, std::string>> dirs;
     for (const auto& [dir, from] : s.dirs) {
         dirs.emplace_back(dir, from);
         const std::filesystem::path p(dir);
-        if (p.filename() == "bin") dirs.emplace_back((p.parent_path() / "compute-sanitizer").string(), from);
+        if (p.filename() == "bin" && from != "$PATH")  // a toolkit's bin/, not every directory of $PATH
+            dirs.emplace_back((p.parent_path() / "compute-sanitizer").string(), from);
     }
     s.dirs = std::move(dirs);
     return s;

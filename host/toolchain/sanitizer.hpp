@@ -14,7 +14,7 @@
 namespace ptxlab {
 
 // $PTXLAB_COMPUTE_SANITIZER; else the directories of nvdisasm's search (toolkit_search_from_environment),
-// each also with the toolkit's compute-sanitizer/ folder beside bin/.
+// each toolkit's (not $PATH's) also with its compute-sanitizer/ folder beside bin/.
 ToolSearch compute_sanitizer_search_from_environment();
 // The path of compute-sanitizer, or MissingToolError naming it, its package and where ptxlab looked.
 std::string find_compute_sanitizer(const ToolSearch& search, const std::string& flag);
