@@ -2,6 +2,7 @@
 
 #include "compile.hpp"
 #include "headline.hpp"
+#include "json_number.hpp"
 #include "recipe.hpp"
 #include "model.hpp"
 #include "optim.hpp"
@@ -446,13 +447,7 @@ namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
-// A number as the text tables show it, rounded to `decimals` places (0: a whole number); JSON
-// has no NaN or infinity, so those are null.
-OrderedJson rounded(double v, int decimals) {
-    if (!std::isfinite(v)) return nullptr;
-    if (decimals == 0 && std::fabs(v) < 9e18) return std::llround(v);
-    return std::strtod(fmt::format("{:.{}f}", v, decimals).c_str(), nullptr);
-}
+OrderedJson rounded(double v, int decimals) { return rounded_json(v, decimals); }
 
 }  // namespace
 

@@ -34,15 +34,19 @@ int run_bench_cmd(const BenchCliOptions& o) {
     if (!o.file.empty()) {
         // What times the built-in kernels has no meaning for a FILE.ptx: say so instead of ignoring it.
         for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--target-sets", "--target", "--epochs",
-                                 "--data", "--ptx-dir", "--json", "--no-kernels", "--no-steps", "--no-target"})
+                                 "--data", "--ptx-dir", "--no-kernels", "--no-steps", "--no-target"})
             if (o.sub->count(flag))
                 PTXLAB_THROW(InputError, "{} does not go with a FILE.ptx: bench {} times that kernel and its twin at "
-                                         "its contract's shapes (--shape, --seed, --timeout and --device apply)",
+                                         "its contract's shapes (--shape, --seed, --timeout, --device and --json apply)",
                              flag, o.file);
         preflight_contract_file(o.file, "", o.shape);  // header, --shape, values, PTX and twin before the GPU
         set_kernel_timeout(o.timeout);
         Context ctx(o.device);
-        bench_file(o.file, ctx, o.shape, o.seed);
+        const FileBenchResult r = bench_file(o.file, ctx, o.shape, o.seed);
+        if (!o.json.empty()) {  // written whole (a temporary file renamed into place) once every shape ran
+            write_file_atomically(o.json, file_bench_json(r), "--json");
+            fmt::print("wrote {}\n", o.json);
+        }
         return kExitOk;
     }
     if (!o.shape.empty()) PTXLAB_THROW(InputError, "--shape goes with a FILE.ptx (bench FILE.ptx --shape N=1000)");
@@ -132,7 +136,8 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_option("--data", o->data, "dataset directory (default: $PTXLAB_DATA_DIR or data/mnist)")->check(kNonEmptyPath);
     sub->add_option("--ptx-dir", o->ptx_dir,
                     "read the PTX from this directory; the twins stay in the reference directory, as in check and verify")->check(kNonEmptyPath);
-    sub->add_option("--json", o->json, "also write the results to this file as JSON")->check(kNonEmptyPath);
+    sub->add_option("--json", o->json, "also write the results to this file as JSON, whole or not at all (a temporary file renamed into place); "
+                    "with FILE.ptx: the file, entry, device and a row per shape and side (us, bytes, flops, gbps, gflops)")->check(kNonEmptyPath);
     sub->add_flag("--no-kernels", o->no_kernels, "skip the per-kernel timings");
     sub->add_flag("--no-steps", o->no_steps, "skip the training-step timings (the sets' and the --models')");
     sub->add_flag("--no-target", o->no_target, "skip the time-to-target runs");

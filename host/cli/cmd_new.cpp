@@ -157,15 +157,40 @@ void require_kernel_name(const std::string& name, const std::string& ptx, const 
     }
 }
 
+void write_pair(const NewOptions& o, const std::string& ptx_text, const std::string& cu_text);
+
 int run_new(const NewOptions& o) {
     const std::string ptx_text = fill(kPtxTemplate, o.name), cu_text = fill(kCuTemplate, o.name);
     require_kernel_name(o.name, ptx_text, cu_text);
-    // --dir is made if it is missing (its parent must exist or be made too, as mkdir -p).
+    // --dir is made if it is missing (its parents too, as mkdir -p); what was made is removed
+    // again should the files not be written: a failed `new` leaves nothing behind.
     std::error_code ec;
-    if (!fs::exists(o.dir, ec)) {
+    fs::path made;  // the outermost directory this run created, or empty
+    if (!fs::exists(fs::symlink_status(o.dir, ec))) {
+        for (fs::path p = fs::path(o.dir).lexically_normal(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
+             p = p.parent_path()) {
+            made = p;
+            if (p == p.parent_path()) break;
+        }
         fs::create_directories(o.dir, ec);
-        if (ec) PTXLAB_THROW(InputError, "--dir '{}' cannot be created: {}", o.dir, ec.message());
+        if (ec) {
+            const std::string why = ec.message();
+            if (!made.empty()) fs::remove_all(made, ec);
+            PTXLAB_THROW(InputError, "--dir '{}' cannot be created: {}", o.dir, why);
+        }
     }
+    try {
+        write_pair(o, ptx_text, cu_text);
+    } catch (...) {
+        if (!made.empty()) fs::remove_all(made, ec);
+        throw;
+    }
+    return kExitOk;
+}
+
+// NAME.ptx and reference/NAME.cu in --dir (an existing directory), both or neither.
+void write_pair(const NewOptions& o, const std::string& ptx_text, const std::string& cu_text) {
+    std::error_code ec;
     require_directory(o.dir, "--dir");
     const fs::path ptx = fs::path(o.dir) / (o.name + ".ptx"), ref_dir = fs::path(o.dir) / "reference",
                    cu = ref_dir / (o.name + ".cu");
@@ -174,18 +199,19 @@ int run_new(const NewOptions& o) {
             PTXLAB_THROW(InputError, "{} already exists; ptxlab new does not overwrite (pick another NAME or --dir)",
                          p.string());
     }
+    const bool had_ref_dir = fs::exists(fs::symlink_status(ref_dir, ec));
     fs::create_directories(ref_dir, ec);
     if (ec) PTXLAB_THROW(InputError, "cannot create {}: {}", ref_dir.string(), ec.message());
-    write_file_atomically(ptx.string(), ptx_text, "ptxlab new");
     try {
+        write_file_atomically(ptx.string(), ptx_text, "ptxlab new");
         write_file_atomically(cu.string(), cu_text, "ptxlab new");
     } catch (...) {
         fs::remove(ptx, ec);  // both files or neither
+        if (!had_ref_dir) fs::remove(ref_dir, ec);
         throw;
     }
     fmt::print("wrote {} and {}\nnext: ptxlab check {} && ptxlab verify {}\n", ptx.string(), cu.string(), ptx.string(),
                ptx.string());
-    return kExitOk;
 }
 
 }  // namespace
@@ -198,7 +224,8 @@ void setup_new(CLI::App& app, Command& chosen) {
         "FILE.ptx` read, and a commented elementwise kernel) and reference/NAME.cu (its CUDA C twin). Refuses to "
         "overwrite. The pair passes `ptxlab check` and `ptxlab verify` as it stands.");
     sub->add_option("name", o->name, "the kernel's name (its .entry and file names)")->required();
-    sub->add_option("--dir", o->dir, "where to write (default: the current directory; made if missing)")->capture_default_str()->check(kNonEmptyPath);
+    sub->add_option("--dir", o->dir, "where to write (default: the current directory); made if missing, with its parents (as mkdir -p), "
+                    "and removed again if the files cannot be written; refused when it is a file or cannot be made")->capture_default_str()->check(kNonEmptyPath);
     sub->callback([o, &chosen] { chosen = [o] { return run_new(*o); }; });
 }
 

@@ -7,6 +7,7 @@
 #include "compile.hpp"
 #include "nvdisasm.hpp"
 #include "sass.hpp"
+#include "sass_control.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +23,7 @@ struct SassOptions {
     std::string target;  // FILE or FILE:ENTRY
     std::string arch = "sm_90";
     std::string diff;
+    bool control = false;  // each instruction's control bits and the stall sums (nvdisasm -hex)
 };
 
 // One PTX file, assembled and (later) disassembled.
@@ -80,9 +82,9 @@ void require_entry(const SassInput& in, const std::string& entry) {
         PTXLAB_THROW(InputError, "{}: no entry '{}' (its entries: {})", in.src.path, entry, entry_list(in.info));
 }
 
-void disassemble(SassInput& in, const std::string& nvdisasm, const std::string& arch) {
+void disassemble(SassInput& in, const std::string& nvdisasm, const std::string& arch, bool encodings = false) {
     const std::string what = fmt::format("{} for {}", in.src.path, arch);
-    const std::string listing = run_nvdisasm(nvdisasm, in.res.cubin, what);
+    const std::string listing = run_nvdisasm(nvdisasm, in.res.cubin, what, encodings);
     in.functions = parse_nvdisasm(listing);
     for (auto& f : in.functions) f.entry |= in.info.find(f.name) != nullptr;  // should .other lines be missing
     if (in.functions.empty()) {
@@ -106,17 +108,21 @@ const EntryResources* resources_of(const SassInput& in, const std::string& name)
     return nullptr;
 }
 
-// The listing and summary of every entry (or just `entry`), then any device function nvdisasm shows apart.
-void print_listings(const SassInput& in, const std::string& entry) {
+// The listing and summary of every entry (or just `entry`), then any device function nvdisasm
+// shows apart; `layout` non-null or `control`: with each instruction's control bits and the stall sums.
+void print_listings(const SassInput& in, const std::string& entry, bool control, const std::string& arch) {
+    const auto layout = control_layout_for(arch);
+    auto listing = [&](const SassFunction& f) {
+        return control ? format_control_listing(f, in.source, layout ? &*layout : nullptr, arch) : format_listing(f, in.source);
+    };
     for (const auto& e : in.info.entries) {
         if (!entry.empty() && e.name != entry) continue;
         const SassFunction& f = function_of(in, e.name);
-        fmt::print("\n{}\n{}", format_listing(f, in.source), format_summary(f, resources_of(in, e.name)));
+        fmt::print("\n{}\n{}", listing(f), format_summary(f, resources_of(in, e.name)));
     }
     if (!entry.empty()) return;
     for (const auto& f : in.functions)
-        if (!in.info.find(f.name))
-            fmt::print("\n{}\n{}", format_listing(f, in.source), format_summary(f, resources_of(in, f.name)));
+        if (!in.info.find(f.name)) fmt::print("\n{}\n{}", listing(f), format_summary(f, resources_of(in, f.name)));
 }
 
 void print_diffs(const SassInput& a, const SassInput& b, const std::string& entry) {
@@ -174,10 +180,10 @@ int run_sass(const SassOptions& o) {
         require_common_entry(a, b);
     }
     const std::string nvdisasm = find_nvdisasm(nvdisasm_search_from_environment());
-    disassemble(a, nvdisasm, o.arch);
+    disassemble(a, nvdisasm, o.arch, o.control);
     if (o.diff.empty()) {
         fmt::print("ptxlab sass: {} for {} (nvdisasm: {})\n", path, o.arch, nvdisasm);
-        print_listings(a, entry);
+        print_listings(a, entry, o.control, o.arch);
         return kExitOk;
     }
     disassemble(b, nvdisasm, o.arch);
@@ -211,6 +217,14 @@ void setup_sass(CLI::App& app, Command& chosen) {
     sub->add_option("--arch", o->arch, "target architecture (sm_NN; those this nvJitLink accepts)")->capture_default_str();
     sub->add_option("--diff", o->diff,
                     "OTHER.ptx: compare the SASS of FILE (A) with that of OTHER (B), entry by entry (or ENTRY only)")->check(kNonEmptyPath);
+    sub->add_flag("--control", o->control,
+                  "show each instruction's control bits, decoded from the encodings nvdisasm prints with -hex: S the "
+                  "stall cycles ptxas set, Y the yield bit, W/R the scoreboard set on writing the result / reading the "
+                  "operands, wait: the scoreboards it waits on, reuse: the operand slots kept in the reuse cache; then "
+                  "the static sum of the stall cycles per PTX line and per entry (waits and loops not counted). The "
+                  "layout is known for sm_70 .. sm_90 (checked on sm_80 and sm_90 cubins); for other architectures "
+                  "the listing says it is not known and shows no bits. Not with --diff")
+        ->excludes("--diff");
     sub->callback([o, &chosen] { chosen = [o] { return run_sass(*o); }; });
 }
 

@@ -2,10 +2,12 @@
 #include "commands.hpp"
 #include "flags.hpp"
 #include "files.hpp"
+#include "sanitizer.hpp"
 #include "train.hpp"
 #include "verify.hpp"
 #include "verify_file.hpp"
 
+#include <filesystem>
 #include <random>
 
 namespace ptxlab::cli {
@@ -24,7 +26,53 @@ struct VerifyCliOptions {
     bool quick = false;
     double timeout = 120;
     std::string file;  // verify FILE.ptx: a kernel with a contract header (verify_file.hpp)
+    bool racecheck = false, synccheck = false;  // run it again under compute-sanitizer (sanitizer.hpp)
 };
+
+// The arguments of this same verify run, for compute-sanitizer to run again: the same file or
+// kernels, shape, device, timeout and directory, and `seed` (the same inputs).
+std::vector<std::string> rerun_args(const VerifyCliOptions& o, uint64_t seed) {
+    std::vector<std::string> a = {"verify"};
+    if (!o.file.empty()) a.push_back(o.file);
+    for (const auto& k : o.kernels) a.insert(a.end(), {"--kernel", k});
+    if (o.shape_given) a.insert(a.end(), {"--shape", o.shape});
+    a.insert(a.end(), {"--seed", std::to_string(seed), "--timeout", fmt::format("{}", o.timeout), "--device",
+                       std::to_string(o.device)});
+    if (!o.ptx_dir.empty()) a.insert(a.end(), {"--ptx-dir", o.ptx_dir});
+    if (o.quick) a.push_back("--quick");
+    return a;
+}
+
+// --racecheck / --synccheck: the input was checked; compute-sanitizer runs this same verify (the
+// seed fixed) under each tool asked for, its output shown; exit 1 when a tool reports a hazard or
+// the verify run fails.
+int run_under_sanitizer(const VerifyCliOptions& o, uint64_t seed) {
+    std::vector<std::string> tools;
+    if (o.racecheck) tools.push_back("racecheck");
+    if (o.synccheck) tools.push_back("synccheck");
+    const std::string flags = o.racecheck && o.synccheck ? "--racecheck --synccheck" : "--" + tools[0];
+    const std::string sanitizer = find_compute_sanitizer(compute_sanitizer_search_from_environment(), flags);
+    std::error_code ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) PTXLAB_THROW(Error, "cannot find ptxlab's own program to run under compute-sanitizer: /proc/self/exe: {}",
+                         ec.message());
+    int failed = 0;
+    for (const auto& tool : tools) {
+        const auto args = sanitizer_args(tool, self, rerun_args(o, seed));
+        std::string cmd = sanitizer;
+        for (const auto& a : args) cmd += " " + a;
+        fmt::print("verify --{}: {}\n", tool, cmd);
+        std::fflush(stdout);
+        const ProcessResult r = run_process(sanitizer, args);
+        fmt::print("{}", r.out);
+        std::fflush(stdout);
+        fmt::print(stderr, "{}", r.err);
+        const SanitizerVerdict v = judge_sanitizer_run(tool, r);
+        fmt::print("verify --{}: {}\n", tool, v.ok ? "PASS: no hazard reported" : "FAIL: " + v.why);
+        failed += !v.ok;
+    }
+    return failed ? kExitFailure : kExitOk;
+}
 
 // verify FILE.ptx: the header, --shape, the values at each shape, the PTX and the twin are checked
 // before the GPU is looked for.
@@ -44,6 +92,7 @@ int run_verify_file_cmd(const VerifyCliOptions& o) {
     preflight_contract_file(o.file, "", o.shape);
     FileVerifyOptions f;
     f.seed = o.seed_given ? o.seed : std::random_device{}();
+    if (o.racecheck || o.synccheck) return run_under_sanitizer(o, f.seed);
     f.shape = o.shape;
     set_kernel_timeout(o.timeout);
     Context ctx(o.device);
@@ -56,6 +105,8 @@ int run_verify_cmd(const VerifyCliOptions& o) {
     if (o.shape_given && o.shape.find_first_not_of(" \t") == std::string::npos)
         PTXLAB_THROW(InputError, "--shape is empty: give the sizes, e.g. --shape 64,784,128,10 (or leave --shape out "
                                  "for the default set)");
+    if (o.list && (o.racecheck || o.synccheck))
+        PTXLAB_THROW(InputError, "--list only names the cases; --racecheck and --synccheck run them: give one or the other");
     if (!o.file.empty()) return run_verify_file_cmd(o);
     // --ptx-dir means the same as in check: where the .ptx files are read; the twins stay in the
     // reference directory ($PTXLAB_REFERENCE_DIR, else $PTXLAB_PTX_DIR/reference, else the tree's).
@@ -100,6 +151,7 @@ int run_verify_cmd(const VerifyCliOptions& o) {
 
     VerifyOptions opt;
     opt.seed = o.seed_given ? o.seed : std::random_device{}();
+    if (o.racecheck || o.synccheck) return run_under_sanitizer(o, opt.seed);
     opt.reference_dirs = KernelDirs::from_environment();
     opt.ptx_dirs = o.ptx_dir.empty() ? opt.reference_dirs : KernelDirs::from_ptx_dir(o.ptx_dir);
     if (o.ptx_dir.empty()) opt.ptx_dirs.reference_dir = opt.reference_dirs.reference_dir;
@@ -168,6 +220,16 @@ void setup_verify(CLI::App& app, Command& chosen) {
     add_device_option(sub, o->device);
     sub->add_flag("--quick", o->quick, "a small set of cases (for compute-sanitizer and other slow tools)");
     sub->add_flag("--list", o->list, "list the cases and exit");
+    sub->add_flag("--racecheck", o->racecheck,
+                  "run this same verify (same cases, shapes and seed; the seed is printed) under the CUDA toolkit's "
+                  "compute-sanitizer --tool racecheck, which finds shared-memory data races (a missing bar.sync): "
+                  "verify's own lines and the tool's report are shown, and verify fails (exit 1) when the cases fail "
+                  "or the tool reports a hazard. compute-sanitizer is looked for in $PTXLAB_COMPUTE_SANITIZER, else "
+                  "where nvdisasm is (sass --help) and in the toolkit's compute-sanitizer/ folder; without it verify "
+                  "says where it looked and exits 1 (the input is checked first). Slow: give one --shape or --quick");
+    sub->add_flag("--synccheck", o->synccheck,
+                  "the same with compute-sanitizer --tool synccheck: barriers used wrongly (a bar.sync that not every "
+                  "thread of the block reaches, a shfl with a wrong mask); with --racecheck, both run");
     sub->callback([o, shape_opt, &chosen] {
         o->shape_given = shape_opt->count() > 0;
         chosen = [o] { return run_verify_cmd(*o); };

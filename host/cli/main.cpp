@@ -60,7 +60,8 @@ void configure(CLI::App& app, ptxlab::cli::Command& chosen) {
         "Environment: PTXLAB_PTX_DIR (kernel directory), PTXLAB_DATA_DIR (dataset directory),\n"
         "PTXLAB_REFERENCE_DIR (the CUDA C twins; default $PTXLAB_PTX_DIR/reference or the tree's\n"
         "ptx/reference), PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1),\n"
-        "PTXLAB_NVDISASM (the nvdisasm that `ptxlab sass` runs; where it looks otherwise: ptxlab sass --help).\n"
+        "PTXLAB_NVDISASM (the nvdisasm that `ptxlab sass` runs; where it looks otherwise: ptxlab sass --help),\n"
+        "PTXLAB_COMPUTE_SANITIZER (the compute-sanitizer that `verify --racecheck` and `--synccheck` run).\n"
         "CUDA_CACHE_DISABLE: ptxlab sets it to 1 unless you set it, so that the driver's JIT always runs ptxas\n"
         "and its info log (registers, spills) is never empty.");
     app.require_subcommand(1);

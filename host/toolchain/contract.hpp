@@ -25,12 +25,13 @@
 //   param NAME in|inout TYPE[LEN] LO .. HI
 //                             a buffer the kernel reads, filled with fresh uniform random values in
 //                             [LO, HI) (integers: LO..HI inclusive); TYPE f32, u32 or s32
-//   param NAME out TYPE[LEN]  a buffer the kernel writes: poisoned before the launch, compared after
+//   param NAME out TYPE[LEN]  a buffer the kernel writes: poisoned before the launch, compared after;
+//                             a LEN written as a product (M * N) gives verify's messages coordinates: C[3][17]
 //   param NAME TYPE = EXPR    a scalar: u32, s32 (an expression over the variables) or f32 (a number)
 //                             The params are listed in the entry's order, with the entry's names.
 //   grid X[, Y[, Z]]          the launch shape as expressions (block likewise; default 1 for Y, Z)
 //   block X[, Y[, Z]]
-//   shared EXPR               dynamic shared memory in bytes (default 0)
+//   shared EXPR               dynamic shared memory in bytes (default 0; above 48 KiB the launch opts in)
 //   twin PATH                 the CUDA C twin, relative to the .ptx file's directory
 //   compare bitwise | ulp N | rel X
 //                             how outputs must agree; anything but bitwise needs a `why` line
@@ -46,8 +47,8 @@
 // Values: `check`, and `verify`/`bench` of a file before they look for a GPU, evaluate every
 // expression at every shape (check_contract_values) and report, at the line of its key, a value
 // the launch could not take: a grid past 2^31 - 1 (x) or 65535 (y, z), a block past 1024
-// threads (z past 64), dynamic shared memory past 48 KiB (kMaxContractShared: verify and bench
-// launch without opting in to more), a buffer past 2^32 elements, a u32 or s32 scalar out of its
+// threads (z past 64), dynamic shared memory past 227 KiB (kMaxContractShared; above 48 KiB verify
+// and bench opt in, and the device's own limit is checked at launch), a buffer past 2^32 elements, a u32 or s32 scalar out of its
 // range, a negative bytes or flops, anything not whole where it must be or past 2^63.
 //
 // Limits of the text: a contract line is at most kMaxContractLineChars characters, except `why`
@@ -71,9 +72,13 @@ using ShapeVars = std::map<std::string, int64_t>;
 
 // The longest contract line ptxlab reads (a `why` line may be longer).
 inline constexpr size_t kMaxContractLineChars = 4096;
-// The most dynamic shared memory a contract may ask for: 48 KiB, what a launch gets without
-// cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), which verify and bench do not call.
-inline constexpr int64_t kMaxContractShared = 48 * 1024;
+// Dynamic shared memory: a launch gets up to kSharedWithoutOptIn (48 KiB) as it is; above that,
+// verify and bench first raise the function's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (the
+// driver's opt-in), after checking the device's own limit (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_
+// PER_BLOCK_OPTIN, less the kernel's static shared memory). kMaxContractShared is the most any GPU
+// lets a block opt in to (227 KiB: sm_90, sm_100), checked without a GPU.
+inline constexpr int64_t kSharedWithoutOptIn = 48 * 1024;
+inline constexpr int64_t kMaxContractShared = 227 * 1024;
 // The most elements a contract buffer may have (16 GiB of 32-bit elements).
 inline constexpr int64_t kMaxContractElements = int64_t(1) << 32;
 
@@ -160,6 +165,12 @@ struct LaunchShape {
 };
 LaunchShape launch_shape(const Contract& c, const ShapeVars& s);
 size_t buffer_length(const Contract& c, const ContractParam& p, const ShapeVars& s);
+// A buffer's extents at a shape when its length is written as a product (`f32[M * N]`, `4 * Q`):
+// one per factor, in the order written, so the element at flat index i is [i / N][i % N] (row
+// major). Empty for a length of one factor or any other form (`N + 1`): one index then.
+std::vector<int64_t> buffer_extents(const ContractParam& p, const ShapeVars& s);
+// "C[3][17]" (flat index 1553 with extents {5, 512}), "y[17]" with no extents.
+std::string element_name(const std::string& name, const std::vector<int64_t>& extents, size_t index);
 // A scalar parameter's 32 bits: a u32 or s32 in range, or an f32 (rounded to nearest).
 uint32_t scalar_bits(const Contract& c, const ContractParam& p, const ShapeVars& s);
 // `bytes` or `flops` at a shape (`what` names it): never negative.

@@ -56,8 +56,7 @@ void check_threads(const std::array<unsigned, 3>& b, const ShapeVars& s) {
 }
 unsigned shared_bytes(const Contract& c, const ShapeVars& s) {
     return unsigned(eval_whole(c.shared, s, "shared", 0, kMaxContractShared,
-                               "48 KiB: the dynamic shared memory a launch gets without opting in to more, as "
-                               "verify and bench launch"));
+                               "227 KiB: the most dynamic shared memory any GPU lets a block opt in to"));
 }
 
 }  // namespace
@@ -75,6 +74,55 @@ size_t buffer_length(const Contract& c, const ContractParam& p, const ShapeVars&
     (void)c;
     return size_t(eval_whole(p.length, s, fmt::format("the length of '{}'", p.name), 1, kMaxContractElements,
                              "overflows the 2^32 elements a buffer may have"));
+}
+
+std::vector<int64_t> buffer_extents(const ContractParam& p, const ShapeVars& s) {
+    // The factors of a product at the top level of the length (outside parentheses), or none when
+    // anything else (+, -, /) stands there: `M * (N + 1)` is two factors, `M * N + 4` none.
+    std::vector<std::string> factors;
+    int depth = 0;
+    size_t from = 0;
+    for (size_t i = 0; i < p.length.size(); ++i) {
+        const char ch = p.length[i];
+        if (ch == '(') ++depth;
+        if (ch == ')') --depth;
+        if (depth != 0) continue;
+        if (ch == '+' || ch == '-' || ch == '/') return {};
+        if (ch == '*') {
+            factors.push_back(p.length.substr(from, i - from));
+            from = i + 1;
+        }
+    }
+    factors.push_back(p.length.substr(from));
+    if (factors.size() < 2) return {};
+    std::vector<int64_t> extents;
+    int64_t product = 1;
+    for (const auto& f : factors) {
+        Rational v;
+        try {
+            v = eval_expr(f, s);
+        } catch (const InputError&) {
+            return {};
+        }
+        if (v.den != 1 || v.num < 1 || v.num > kMaxContractElements) return {};
+        product *= v.num;  // each <= 2^32 and the running product <= the buffer's length: no overflow
+        if (product > kMaxContractElements) return {};
+        extents.push_back(v.num);
+    }
+    return extents;
+}
+
+std::string element_name(const std::string& name, const std::vector<int64_t>& extents, size_t index) {
+    if (extents.empty()) return fmt::format("{}[{}]", name, index);
+    std::vector<uint64_t> coords(extents.size());
+    uint64_t rest = index;
+    for (size_t k = extents.size(); k-- > 0;) {
+        coords[k] = rest % uint64_t(extents[k]);
+        rest /= uint64_t(extents[k]);
+    }
+    std::string out = name;
+    for (const auto c : coords) out += fmt::format("[{}]", c);
+    return out;
 }
 
 uint32_t scalar_bits(const Contract& c, const ContractParam& p, const ShapeVars& s) {

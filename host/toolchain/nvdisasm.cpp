@@ -14,9 +14,11 @@ std::string env(const char* name) {
 }
 }  // namespace
 
-ToolSearch nvdisasm_search_from_environment() {
+ToolSearch nvdisasm_search_from_environment() { return toolkit_search_from_environment("PTXLAB_NVDISASM"); }
+
+ToolSearch toolkit_search_from_environment(const char* override_var) {
     ToolSearch s;
-    s.override_path = env("PTXLAB_NVDISASM");
+    s.override_path = env(override_var);
     auto add = [&](std::string dir, const std::string& from) {
         if (dir.empty()) return;
         dir = std::filesystem::path(dir).lexically_normal().string();
@@ -68,14 +70,16 @@ std::string find_nvdisasm(const ToolSearch& s) {
                  home ? "\n  (CUDA_HOME is not set)" : "");
 }
 
-const std::vector<std::string>& nvdisasm_options() {
+const std::vector<std::string>& nvdisasm_options(bool encodings) {
     static const std::vector<std::string> opts = {"--print-code", "--print-line-info"};
-    return opts;
+    static const std::vector<std::string> hex = {"--print-code", "--print-line-info", "-hex"};
+    return encodings ? hex : opts;
 }
 
-std::string run_nvdisasm(const std::string& nvdisasm, const std::string& cubin, const std::string& what) {
+std::string run_nvdisasm(const std::string& nvdisasm, const std::string& cubin, const std::string& what,
+                         bool encodings) {
     TempFile file(cubin, ".cubin");
-    std::vector<std::string> args = nvdisasm_options();
+    std::vector<std::string> args = nvdisasm_options(encodings);
     args.push_back(file.path());
     const ProcessResult r = run_process(nvdisasm, args);
     std::string cmd = nvdisasm;

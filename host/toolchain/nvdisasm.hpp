@@ -27,16 +27,20 @@ struct ToolSearch {
 // $PTXLAB_NVDISASM; else $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, the toolkit
 // ptxlab was built with, then each directory of $PATH.
 ToolSearch nvdisasm_search_from_environment();
+// The same directories for any of the toolkit's programs, the override from $`override_var`.
+ToolSearch toolkit_search_from_environment(const char* override_var);
 
 // The path of nvdisasm, or MissingToolError naming the tool, where it comes from and where ptxlab looked.
 std::string find_nvdisasm(const ToolSearch& search);
 
-// The options ptxlab passes before the cubin: code sections only, with source line info.
-const std::vector<std::string>& nvdisasm_options();
+// The options ptxlab passes before the cubin: code sections only, with source line info; with
+// `encodings`, -hex too (each instruction's encoding, for `sass --control`).
+const std::vector<std::string>& nvdisasm_options(bool encodings = false);
 
 // Runs `nvdisasm` on `cubin` (ELF bytes, written to a temporary file) and returns its listing.
 // `what` names the input in messages ("k.ptx for sm_90"). Throws Error when it cannot be
 // started, exits non-zero, is killed or prints nothing.
-std::string run_nvdisasm(const std::string& nvdisasm, const std::string& cubin, const std::string& what);
+std::string run_nvdisasm(const std::string& nvdisasm, const std::string& cubin, const std::string& what,
+                         bool encodings = false);
 
 }  // namespace ptxlab

@@ -34,7 +34,15 @@ bool parse_instruction_line(std::string_view line, SassInstruction& ins) {
     if (!std::regex_match(l, m, addr_re)) return false;
     ins.address = static_cast<unsigned>(std::stoul(m[1].str(), nullptr, 16));
     std::string body = m[2].str();
-    if (auto c = body.find(";"); c != std::string::npos) body.resize(c);  // the encoding comment (-hex) follows ';'
+    if (auto c = body.find(";"); c != std::string::npos) {  // the encoding comment (-hex) follows ';'
+        static const std::regex word_re(R"(/\*\s*0x([0-9a-fA-F]{1,16})\s*\*/)");
+        const std::string rest = body.substr(c);
+        if (std::smatch w; std::regex_search(rest, w, word_re)) {
+            ins.encoding[0] = std::stoull(w[1].str(), nullptr, 16);
+            ins.encoding_words = 1;
+        }
+        body.resize(c);
+    }
     std::string_view b = trim(body);
     if (!b.empty() && b.front() == '{') b = trim(b.substr(1));  // dual-issue braces of old architectures
     if (!b.empty() && b.back() == '}') b = trim(b.substr(0, b.size() - 1));
@@ -66,6 +74,7 @@ std::vector<SassFunction> parse_nvdisasm(std::string_view listing) {
     static const std::regex other_re(R"(^\s*\.other\s+([^,\s]+),\s*@"[^"]*STO_CUDA_ENTRY)");
     static const std::regex file_re(R"re(//##\s*File\s+"([^"]*)",\s*line\s+(\d+)(?:\s+inlined at\s+"([^"]*)",\s*line\s+(\d+))?)re");
     static const std::regex label_re(R"(^\s*(\.L[A-Za-z0-9_]*):\s*$)");
+    static const std::regex word_re(R"(^\s*/\*\s*0x([0-9a-fA-F]{1,16})\s*\*/\s*$)");  // -hex: the high word
     std::vector<SassFunction> out;
     std::vector<SassFrame> current, pending;
     bool in_block = false;  // the last lines read were //## File lines (one location, several frames)
@@ -90,6 +99,12 @@ std::vector<SassFunction> parse_nvdisasm(std::string_view listing) {
             if (!in_block) pending.clear();
             in_block = true;
             pending.push_back({m[1].str(), std::stoi(m[2].str())});
+        } else if (std::regex_match(line, m, word_re)) {
+            if (!out.empty() && !out.back().code.empty() && out.back().code.back().encoding_words == 1) {
+                auto& last = out.back().code.back();
+                last.encoding[1] = std::stoull(m[1].str(), nullptr, 16);
+                last.encoding_words = 2;
+            }
         } else if (std::regex_match(line, m, label_re)) {
             label = m[1].str();
         } else if (SassInstruction ins; !out.empty() && parse_instruction_line(line, ins)) {
@@ -190,20 +205,19 @@ SourceRef resolve_line(const SassInstruction& ins, const SassSource& src) {
 
 // ---- output -----------------------------------------------------------------
 
-namespace {
-
-std::string ref_text(const SourceRef& r) {
+std::string source_ref_text(const SourceRef& r) {
     if (r.line == 0) return "?";
     return r.in_source ? std::to_string(r.line) : fmt::format("{}:{}", r.file, r.line);
 }
 
-std::string source_text(const SourceRef& r, const SassSource& src) {
+std::string source_line_text(const SourceRef& r, const SassSource& src) {
     if (r.line == 0) return "(no line info)";
     if (!r.in_source) return "(another file)";
     if (static_cast<size_t>(r.line) > src.lines.size()) return "(past the end of the file)";
     return std::string(trim(src.lines[static_cast<size_t>(r.line - 1)]));
 }
 
+namespace {
 std::string kind_of(const SassFunction& f) { return f.entry ? ".entry" : ".func"; }
 
 }  // namespace
@@ -214,7 +228,7 @@ std::string format_listing(const SassFunction& f, const SassSource& src) {
     std::vector<SourceRef> refs;
     for (const auto& ins : f.code) {
         refs.push_back(resolve_line(ins, src));
-        width = std::max(width, ref_text(refs.back()).size());
+        width = std::max(width, source_ref_text(refs.back()).size());
     }
     bool first = true;
     SourceRef last;
@@ -223,7 +237,7 @@ std::string format_listing(const SassFunction& f, const SassSource& src) {
         if (ins.padding) continue;
         const SourceRef& r = refs[i];
         if (first || r.line != last.line || r.file != last.file)
-            out += fmt::format("  {:>{}} | {}\n", ref_text(r), width, source_text(r, src));
+            out += fmt::format("  {:>{}} | {}\n", source_ref_text(r), width, source_line_text(r, src));
         first = false;
         last = r;
         out += fmt::format("  {:>{}}     /*{:04x}*/  {}\n", "", width, ins.address, ins.text());

@@ -17,6 +17,7 @@
 
 #include "compile.hpp"
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -37,6 +38,8 @@ struct SassInstruction {
     std::vector<SassFrame> frames;  // the line-info frames in force, innermost first; empty: none
     std::string label;              // the label just before it (".L_x_3"), or ""
     bool padding = false;           // the closing self-branch and NOPs after the code (not counted)
+    int encoding_words = 0;         // how many words of the encoding nvdisasm printed (-hex): 0, 1 or 2
+    uint64_t encoding[2] = {0, 0};  // its 128 bits as nvdisasm prints them (-hex): low word, high word
     std::string text() const;       // "@P0 FFMA.FTZ R4, R2, R3, R4"
 };
 
@@ -46,7 +49,8 @@ struct SassFunction {
     std::vector<SassInstruction> code;
 };
 
-// Parses nvdisasm's listing; tolerant of lines it does not know (directives, other sections).
+// Parses nvdisasm's listing (with -hex, each instruction's encoding too: the low word after its
+// ';', the high word alone on the next line); tolerant of lines it does not know (directives, other sections).
 std::vector<SassFunction> parse_nvdisasm(std::string_view listing);
 
 // The class of an opcode: its name before the first '.' when that is one of FFMA, FADD,
@@ -79,6 +83,10 @@ struct SourceRef {
     bool in_source = false;
 };
 SourceRef resolve_line(const SassInstruction& ins, const SassSource& src);
+
+// "35" (a line of the source), "lib.cu:77" (another file's), "?" (none); and the text of that line.
+std::string source_ref_text(const SourceRef& r);
+std::string source_line_text(const SourceRef& r, const SassSource& src);
 
 // Whether two file names from a listing and the command line name the same file (equal once
 // normalised, or one a whole-component suffix of the other: "k.ptx" and "/x/k.ptx").

@@ -1,6 +1,7 @@
 #include "verify_file.hpp"
 
 #include "files.hpp"
+#include "json_number.hpp"
 #include "rng.hpp"
 #include "verify.hpp"
 
@@ -92,7 +93,26 @@ struct ContractBuffers::Impl {
     std::vector<std::vector<uint32_t>> inputs;   // per param: the words uploaded (buffers with a range)
     std::vector<DeviceBuffer> bufs;              // per param (empty for scalars)
     std::vector<uint64_t> args;                  // per param: the argument's bytes
+    mutable std::vector<CUfunction> opted_in;    // functions whose dynamic shared memory limit was raised
 };
+
+namespace {
+// Above 48 KiB of dynamic shared memory a launch must opt in: the function's limit is raised to
+// `shared` after checking the device's limit per block (less the function's static shared memory).
+void opt_in_shared(CUfunction fn, const std::string& origin, unsigned shared, const Contract& c, const ShapeVars& s) {
+    CUdevice dev = 0;
+    CU(cuCtxGetDevice, &dev);
+    int optin = 0, static_bytes = 0;
+    CU(cuDeviceGetAttribute, &optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
+    CU(cuFuncGetAttribute, &static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
+    if (int64_t(shared) + static_bytes > optin)
+        PTXLAB_THROW(InputError,
+                     "{}:{}: shared = `{}` is {} B at {}; with the {} B of static shared memory of '{}' ({}) that is "
+                     "past this device's limit of {} B per block (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)",
+                     c.path, c.shared_line, c.shared, shared, shape_text(s), static_bytes, c.entry, origin, optin);
+    CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared));
+}
+}  // namespace
 
 ContractBuffers::ContractBuffers(const Contract& c, const ShapeVars& shape, uint64_t seed)
     : impl_(std::make_unique<Impl>()) {
@@ -150,6 +170,10 @@ void ContractBuffers::launch(CUfunction fn, const std::string& origin, CUstream 
     std::vector<void*> params;
     for (size_t i = 0; i < m.args.size(); ++i) params.push_back(const_cast<uint64_t*>(&m.args[i]));
     const auto& l = m.launch;
+    if (l.shared > kSharedWithoutOptIn && std::find(m.opted_in.begin(), m.opted_in.end(), fn) == m.opted_in.end()) {
+        opt_in_shared(fn, origin, l.shared, *m.c, m.shape);
+        m.opted_in.push_back(fn);
+    }
     note_in_flight(fmt::format("'{}' ({})", m.c->entry, origin));
     CUresult r = driver().cuLaunchKernel(fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
                                          l.shared, s, params.data(), nullptr);
@@ -208,7 +232,7 @@ struct BufferReport {
 
 // Guard bands of both sides, and for an input buffer whether either side changed it.
 void check_guards(BufferReport& r, const ContractParam& p, const std::vector<uint32_t>& input,
-                  const std::vector<uint32_t>* sides[2], size_t n, size_t max) {
+                  const std::vector<uint32_t>* sides[2], size_t n, size_t max, const std::vector<int64_t>& extents) {
     const char* who[] = {"ptx", "twin"};
     for (int s = 0; s < 2; ++s) {
         const auto& w = *sides[s];
@@ -226,17 +250,19 @@ void check_guards(BufferReport& r, const ContractParam& p, const std::vector<uin
         for (size_t i = 0; i < n; ++i)
             if (w[kGuardFloats + i] != input[i]) {
                 if (r.input_changed++ < max)
-                    r.notes.push_back(fmt::format("{}[{}]: {} changed this input (the contract says `in`; use `inout`)",
-                                                  p.name, i, who[s]));
+                    r.notes.push_back(fmt::format("{}: {} changed this input (the contract says `in`; use `inout`)",
+                                                  element_name(p.name, extents, i), who[s]));
             }
     }
 }
 
+// `extents`: the buffer's coordinates (buffer_extents), so that a message names C[3][17], not C[1553].
 BufferReport compare_buffer(const Contract& c, const ContractParam& p, const std::vector<uint32_t>& input,
-                            const std::vector<uint32_t>& a, const std::vector<uint32_t>& b, size_t n, size_t max) {
+                            const std::vector<uint32_t>& a, const std::vector<uint32_t>& b, size_t n, size_t max,
+                            const std::vector<int64_t>& extents) {
     BufferReport r;
     const std::vector<uint32_t>* sides[2] = {&a, &b};
-    check_guards(r, p, input, sides, n, max);
+    check_guards(r, p, input, sides, n, max, extents);
     if (p.role == ParamRole::In) return r;
     for (size_t i = 0; i < n; ++i) {
         const uint32_t x = a[kGuardFloats + i], y = b[kGuardFloats + i];
@@ -245,14 +271,16 @@ BufferReport compare_buffer(const Contract& c, const ContractParam& p, const std
         r.unwritten_twin += ub;
         std::string problem;
         if (ua || ub) {
-            problem = fmt::format("{}[{}]: unwritten by {}", p.name, i, ua && ub ? "both" : ua ? "ptx" : "twin");
+            problem = fmt::format("{}: unwritten by {}", element_name(p.name, extents, i),
+                                  ua && ub ? "both" : ua ? "ptx" : "twin");
         } else if (x != y) {
             ++r.differing;
             const uint64_t d = distance(x, y, p.type);
             r.max_dist = std::max(r.max_dist, d);
             if (!within(x, y, p.type, c)) {
                 ++r.outside;
-                problem = fmt::format("{}[{}]: ptx {} twin {} ({} {})", p.name, i, show(x, p.type), show(y, p.type),
+                problem = fmt::format("{}: ptx {} twin {} ({} {})", element_name(p.name, extents, i), show(x, p.type),
+                                      show(y, p.type),
                                       d == UINT64_MAX ? std::string("NaN") : std::to_string(d),
                                       p.type == ElemType::F32 ? "ulp" : "apart");
             }
@@ -284,7 +312,8 @@ int verify_file(const std::string& path, const Context& ctx, const FileVerifyOpt
             const ContractParam& p = c.params[i];
             if (!p.buffer()) continue;
             const size_t n = b.impl().lengths[i];
-            BufferReport r = compare_buffer(c, p, b.impl().inputs[i], got_ptx[i], got_twin[i], n, opt.max_mismatches);
+            BufferReport r = compare_buffer(c, p, b.impl().inputs[i], got_ptx[i], got_twin[i], n, opt.max_mismatches,
+                                            buffer_extents(p, shapes[si]));
             if (p.role == ParamRole::In && r.pass()) continue;
             shape_ok = shape_ok && r.pass();
             const std::string dist = r.max_dist == UINT64_MAX ? std::string("NaN") : std::to_string(r.max_dist);
@@ -324,9 +353,10 @@ double time_launches(const ContractBuffers& b, CUfunction fn, const std::string&
 
 }  // namespace
 
-void bench_file(const std::string& path, const Context& ctx, const std::string& shape, uint64_t seed) {
+FileBenchResult bench_file(const std::string& path, const Context& ctx, const std::string& shape, uint64_t seed) {
     ContractKernels k = load_contract_kernels(path, ctx.info());
     const Contract& c = k.contract;
+    FileBenchResult r{path, c.entry, ctx.info().name, ctx.info().arch(), {}};
     fmt::print("bench {}: entry '{}' and its twin on {} ({}); median of 15 x 20 launches after warm-up\n", path,
                c.entry, ctx.info().name, ctx.info().arch());
     if (c.bytes.empty() && c.flops.empty())
@@ -342,9 +372,35 @@ void bench_file(const std::string& path, const Context& ctx, const std::string& 
             if (bytes > 0) rates += fmt::format("  {:8.1f} GB/s", bytes / us / 1e3);
             if (flops > 0) rates += fmt::format("  {:8.1f} GFLOP/s", flops / us / 1e3);
             fmt::print("{:<14} {:<22} {:<4} {:10.2f} us{}\n", c.entry, shape_text(s), side ? "twin" : "ptx", us, rates);
+            r.rows.push_back({s, side ? "twin" : "ptx", us, bytes, flops});
         }
         std::fflush(stdout);
     }
+    return r;
+}
+
+std::string file_bench_json(const FileBenchResult& r) {
+    nlohmann::ordered_json j;  // the keys in this order, as the text report lists them
+    j["file"] = r.path;
+    j["entry"] = r.entry;
+    j["device"] = r.device;
+    j["arch"] = r.arch;
+    j["timing"] = "median of 15 x 20 launches after warm-up";
+    j["rows"] = nlohmann::ordered_json::array();
+    for (const auto& row : r.rows) {
+        nlohmann::ordered_json shape = nlohmann::ordered_json::object();
+        for (const auto& [name, value] : row.shape) shape[name] = value;
+        auto rate = [&](double amount) { return amount > 0 && row.us > 0 ? rounded_json(amount / row.us / 1e3, 3) : nullptr; };
+        j["rows"].push_back({{"shape", shape},
+                             {"side", row.side},
+                             {"us", rounded_json(row.us, 4)},
+                             {"bytes", row.bytes > 0 ? rounded_json(row.bytes, 0) : nullptr},
+                             {"flops", row.flops > 0 ? rounded_json(row.flops, 0) : nullptr},
+                             {"gbps", rate(row.bytes)},
+                             {"gflops", rate(row.flops)}});
+    }
+    // A device name or path that is not UTF-8 is written with U+FFFD where its bad bytes were.
+    return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace ptxlab

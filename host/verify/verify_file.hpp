@@ -73,8 +73,24 @@ struct FileVerifyOptions {
 // Runs every shape and prints one line per output buffer; returns the number of failing shapes.
 int verify_file(const std::string& path, const Context& ctx, const FileVerifyOptions& opt);
 
+// One timing of `bench FILE.ptx`: a shape, a side ("ptx" or "twin"), the median time and the
+// contract's bytes and flops at that shape (0 where it gives none).
+struct FileBenchRow {
+    ShapeVars shape;
+    std::string side;
+    double us = 0, bytes = 0, flops = 0;
+};
+struct FileBenchResult {
+    std::string path, entry, device, arch;
+    std::vector<FileBenchRow> rows;
+};
+
 // `ptxlab bench FILE.ptx`: times the PTX and the twin at each shape (median of device-event
 // timings after warm-up) and prints GB/s and GFLOP/s when the contract gives bytes and flops.
-void bench_file(const std::string& path, const Context& ctx, const std::string& shape, uint64_t seed);
+FileBenchResult bench_file(const std::string& path, const Context& ctx, const std::string& shape, uint64_t seed);
+
+// `bench FILE.ptx --json OUT`: the result as JSON (file, entry, device, arch, then a row per
+// shape and side with us, bytes, flops, gbps and gflops; null where the contract gives none).
+std::string file_bench_json(const FileBenchResult& r);
 
 }  // namespace ptxlab

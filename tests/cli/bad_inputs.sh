@@ -135,6 +135,9 @@ expect "sass: no .entry"                2 "header_only.ptx: no .entry in this fi
 expect "sass: --diff, no common entry"  2 "have no entry in common"                         PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx" --diff "$src/tests/fixtures/sass/scale.ptx"
 expect "sass: nvdisasm not there"       1 "nvdisasm, part of the CUDA toolkit: \$CUDA_HOME/bin/nvdisasm" PTXLAB_NVDISASM=/nonexistent/nvdisasm "$P" sass "$t/good.ptx"
 expect "sass: nvdisasm fails"           1 "exited with status 3:"                           FAKE_NVDISASM_EXIT=3 PTXLAB_NVDISASM="$fake" "$P" sass "$t/good.ptx"
+expect "sass: --control with --diff"    2 "excludes"                                         PTXLAB_NVDISASM="$fake" "$P" sass --control "$t/good.ptx" --diff "$t/good.ptx"
+expect "sass: --control, nvdisasm fails" 1 "exited with status 3:"                          FAKE_NVDISASM_EXIT=3 PTXLAB_NVDISASM="$fake" "$P" sass --control "$t/good.ptx"
+expect "sass: --control, no listing"    1 "no canned listing"                                PTXLAB_NVDISASM="$fake" "$P" sass --control "$src/tests/fixtures/sass/scale.ptx"
 # ---- paths --------------------------------------------------------------------
 expect "path: --ptx-dir with files"     2 "give one or the other"                           "$P" check --ptx-dir "$t/ptxdir" "$t/good.ptx"
 expect "path: --ptx-dir is a file"      2 "--ptx-dir '$t/good.ptx' is a regular file, not a directory" "$P" check --ptx-dir "$t/good.ptx"
@@ -228,7 +231,12 @@ expect "flags: verify FILE --ptx-dir"   2 "--ptx-dir and a FILE.ptx together"   
 expect "flags: verify FILE --quick"     2 "--quick picks a smaller set of the built-in kernels' cases" $nogpu "$P" verify "$t/good.ptx" --quick
 expect "flags: bench FILE --sets"       2 "--sets does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --sets fused
 expect "flags: bench --headline --sets"  2 "--sets does not go with --headline"                $nogpu "$P" bench --headline --sets fused
-expect "flags: bench FILE --json"       2 "--json does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
+expect "verify: --racecheck, no sanitizer" 1 "\`ptxlab verify --racecheck\` needs compute-sanitizer" $nogpu PTXLAB_COMPUTE_SANITIZER=/nonexistent/cs "$P" verify "$src/ptx/lessons/04_shared_barrier.ptx" --racecheck
+expect "verify: --synccheck --list"     2 "--list only names the cases"                      $nogpu "$P" verify "$src/ptx/lessons/04_shared_barrier.ptx" --synccheck --list
+expect "verify: --racecheck, bad file first" 2 "nope.ptx"                                   $nogpu PTXLAB_COMPUTE_SANITIZER=/nonexistent/cs "$P" verify "$t/nope.ptx" --racecheck
+expect "flags: bench FILE --json, no GPU" 3 "no NVIDIA driver found"                         $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t/b.json"
+expect_absent "flags: bench FILE --json wrote nothing" "$t/b.json"
+expect "flags: bench FILE --json a dir"  2 "--json"                                           $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --json "$t"
 expect "flags: verify FILE --list"      0 "leaky_relu    N=1"                                $nogpu "$P" verify "$src/ptx/lessons/01_predicates.ptx" --list
 expect "flags: --model fc10 names it"   2 "--model fc10 has 1 fc layer; a network takes 2 fc layers or more" $nogpu "$P" train --model fc10
 # Paths given as "" are refused, not read as "the default".
@@ -282,6 +290,15 @@ expect "new: a C++ keyword"             2 "'int' cannot be a kernel name: the CU
 expect "new: 200 letters"               2 "is 200 characters long; ptxlab new takes at most 64" "$P" new "$(head -c 200 /dev/zero | tr '\0' a)" --dir "$t/new2"
 expect "new: a dash, named"             2 "character 2 is '-'"                               "$P" new a-b --dir "$t/new2"
 expect_absent "new: refused names write nothing" "$t/new2/reference"
+expect "new: --dir is a file"           2 "--dir '$t/good.ptx' is a regular file, not a directory" "$P" new k --dir "$t/good.ptx"
+expect "new: --dir under a file"        2 "--dir '$t/good.ptx/sub' cannot be created:"       "$P" new k --dir "$t/good.ptx/sub"
+expect "new: --dir, parents made too"   0 "wrote $t/deep/er/k.ptx"                           "$P" new k --dir "$t/deep/er"
+expect "new: --dir, no overwrite"       2 "k.ptx already exists; ptxlab new does not overwrite" "$P" new k --dir "$t/deep/er"
+mkdir -p "$t/ro" && chmod 555 "$t/ro"
+if [ "$(id -u)" != 0 ]; then
+expect "new: --dir cannot be made"      2 "--dir '$t/ro/a/b' cannot be created:"             "$P" new k --dir "$t/ro/a/b"
+fi
+expect_absent "new: a refused --dir leaves nothing" "$t/good.ptx/sub"
 # Messages: where in ptxlab an error was raised only with --verbose.
 expect "verbose: no source line by default" 2 "ptxlab: error: --batch must be at least 1"   $nogpu "$P" train --batch 0
 if grep -q "raised at" "$t/out"; then echo "FAIL  verbose: '(raised at' printed without --verbose"; fails=$((fails + 1)); fi
@@ -322,7 +339,7 @@ variant block3d    's|^//   block    256$|//   block    1024, 1, 2|'
 variant blockmin   's|^//   block    256$|//   block    min(N, 2048)|'
 variant gridfrac   's|^//   grid     ceil(N / 256)$|//   grid     N / 256|'
 variant gridy      's|^//   grid     ceil(N / 256)$|//   grid     1, 70000|'
-variant shared     's|^//   block    256$|//   block    256\n//   shared   100000|'
+variant shared     's|^//   block    256$|//   block    256\n//   shared   300000|'
 variant length     's|^//   param    y  out  f32\[N\]$|//   param    y  out  f32[N*N*N*N*N]|'
 variant length64   's|^//   param    y  out  f32\[N\]$|//   param    y  out  f32[N*N*N*N*N*N*N]|'
 variant u32        's|^//   param    n  u32 = N$|//   param    n  u32 = N*4294967296|'
@@ -342,7 +359,7 @@ expect "contract: check block 1024,1,2"    1 "block3d.ptx:24: error: block 1024x
 expect "contract: check every shape"       1 "blockmin.ptx:24: error: block.x = \`min(N, 2048)\` is 2048 at N=100003" "$P" check "$C/blockmin.ptx"
 expect "contract: check grid not whole"    1 "gridfrac.ptx:23: error: grid.x = \`N / 256\` is 125/32, not a whole number at N=1000; write ceil(N / 256)" "$P" check "$C/gridfrac.ptx"
 expect "contract: check grid.y 70000"      1 "gridy.ptx:23: error: grid.y = \`70000\` is 70000 at N=1000, outside [1, 65535]" "$P" check "$C/gridy.ptx"
-expect "contract: check shared 100000"     1 "shared.ptx:25: error: shared = \`100000\` is 100000 at N=1000, outside [0, 49152] (48 KiB" "$P" check "$C/shared.ptx"
+expect "contract: check shared 300000"     1 "shared.ptx:25: error: shared = \`300000\` is 300000 at N=1000, outside [0, 232448] (227 KiB" "$P" check "$C/shared.ptx"
 expect "contract: check length > 2^32"     1 "length.ptx:18: error: the length of 'y' = \`N*N*N*N*N\` is 1000000000000000 at N=1000, outside [1, 4294967296] (overflows" "$P" check "$C/length.ptx"
 expect "contract: check length > 2^63"     1 "length64.ptx:18: error: the length of 'y' = \`N*N*N*N*N*N*N\`: overflows 64-bit integers" "$P" check "$C/length64.ptx"
 expect "contract: check u32 out of range"  1 "u32.ptx:20: error: parameter 'n' = \`N*4294967296\` is 4294967296000 at N=1000, outside [0, 4294967295] (out of u32 range)" "$P" check "$C/u32.ptx"

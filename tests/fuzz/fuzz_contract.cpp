@@ -51,6 +51,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     if (p.buffer()) {
                         const size_t n = ptxlab::buffer_length(c, p, s);
                         require(n >= 1 && n <= size_t(ptxlab::kMaxContractElements));
+                        // Coordinates, when the length is a product: its factors multiply to the length,
+                        // and the last element's name is within them.
+                        const auto extents = ptxlab::buffer_extents(p, s);
+                        uint64_t product = 1;
+                        for (const auto e : extents) product *= uint64_t(e);
+                        require(extents.empty() || product == n);
+                        require(!ptxlab::element_name(p.name, extents, n - 1).empty());
                     } else {
                         (void)ptxlab::scalar_bits(c, p, s);
                     }

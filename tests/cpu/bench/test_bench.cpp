@@ -5,6 +5,7 @@
 #include "compile.hpp"
 #include "headline.hpp"
 #include "ptx_text.hpp"
+#include "verify_file.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -89,4 +90,38 @@ TEST_CASE("bench: --headline reads PyTorch's step times and time to target from 
     const TorchFigures none = parse_torch_reference("did not reach 99.00 %\n");
     CHECK_FALSE(none.ms_to_target);
     CHECK_FALSE(none.step_graph_us);
+}
+
+TEST_CASE("bench FILE.ptx --json: a row per shape and side, rates from the contract's bytes and flops, null without") {
+    FileBenchResult r;
+    r.path = "mine/saxpy.ptx";
+    r.entry = "saxpy";
+    r.device = "NVIDIA H100";
+    r.arch = "sm_90";
+    r.rows.push_back({{{"N", 1000000}}, "ptx", 12.345678, 12e6, 2e6});
+    r.rows.push_back({{{"N", 1000000}}, "twin", 12.5, 12e6, 2e6});
+    r.rows.push_back({{{"M", 3}, {"N", 7}}, "ptx", 1.5, 0, 0});
+    const std::string text = file_bench_json(r);
+    CAPTURE(text);
+    REQUIRE(text.back() == '\n');
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : j.items()) keys.push_back(k);
+    CHECK(keys == std::vector<std::string>{"file", "entry", "device", "arch", "timing", "rows"});
+    CHECK(j["entry"] == "saxpy");
+    REQUIRE(j["rows"].size() == 3);
+    const auto& a = j["rows"][0];
+    CHECK(a["shape"]["N"] == 1000000);
+    CHECK(a["side"] == "ptx");
+    CHECK(a["us"] == 12.3457);
+    CHECK(a["bytes"] == 12000000);
+    CHECK(a["gbps"] == 972.0);     // 12e6 B / 12.345678 us = 972.000 GB/s
+    CHECK(a["gflops"] == 162.0);   // 2e6 / 12.345678 us
+    CHECK(j["rows"][1]["side"] == "twin");
+    const auto& c = j["rows"][2];
+    CHECK(c["shape"]["M"] == 3);
+    CHECK(c["shape"]["N"] == 7);
+    CHECK(c["bytes"].is_null());
+    CHECK(c["gbps"].is_null());
+    CHECK(c["gflops"].is_null());
 }

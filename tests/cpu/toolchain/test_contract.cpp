@@ -317,8 +317,8 @@ TEST_CASE("contract: check_contract_values evaluates every key at every shape an
         {"//   grid     ceil(N / 256)", "//   grid     1, 70000, 1", "grid     1, 70000",
          "grid.y = `70000` is 70000 at N=1000, outside [1, 65535] (grid.y and grid.z take at most 65535)"},
         {"//   grid     ceil(N / 256)", "//   grid     1, 1, N", "grid     1, 1, N", "grid.z = `N` is 100003 at N=100003"},
-        {"//   block    256\n", "//   block    256\n//   shared   100000\n", "shared   100000",
-         "shared = `100000` is 100000 at N=1000, outside [0, 49152] (48 KiB: the dynamic shared memory a launch gets"},
+        {"//   block    256\n", "//   block    256\n//   shared   300000\n", "shared   300000",
+         "shared = `300000` is 300000 at N=1000, outside [0, 232448] (227 KiB: the most dynamic shared memory any GPU"},
         {"y  out  f32[N]", "y  out  f32[N*N*N*N*N]", "f32[N*N*N*N*N]",
          "the length of 'y' = `N*N*N*N*N` is 1000000000000000 at N=1000, outside [1, 4294967296] (overflows the 2^32 "
          "elements a buffer may have)"},
@@ -428,4 +428,24 @@ TEST_CASE("lint: the wrong-width load is found by plain scanning, whatever the s
     CHECK(w[0].message.find("ld.param.u64 reads 8 bytes of parameter 'n'") == 0);
     CHECK(w[1].line == 13);
     CHECK(w[1].message.find("keeps only part of it") != std::string::npos);
+}
+
+TEST_CASE("contract: a length written as a product names elements by their coordinates") {
+    ContractParam p;
+    p.name = "C";
+    p.length = "M * N";
+    const ShapeVars s{{"M", 5}, {"N", 512}};
+    CHECK(buffer_extents(p, s) == std::vector<int64_t>{5, 512});
+    CHECK(element_name("C", buffer_extents(p, s), 1553) == "C[3][17]");
+    CHECK(element_name("C", buffer_extents(p, s), 0) == "C[0][0]");
+    CHECK(element_name("C", buffer_extents(p, s), 5 * 512 - 1) == "C[4][511]");
+    p.length = "4 * (Q + 1) * 2";  // three factors, one in parentheses
+    CHECK(buffer_extents(p, {{"Q", 2}}) == std::vector<int64_t>{4, 3, 2});
+    CHECK(element_name("y", buffer_extents(p, {{"Q", 2}}), 23) == "y[3][2][1]");
+    for (const char* flat : {"N", "N + 1", "M * N + 4", "2 * N / 2", "(M * N)"}) {
+        CAPTURE(flat);
+        p.length = flat;
+        CHECK(buffer_extents(p, s).empty());
+    }
+    CHECK(element_name("y", {}, 1553) == "y[1553]");
 }

@@ -66,3 +66,16 @@ TEST_CASE("sass: --diff of a one-line change inside a called .func shows it unde
     CHECK(std::regex_search(d.output, std::regex(R"(FMUL +\d+ +\d+ +\+1\n)")));  // "+1": B-A is signed
     CHECK(d.output.find("mul.rn.f32      t, az, 0f3E6D3389;") != std::string::npos);  // the '+' line's PTX
 }
+
+TEST_CASE("sass --control: the real nvdisasm's encodings of ptx/forward.ptx decode into control bits and stall sums") {
+    const std::string file = std::string(PTXLAB_SOURCE_DIR) + "/ptx/forward.ptx";
+    RunResult r = run_command("env -u PTXLAB_NVDISASM " + ptxlab_cmd("sass --control " + file + ":forward2"));
+    CAPTURE(r.output);
+    REQUIRE_MESSAGE(r.code == 0, "ptxlab sass needs nvdisasm (the device's CUDA toolkit)");
+    CHECK(r.output.find("control bits (sm_90)") != std::string::npos);
+    CHECK(r.output.find("(no encoding in the listing)") == std::string::npos);  // -hex gave every instruction's two words
+    // An EXIT with ptxas's usual stall 5 and yield bit; an LDG that sets a write scoreboard.
+    CHECK(std::regex_search(r.output, std::regex(R"(/\*[0-9a-f]+\*/  S05 Y W- R- wait [-0-5]{6} reuse [-a-d]{4}  (@!?P\d )?EXIT)")));
+    CHECK(std::regex_search(r.output, std::regex(R"(/\*[0-9a-f]+\*/  S\d\d [Y-] W[0-5] R[-0-5] wait [-0-5]{6} reuse [-a-d]{4}  (@!?P\d )?LDG)")));
+    CHECK(std::regex_search(r.output, std::regex(R"(total of forward2: [1-9]\d* stall cycles over [1-9]\d* instructions\n)")));
+}
