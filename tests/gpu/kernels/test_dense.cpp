@@ -141,3 +141,19 @@ TEST_CASE("dense: a dense_tc that skips its last k chunk is caught by verify") {
     INFO(format_result(one));
     CHECK(one.pass());
 }
+
+TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 4096 on dense_tc, the PTX as its twins") {
+    // At batch 4096 both forward passes and fc2's deltas (4096 x 1024 outputs) take dense_tc
+    // (densetc.hpp's kDenseTcMinOutputs); the weight gradients stay on dense_mm. 10 steps of the
+    // PTX and of the twins, bit for bit.
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 4096) ==
+          "dense_tc x3, fused_output, dense_mm x3");
+    const Dataset data = load_dataset(default_data_dir());
+    const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 10, KernelSource::Ptx, 4096),
+                      twin = train_model_steps(data, "fc1024,fc1024,fc10", 10, KernelSource::Reference, 4096);
+    CHECK(ptx.steps == 10);
+    CHECK(ptx.step_losses == twin.step_losses);
+    REQUIRE(ptx.params.size() == twin.params.size());
+    CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);
+    CHECK(ptx.step_losses.back() < ptx.step_losses.front());
+}
