@@ -8,6 +8,7 @@
 #include "densetc.hpp"
 #include "registry.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ptxlab::verify_detail {
@@ -65,12 +66,16 @@ Harness make_deltas(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng) 
     Harness h;
     Bounded& dX = h.expected["dX"];
     dX.resize(size_t(B) * I);
-    for (unsigned s = 0; s < B; ++s)
-        for (unsigned i = 0; i < I; ++i) {
-            Dot d;
-            for (unsigned o = 0; o < O; ++o) d.add(G[size_t(s) * O + o] * W[size_t(o) * I + i]);
-            d.set(dX, size_t(s) * I + i, O, 1.0f, 0.0, false);
+    std::vector<Dot> row(I);  // a sample's dX row, summed along W's rows (contiguous)
+    for (unsigned s = 0; s < B; ++s) {
+        std::fill(row.begin(), row.end(), Dot{});
+        for (unsigned o = 0; o < O; ++o) {
+            const double g = G[size_t(s) * O + o];
+            if (g != 0.0)
+                for (unsigned i = 0; i < I; ++i) row[i].add(g * W[size_t(o) * I + i]);
         }
+        for (unsigned i = 0; i < I; ++i) row[i].set(dX, size_t(s) * I + i, O, 1.0f, 0.0, false);
+    }
     h.tensors = {{"dX", {B, I}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY}, {"Y", {B, O}, Role::In, Y},
                  {"W", {O, I}, Role::In, W}};
     h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -90,15 +95,18 @@ Harness make_weights(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng)
     Bounded& db = h.expected["db"];
     dW.resize(size_t(O) * I);
     db.resize(O);
+    std::vector<Dot> row(I);  // an output's dW row, summed along X's rows (contiguous)
     for (unsigned o = 0; o < O; ++o) {
         Dot d1;
-        for (unsigned s = 0; s < B; ++s) d1.add(G[size_t(s) * O + o]);
-        d1.set(db, o, B, scale, 0.0, false);
-        for (unsigned i = 0; i < I; ++i) {
-            Dot d;
-            for (unsigned s = 0; s < B; ++s) d.add(G[size_t(s) * O + o] * X[size_t(s) * I + i]);
-            d.set(dW, size_t(o) * I + i, B, scale, 0.0, false);
+        std::fill(row.begin(), row.end(), Dot{});
+        for (unsigned s = 0; s < B; ++s) {
+            const double g = G[size_t(s) * O + o];
+            d1.add(g);
+            if (g != 0.0)
+                for (unsigned i = 0; i < I; ++i) row[i].add(g * X[size_t(s) * I + i]);
         }
+        d1.set(db, o, B, scale, 0.0, false);
+        for (unsigned i = 0; i < I; ++i) row[i].set(dW, size_t(o) * I + i, B, scale, 0.0, false);
     }
     h.tensors = {{"dW", {O, I}, Role::Out, {}}, {"db", {O}, Role::Out, {}}, {"X", {B, I}, Role::In, X},
                  {"dY", {B, O}, Role::In, dY},    {"Y", {B, O}, Role::In, Y}};

@@ -9,6 +9,7 @@
 #include "error.hpp"
 #include "files.hpp"
 #include "registry.hpp"
+#include "verify_harness.hpp"
 #include "rng.hpp"
 
 #include <doctest/doctest.h>
@@ -17,6 +18,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 using namespace ptxlab;
@@ -208,6 +210,56 @@ TEST_CASE("densetc: a model of the chain on the three products' strides is withi
                 for (unsigned t = 0; t < B; ++t) z += g(t, o) * X[t * I + i], mag += std::fabs(g(t, o) * X[t * I + i]);
                 CHECK(std::fabs(w.C[o * I + i] - scale * z) <= densetc_bound(B, mag, scale, scale * z, scale * z));
             }
+        }
+    }
+}
+
+TEST_CASE("densetc: verify's float64 reference of each product is the layer's maths on the harness's inputs") {
+    using verify_detail::Harness;
+    for (unsigned op = 0; op < 3; ++op) {
+        CAPTURE(op);
+        const unsigned B = 5, I = 7, O = 3;
+        Rng rng(7 + op);
+        const Harness h = kernel_row("dense_tc").harness({"dense_tc", {op, B, I, O, 1}}, rng);
+        std::map<std::string, const std::vector<float>*> in;
+        for (const auto& t : h.tensors) in[t.name] = &t.data;
+        auto G = [&](unsigned s, unsigned o) {  // dY masked by Y > 0 (act 1)
+            return (*in.at("Y"))[s * O + o] > 0.0f ? double((*in.at("dY"))[s * O + o]) : 0.0;
+        };
+        if (op == 0) {
+            const auto &X = *in.at("X"), &W = *in.at("W"), &b = *in.at("b");
+            for (unsigned s = 0; s < B; ++s)
+                for (unsigned o = 0; o < O; ++o) {
+                    double z = b[o];
+                    for (unsigned i = 0; i < I; ++i) z += double(X[s * I + i]) * W[o * I + i];
+                    CHECK(h.expected.at("Y").v[s * O + o] == doctest::Approx(std::max(z, 0.0)).epsilon(1e-12));
+                }
+        } else if (op == 1) {
+            const auto& W = *in.at("W");
+            for (unsigned s = 0; s < B; ++s)
+                for (unsigned i = 0; i < I; ++i) {
+                    double z = 0;
+                    for (unsigned o = 0; o < O; ++o) z += G(s, o) * W[o * I + i];
+                    CHECK(h.expected.at("dX").v[s * I + i] == doctest::Approx(z).epsilon(1e-12));
+                    CHECK(h.expected.at("dX").e[s * I + i] >= 0.0);
+                }
+        } else {
+            // dW = scale G^T X, db = scale sum_s G, one scale (drawn in [0.5, 2] / B) for all.
+            const auto& X = *in.at("X");
+            double scale = 0;
+            for (unsigned o = 0; o < O; ++o) {
+                double zb = 0;
+                for (unsigned s = 0; s < B; ++s) zb += G(s, o);
+                if (zb != 0 && scale == 0) scale = h.expected.at("db").v[o] / zb;
+                CHECK(h.expected.at("db").v[o] == doctest::Approx(scale * zb).epsilon(1e-12));
+                for (unsigned i = 0; i < I; ++i) {
+                    double z = 0;
+                    for (unsigned s = 0; s < B; ++s) z += G(s, o) * X[s * I + i];
+                    CHECK(h.expected.at("dW").v[o * I + i] == doctest::Approx(scale * z).epsilon(1e-12));
+                }
+            }
+            CHECK(scale >= 0.5 / B);
+            CHECK(scale <= 2.0 / B);
         }
     }
 }
