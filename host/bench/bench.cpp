@@ -94,7 +94,7 @@ std::vector<std::string> bench_entries(const KernelChoice& k) {
 std::vector<std::string> bench_cnn_entries() {
     return {"conv_fwd",    "conv_bwd_data",    "conv_bwd_weights",    "pool_fwd",     "pool_bwd",
             "fc_bwd_data", "tc_conv_fwd",      "tc_conv_bwd_data",    "tc_conv_bwd_weights", "tc_grad_input",
-            "dense_mm"};
+            "dense_mm",    "dense_tc"};
 }
 
 namespace {
@@ -183,10 +183,12 @@ extern "C" __global__ void fma_ceiling(float* out, float a, float b, int iters) 
 // fc10) at batch kCnnBatch, PTX and twin. (verify's float64 reference is computed for each
 // case when it is prepared, so larger batches would spend seconds on the CPU.)
 constexpr unsigned kCnnBatch = 64;
+constexpr unsigned kDenseTcBench = 4096;  // dense_tc's batch: the 4096 x 1024 x 1024 products
 
 struct CnnCase {
     const char* layer;
     VerifyCase c;
+    unsigned batch = kCnnBatch;  // the batch it is timed at (the table's column)
 };
 
 std::vector<CnnCase> cnn_cases(unsigned B) {
@@ -207,7 +209,11 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
             // (the model trainer's fc1024,fc1024,fc10): forward (ReLU), deltas (masked), weights.
             {"fc1.fwd", {"dense_mm", {0, B, 3136, 128, 1, 0}}},   {"fc1.dX", {"dense_mm", {1, B, 3136, 128, 1, 0}}},
             {"fc1.dW", {"dense_mm", {2, B, 3136, 128, 1, 0}}},   {"fc1024.fwd", {"dense_mm", {0, B, 1024, 1024, 1, 0}}},
-            {"fc1024.dX", {"dense_mm", {1, B, 1024, 1024, 1, 0}}}, {"fc1024.dW", {"dense_mm", {2, B, 1024, 1024, 1, 0}}}};
+            {"fc1024.dX", {"dense_mm", {1, B, 1024, 1024, 1, 0}}}, {"fc1024.dW", {"dense_mm", {2, B, 1024, 1024, 1, 0}}},
+            // dense_tc (op,B,I,O,act): the same layer at batch 4096, where the tc set takes it
+            // (densetc.hpp): forward (ReLU) and weight gradient (masked), the targets.
+            {"fc1024.fwd", {"dense_tc", {0, kDenseTcBench, 1024, 1024, 1}}, kDenseTcBench},
+            {"fc1024.dW", {"dense_tc", {2, kDenseTcBench, 1024, 1024, 1}}, kDenseTcBench}};
 }
 
 // The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch kCnnBatch)
@@ -284,8 +290,9 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
                "GFLOP/s", "roofline");
     for (const KernelSource src : {KernelSource::Ptx, KernelSource::Reference}) {
         KernelSet ks(src, ctx.info(), opt.dirs, bench_cnn_entries());
-        for (const auto& [layer, c] : cnn_cases(kCnnBatch)) {
-            KernelTiming t{fmt::format("cnn-{}:{}", to_string(src), layer), c.entry, kCnnBatch};
+        for (const CnnCase& cc : cnn_cases(kCnnBatch)) {
+            const VerifyCase& c = cc.c;
+            KernelTiming t{fmt::format("cnn-{}:{}", to_string(src), cc.layer), cc.c.entry, cc.batch};
             time_case(t, c, ks.get(c.entry), opt.seed, r, s);
             fmt::print(out, "{:<16} {:<17} {:>6} {:>10.2f} {:>9.1f} {:>10.1f} {:>8.2f}%\n", t.set, t.entry, t.batch,
                        t.us, t.gbps, t.gflops, t.roofline_pct);

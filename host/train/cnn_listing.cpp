@@ -40,13 +40,14 @@ public:
         record(kDeltas, "pool_bwd");
     }
     void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
-    void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a)); }
+    void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a, tc_)); }
     void fused_grad(const FusedArgs& a) override {  // dense_mm: two launches, one entry in the layer table
         record(kWeights, fused_grad_kernel(a));
         if (dense_replaces_fused_grad(a.I, a.H, a.O)) names.push_back("dense_mm");
     }
-    void fc_bwd_data(unsigned, unsigned I, unsigned O, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
-        record(kDeltas, fc_bwd_data_kernel(I, O));
+    void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr,
+                     unsigned) override {
+        record(kDeltas, fc_bwd_data_kernel(B, I, O, tc_));
     }
     void act_fwd(unsigned, CUdeviceptr, CUdeviceptr, unsigned) override { record(kForward, "act_fwd"); }
     void act_bwd(unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {

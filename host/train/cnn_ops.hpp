@@ -4,6 +4,7 @@
 
 #include "conv.hpp"
 #include "dense.hpp"
+#include "densetc.hpp"
 #include "tc.hpp"
 #include "tcconv.hpp"
 #include "tcwgrad.hpp"
@@ -19,6 +20,7 @@ inline bool is_dense(const ConvDims& d) { return d.H == 1 && d.W == 1 && d.KS ==
 // An fc layer under a bn (a 1x1 conv of a 1x1 image, no activation) runs on tc_forward with the
 // tensor cores (a 1x1 conv_fwd keeps one thread a block busy); FP32 sets keep conv_fwd.
 inline const char* conv_fwd_kernel(const ConvDims& d, bool tc) {
+    if (tc && is_dense(d) && densetc_product(d.N, d.K)) return "dense_tc";  // large batch: densetc.hpp
     if (tc && is_dense(d) && tc_unfit(d.N, d.C, d.K).empty()) return "tc_forward";
     return tc && d.C >= kTcConvMinChannels ? "tc_conv_fwd" : "conv_fwd";
 }
@@ -31,6 +33,7 @@ inline const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
 // where conv_bwd_weights would keep one thread a block busy (a hidden 784->256 layer:
 // milliseconds a step).
 inline const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
+    if (tc && is_dense(d) && densetc_product(d.K, d.C + 1)) return "dense_tc";  // densetc.hpp's threshold
     if (is_dense(d))
         return tc && !dense_layer(d.C, d.K) && tc_grad_unfit("tc_grad_weights", d.N, d.C, d.K).empty()
                    ? "tc_grad_weights"
@@ -39,5 +42,18 @@ inline const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
     return "conv_bwd_weights";
 }
 
+// The fc layers' products on the tensor-core set (tc): dense_tc (ptx/densetc.ptx, TF32 in 128 x
+// 128 tiles) where the product's output has kDenseTcMinOutputs elements or more (densetc.hpp:
+// a full wave of tiles; today's models at batch 64 stay below it, on the kernels dense.hpp
+// chooses); the FP32 sets (tc false) keep dense.hpp's choice. A hidden ReLU layer's forward pass
+// (B x H outputs) and its deltas to its input (B x I outputs); its weight gradient is
+// conv_bwd_weights_kernel's (O x (I + 1) outputs); the last two layers' gradients stay
+// fused_grad_kernel's (their outputs do not grow with the batch).
+inline const char* fc_forward_kernel(const FusedArgs& a, bool tc) {
+    return tc && a.act == kActRelu && densetc_product(a.B, a.H) ? "dense_tc" : ptxlab::fc_forward_kernel(a);
+}
+inline const char* fc_bwd_data_kernel(unsigned B, unsigned I, unsigned O, bool tc) {
+    return tc && densetc_product(B, I) ? "dense_tc" : ptxlab::fc_bwd_data_kernel(I, O);
+}
 
 }  // namespace ptxlab::cnn_detail

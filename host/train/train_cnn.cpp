@@ -8,6 +8,7 @@
 #include "cnn_ops.hpp"
 #include "conv.hpp"
 #include "dense.hpp"
+#include "densetc.hpp"
 #include "fused.hpp"
 #include "optim.hpp"
 #include "recipe.hpp"
@@ -66,8 +67,10 @@ ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
     std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm",
                                   "bn_fwd"};
-    if (conv == ConvKernels::Tc)  // conv_fwd stays: layers of fewer than 8 channels; tc_forward: an fc under a bn
-        for (const char* e : {"tc_conv_fwd", "tc_forward"}) v.push_back(e);
+    // conv_fwd stays: layers of fewer than 8 channels; tc_forward: an fc under a bn; dense_tc: the
+    // fc products of kDenseTcMinOutputs outputs or more (large batches)
+    if (conv == ConvKernels::Tc)
+        for (const char* e : {"tc_conv_fwd", "tc_forward", "dense_tc"}) v.push_back(e);
     return v;
 }
 
@@ -151,7 +154,8 @@ public:
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
                   CUdeviceptr idx) override {
         const std::string k = conv_fwd_kernel(d, tc_);
-        if (k == "tc_forward") launch_tc_forward(ks_.get(k), d.N, d.C, d.K, X, Wt, b, Y, act, s_);  // the same act codes
+        if (k == "dense_tc") launch_dense_tc(ks_.get(k), dense_forward_args(d.N, d.C, d.K, X, Wt, b, Y, act), s_);
+        else if (k == "tc_forward") launch_tc_forward(ks_.get(k), d.N, d.C, d.K, X, Wt, b, Y, act, s_);  // the same act codes
         else if (k == "tc_conv_fwd") launch_tc_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
         else launch_conv_fwd(ks_.get(k), d, X, Wt, b, Y, act, s_, idx);
     }
@@ -168,7 +172,9 @@ public:
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
         const std::string k = conv_bwd_weights_kernel(d, tc_);
-        if (k == "dense_mm")
+        if (k == "dense_tc")
+            launch_dense_tc(ks_.get(k), dense_bwd_weights_args(d.N, d.C, d.K, dW, db, X, dY, Y, act, scale), s);
+        else if (k == "dense_mm")
             launch_dense_mm(ks_.get(k), dense_bwd_weights_args(d.N, d.C, d.K, dW, db, X, dY, Y, act, scale), s);
         else if (k == "tc_grad_weights")
             launch_tc_grad_weights(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
@@ -185,7 +191,10 @@ public:
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
     void fused_forward(const FusedArgs& a) override {
-        if (std::string(fc_forward_kernel(a)) == "fused_forward") return launch_fused_forward(ks_, a, s_);
+        const std::string k = fc_forward_kernel(a, tc_);
+        if (k == "fused_forward") return launch_fused_forward(ks_, a, s_);
+        if (k == "dense_tc")
+            return launch_dense_tc(ks_.get(k), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
         launch_dense_mm(ks_.get("dense_mm"), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
     }
     void fused_grad(const FusedArgs& a) override {
@@ -196,8 +205,9 @@ public:
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        if (std::string(fc_bwd_data_kernel(I, O)) == "fc_bwd_data")
-            return launch_fc_bwd_data(ks_.get("fc_bwd_data"), B, I, O, dX, dY, Y, W, act, s_);
+        const std::string k = fc_bwd_data_kernel(B, I, O, tc_);
+        if (k == "fc_bwd_data") return launch_fc_bwd_data(ks_.get(k), B, I, O, dX, dY, Y, W, act, s_);
+        if (k == "dense_tc") return launch_dense_tc(ks_.get(k), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
         launch_dense_mm(ks_.get("dense_mm"), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
     }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
@@ -446,14 +456,14 @@ public:
         out_.back().y_offset = io_.y_offset + 1;  // Y first, then D2 and D1
     }
     void fused_forward(const FusedArgs& a) override {
-        add(fc_forward_kernel(a), {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
+        add(fc_forward_kernel(a, tc_), {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
     }
     void fused_grad(const FusedArgs& a) override {
         add(fused_grad_kernel(a), {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
                      unsigned act) override {
-        add(fc_bwd_data_kernel(I, O), {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
+        add(fc_bwd_data_kernel(B, I, O, tc_), {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
     }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         add("act_fwd", {A}, [=](KernelOps& k) { k.act_fwd(n, A, Z, code); });

@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -84,6 +85,73 @@ TEST_CASE("dense: train --model fc1024,fc1024,fc10 on dense_mm (every product of
     const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 60, KernelSource::Ptx),
                       twin = train_model_steps(data, "fc1024,fc1024,fc10", 60, KernelSource::Reference);
     CHECK(ptx.steps == 60);
+    CHECK(ptx.step_losses == twin.step_losses);
+    REQUIRE(ptx.params.size() == twin.params.size());
+    CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);
+    CHECK(ptx.step_losses.back() < ptx.step_losses.front());
+}
+
+namespace {
+CaseResult verify_densetc(std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed) {
+    VerifyOptions opt;
+    opt.seed = seed;
+    opt.reference_dirs = KernelDirs::from_environment();
+    opt.ptx_dirs = ptx_dirs;
+    return run_verify(gpu(), {{"dense_tc", std::move(shape)}}, opt).at(0);
+}
+}  // namespace
+
+TEST_CASE("dense: dense_tc equals its twin bit for bit and float64 within its TF32 bound at edge and random shapes") {
+    const unsigned seed = std::random_device{}();
+    INFO("seed ", seed);
+    // op, B, I, O, act: 1s, odd sizes, one past and one short of a 128 x 128 tile and of a
+    // 16-k chunk, the ones column alone in a tile (I = 128 with db), each product, both acts.
+    std::vector<std::vector<unsigned>> shapes;
+    for (unsigned op = 0; op < 3; ++op)
+        for (const auto& s : std::vector<std::array<unsigned, 3>>{
+                 {1, 1, 1}, {1, 17, 1}, {3, 9, 5}, {129, 127, 17}, {127, 129, 16}, {257, 128, 33}, {130, 1, 255}})
+            for (unsigned act : {0u, 1u}) shapes.push_back({op, s[0], s[1], s[2], act});
+    std::mt19937 gen(seed);
+    auto size = [&](unsigned hi) { return std::uniform_int_distribution<unsigned>(1, hi)(gen); };
+    for (int i = 0; i < 12; ++i) shapes.push_back({unsigned(i % 3), size(400), size(400), size(400), size(2) - 1});
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        const CaseResult r = verify_densetc(shapes[i], KernelDirs::from_environment(), seed + unsigned(i));
+        INFO(format_result(r));
+        CHECK(r.pass());
+        CHECK(r.elements > 0);
+    }
+}
+
+TEST_CASE("dense: a dense_tc that skips its last k chunk is caught by verify") {
+    // densetc_skips_last_chunk.patch: the loop stops before the last chunk's mma, so with K > 16
+    // every output misses its last chunk (all still written); with K <= 16 it is right.
+    const PlantedKernel planted = plant("densetc_skips_last_chunk");
+    const unsigned seed = std::random_device{}();
+    INFO("seed ", seed);
+    for (unsigned op = 0; op < 3; ++op) {
+        const CaseResult r = verify_densetc({op, 130, 300, 200, 1}, KernelDirs::from_ptx_dir(planted.dir()), seed);
+        INFO(format_result(r));
+        CHECK_FALSE(r.pass());
+        CHECK(r.unwritten_ptx == 0);
+        CHECK(r.differing > 0);
+        CHECK(r.f64_fail_ptx > 0);
+        CHECK(r.f64_fail_ref == 0);
+    }
+    const CaseResult one = verify_densetc({0, 64, 16, 200, 1}, KernelDirs::from_ptx_dir(planted.dir()), seed);
+    INFO(format_result(one));
+    CHECK(one.pass());
+}
+
+TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 4096 on dense_tc, the PTX as its twins") {
+    // At batch 4096 both forward passes and fc2's deltas (4096 x 1024 outputs) take dense_tc
+    // (densetc.hpp's kDenseTcMinOutputs); the weight gradients stay on dense_mm. 10 steps of the
+    // PTX and of the twins, bit for bit.
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 4096) ==
+          "dense_tc x3, fused_output, dense_mm x3");
+    const Dataset data = load_dataset(default_data_dir());
+    const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 10, KernelSource::Ptx, 4096),
+                      twin = train_model_steps(data, "fc1024,fc1024,fc10", 10, KernelSource::Reference, 4096);
+    CHECK(ptx.steps == 10);
     CHECK(ptx.step_losses == twin.step_losses);
     REQUIRE(ptx.params.size() == twin.params.size());
     CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);

@@ -1,0 +1,59 @@
+#include "densetc.hpp"
+
+#include "error.hpp"
+#include "tc.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ptxlab {
+
+namespace {
+unsigned div_up(unsigned a, unsigned b) { return unsigned((size_t(a) + b - 1) / b); }
+}  // namespace
+
+DenseTcPlan densetc_plan(unsigned M, unsigned N, unsigned K, bool ones) {
+    DenseTcPlan p;
+    p.tiles_m = div_up(std::max(M, 1u), kDenseTcTile);
+    p.tiles_n = div_up(std::max(N + (ones ? 1u : 0u), 1u), kDenseTcTile);
+    p.chunks = div_up(std::max(K, 1u), kDenseTcKTile);
+    p.grid = p.tiles_m * p.tiles_n;
+    return p;
+}
+
+std::string densetc_unfit(const DenseArgs& a) {
+    if (a.M == 0 || a.N == 0 || a.K == 0)
+        return fmt::format("dense_tc takes M, N, K >= 1, got M={} N={} K={}", a.M, a.N, a.K);
+    if (a.M > kDenseTcMaxSize || a.N >= kDenseTcMaxSize || a.K > kDenseTcMaxSize)
+        return fmt::format("dense_tc takes M, N, K below 2^31 (N + 1 with db), got M={} N={} K={}", a.M, a.N, a.K);
+    if (a.C == 0 || a.A == 0 || a.Bo == 0) return "dense_tc needs C, A and Bop";
+    const size_t tiles = size_t(div_up(a.M, kDenseTcTile)) * div_up(a.N + (a.db ? 1 : 0), kDenseTcTile);
+    if (tiles > 0x7fffffffu)
+        return fmt::format("dense_tc: {} x {} outputs are more 128 x 128 tiles than a grid holds", a.M, a.N);
+    return {};
+}
+
+void launch_dense_tc(const Kernel& k, const DenseArgs& a, CUstream s, bool overlap) {
+    const std::string why = densetc_unfit(a);
+    if (!why.empty()) PTXLAB_THROW(InputError, "{}", why);
+    const DenseTcPlan p = densetc_plan(a.M, a.N, a.K, a.db != 0);
+    if (overlap)
+        k.launch_overlapped(p.grid, kDenseTcBlock, s, a.C, a.db, a.A, a.Am, a.Bo, a.bias, a.M, a.N, a.K, a.a_sm,
+                            a.a_sk, a.b_sn, a.b_sk, a.relu, a.scale);
+    else
+        k.launch(p.grid, kDenseTcBlock, s, a.C, a.db, a.A, a.Am, a.Bo, a.bias, a.M, a.N, a.K, a.a_sm, a.a_sk,
+                 a.b_sn, a.b_sk, a.relu, a.scale);
+}
+
+double densetc_sum_bound(unsigned K) {
+    return tc_sum_bound(div_up(std::max(K, 1u), kDenseTcKTile) * kDenseTcKTile);
+}
+
+double densetc_bound(unsigned K, double S, float scale, double scaled, double exact) {
+    const double u = std::ldexp(1.0, -24), sc = std::fabs(double(scale));
+    const double ec = sc * densetc_sum_bound(K) * S;
+    const double ev = ec + u * (std::fabs(scaled) + ec);
+    return ev + u * (std::fabs(exact) + ev);
+}
+
+}  // namespace ptxlab

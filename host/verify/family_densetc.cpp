@@ -1,0 +1,180 @@
+// ptx/densetc.ptx (dense_tc): dense_mm's GEMM on TF32 mma.sync in 128 x 128 tiles, for a dense
+// layer's three products at large batch. Each product is checked against its own float64 loops
+// (from the layer's maths, not from the strides the launch passes, so a wrong stride cannot
+// hide) within the TF32 bound of densetc.hpp. Shape: op,B,I,O,act with op 0 the forward pass
+// (Y[B][O] = X W^T + b, ReLU'd with act 1), 1 the deltas to the input (dX[B][I] = G W, G = dY
+// masked by Y > 0 with act 1), 2 the weight gradient (dW[O][I] = scale G^T X, db[O] = scale
+// sum_s G): dense_mm's shape without its cluster.
+#include "densetc.hpp"
+#include "registry.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ptxlab::verify_detail {
+
+namespace {
+
+enum DenseTcOp : unsigned { kOpForward = 0, kOpDeltas = 1, kOpWeights = 2 };
+
+// G = dY masked where Y <= 0 (act 1) or dY, in float64.
+std::vector<double> masked_g(const std::vector<float>& dY, const std::vector<float>& Y, unsigned act) {
+    std::vector<double> g(dY.size());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = act == 1 && !(Y[i] > 0.0f) ? 0.0 : double(dY[i]);
+    return g;
+}
+
+// One output: v = scale sum a b + bias (ReLU'd with relu), with densetc_bound over K terms.
+struct Dot {
+    double sum = 0, mag = 0;
+    void add(double p) { sum += p, mag += std::fabs(p); }
+    void set(Bounded& r, size_t i, unsigned K, float scale, double bias, bool relu) const {
+        const double scaled = double(scale) * sum, exact = scaled + bias;
+        r.v[i] = relu ? std::max(exact, 0.0) : exact;
+        r.e[i] = densetc_bound(K, mag, scale, scaled, exact);
+    }
+};
+
+Harness make_forward(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng) {
+    const float w = 1.0f / std::sqrt(float(I));
+    std::vector<float> X = random_vector(rng, size_t(B) * I, -1.0f, 1.0f);
+    std::vector<float> W = random_vector(rng, size_t(O) * I, -w, w);
+    std::vector<float> b = random_vector(rng, O, -w, w);
+    Harness h;
+    Bounded& Y = h.expected["Y"];
+    Y.resize(size_t(B) * O);
+    for (unsigned s = 0; s < B; ++s)
+        for (unsigned o = 0; o < O; ++o) {
+            Dot d;
+            for (unsigned i = 0; i < I; ++i) d.add(double(X[size_t(s) * I + i]) * W[size_t(o) * I + i]);
+            d.set(Y, size_t(s) * O + o, I, 1.0f, b[o], act == 1);
+        }
+    h.tensors = {{"X", {B, I}, Role::In, X}, {"W", {O, I}, Role::In, W}, {"b", {O}, Role::In, b},
+                 {"Y", {B, O}, Role::Out, {}}};
+    h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_dense_tc(k, dense_forward_args(B, I, O, m.at("X"), m.at("W"), m.at("b"), m.at("Y"), act), s);
+    };
+    return h;
+}
+
+Harness make_deltas(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng) {
+    const float w = 1.0f / std::sqrt(float(I));
+    std::vector<float> dY = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, size_t(B) * O);
+    std::vector<float> W = random_vector(rng, size_t(O) * I, -w, w);
+    const std::vector<double> G = masked_g(dY, Y, act);
+    Harness h;
+    Bounded& dX = h.expected["dX"];
+    dX.resize(size_t(B) * I);
+    std::vector<Dot> row(I);  // a sample's dX row, summed along W's rows (contiguous)
+    for (unsigned s = 0; s < B; ++s) {
+        std::fill(row.begin(), row.end(), Dot{});
+        for (unsigned o = 0; o < O; ++o) {
+            const double g = G[size_t(s) * O + o];
+            if (g != 0.0)
+                for (unsigned i = 0; i < I; ++i) row[i].add(g * W[size_t(o) * I + i]);
+        }
+        for (unsigned i = 0; i < I; ++i) row[i].set(dX, size_t(s) * I + i, O, 1.0f, 0.0, false);
+    }
+    h.tensors = {{"dX", {B, I}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY}, {"Y", {B, O}, Role::In, Y},
+                 {"W", {O, I}, Role::In, W}};
+    h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_dense_tc(k, dense_bwd_data_args(B, I, O, m.at("dX"), m.at("dY"), m.at("Y"), m.at("W"), act), s);
+    };
+    return h;
+}
+
+Harness make_weights(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng) {
+    const float scale = rng.uniform(0.5f, 2.0f) / float(B);
+    std::vector<float> X = relu_outputs(rng, size_t(B) * I);
+    std::vector<float> dY = random_vector(rng, size_t(B) * O, -1.0f, 1.0f);
+    std::vector<float> Y = relu_outputs(rng, size_t(B) * O);
+    const std::vector<double> G = masked_g(dY, Y, act);
+    Harness h;
+    Bounded& dW = h.expected["dW"];
+    Bounded& db = h.expected["db"];
+    dW.resize(size_t(O) * I);
+    db.resize(O);
+    std::vector<Dot> row(I);  // an output's dW row, summed along X's rows (contiguous)
+    for (unsigned o = 0; o < O; ++o) {
+        Dot d1;
+        std::fill(row.begin(), row.end(), Dot{});
+        for (unsigned s = 0; s < B; ++s) {
+            const double g = G[size_t(s) * O + o];
+            d1.add(g);
+            if (g != 0.0)
+                for (unsigned i = 0; i < I; ++i) row[i].add(g * X[size_t(s) * I + i]);
+        }
+        d1.set(db, o, B, scale, 0.0, false);
+        for (unsigned i = 0; i < I; ++i) row[i].set(dW, size_t(o) * I + i, B, scale, 0.0, false);
+    }
+    h.tensors = {{"dW", {O, I}, Role::Out, {}}, {"db", {O}, Role::Out, {}}, {"X", {B, I}, Role::In, X},
+                 {"dY", {B, O}, Role::In, dY},    {"Y", {B, O}, Role::In, Y}};
+    h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_dense_tc(
+            k, dense_bwd_weights_args(B, I, O, m.at("dW"), m.at("db"), m.at("X"), m.at("dY"), m.at("Y"), act, scale),
+            s);
+    };
+    return h;
+}
+
+Harness make_densetc(const VerifyCase& c, Rng& rng) {
+    const auto& z = c.shape;
+    const unsigned op = z[0], B = z[1], I = z[2], O = z[3], act = z[4];
+    if (op == kOpForward) return make_forward(B, I, O, act, rng);
+    if (op == kOpDeltas) return make_deltas(B, I, O, act, rng);
+    return make_weights(B, I, O, act, rng);
+}
+
+void validate_densetc(const VerifyCase& c) {
+    const auto& z = c.shape;
+    if (z.size() != 5)
+        PTXLAB_THROW(InputError, "kernel 'dense_tc' takes a shape op,B,I,O,act (5 numbers), got {}", z.size());
+    if (z[0] > 2) PTXLAB_THROW(InputError, "kernel 'dense_tc': op must be 0 (forward), 1 (deltas) or 2 (weights)");
+    for (size_t k = 1; k < 4; ++k)
+        if (z[k] == 0 || z[k] > 16384) PTXLAB_THROW(InputError, "kernel 'dense_tc': B, I, O must be 1 .. 16384");
+    if (z[4] > 1) PTXLAB_THROW(InputError, "kernel 'dense_tc': act must be 0 (none) or 1 (ReLU), got {}", z[4]);
+}
+
+// Each op at: 1x1x1; sizes that leave a 128 x 128 tile and a 16-k chunk part-empty (3, 9, 5;
+// 5, 257, 33; 130, 1, 3; 129, 127, 17; 257, 131, 255: odd, one past and one short of a tile);
+// the ones column alone in a tile of its own (weights: O rows, I = 128 columns + db); the MLP
+// widths at batch 64 and 500; the 4096 x 1024 x 1024 layer of the issue; both act codes.
+std::vector<VerifyCase> densetc_default_cases() {
+    std::vector<VerifyCase> v;
+    const std::vector<std::vector<unsigned>> shapes = {
+        {1, 1, 1},     {3, 9, 5},       {5, 257, 33},     {130, 1, 3},       {129, 127, 17}, {257, 131, 255},
+        {33, 128, 70}, {64, 784, 1024}, {500, 784, 1024}, {4096, 1024, 1024}, {1, 300, 7}};
+    for (unsigned op = 0; op < 3; ++op)
+        for (size_t i = 0; i < shapes.size(); ++i)
+            v.push_back({"dense_tc", {op, shapes[i][0], shapes[i][1], shapes[i][2], unsigned((i + op) % 2 == 0)}});
+    return v;
+}
+
+std::vector<VerifyCase> densetc_quick_cases() {
+    return {{"dense_tc", {0, 129, 127, 17, 1}}, {"dense_tc", {1, 129, 127, 17, 1}}, {"dense_tc", {2, 129, 127, 17, 1}}};
+}
+
+// bench: the MNIST net's hidden layer forward (784 -> 128, ReLU) at batch B.
+BenchShape densetc_bench_shape(unsigned B) {
+    return std::vector<unsigned>{kOpForward, B, kBenchI, kBenchH, 1};
+}
+
+std::pair<double, double> densetc_work(const VerifyCase& c) {
+    const double B = c.shape[1], I = c.shape[2], O = c.shape[3];
+    return {4 * (B * I + O * I + B * O + (c.shape[0] == kOpForward ? O : B * O)), 2 * B * I * O};
+}
+
+std::vector<KernelRow> densetc_rows() {
+    return {{.entry = "dense_tc", .shape = "op,B,I,O,act", .act_named = false, .validate = validate_densetc,
+             .harness = make_densetc, .bench_shape = densetc_bench_shape, .work = densetc_work}};
+}
+
+}  // namespace
+
+const KernelFamily& densetc_family() {
+    static const KernelFamily f{"densetc", {"densetc"}, densetc_rows(), densetc_default_cases, densetc_quick_cases};
+    return f;
+}
+
+}  // namespace ptxlab::verify_detail
