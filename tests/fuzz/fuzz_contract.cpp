@@ -51,6 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     if (p.buffer()) {
                         const size_t n = ptxlab::buffer_length(c, p, s);
                         require(n >= 1 && n <= size_t(ptxlab::kMaxContractElements));
+                    } else if (p.role == ptxlab::ParamRole::TensorMap) {
+                        const ptxlab::TensorMapShape t = ptxlab::tensor_map_shape(c, p, s);
+                        require(t.box_rows >= 1 && t.box_rows <= 256 && t.box_cols % 4 == 0 && t.cols % 4 == 0);
                     } else {
                         (void)ptxlab::scalar_bits(c, p, s);
                     }
