@@ -122,9 +122,9 @@ TensorMapShape tensor_map_shape(const Contract& c, const ContractParam& p, const
     t.box_rows = uint32_t(eval_whole(p.tmap[2], s, n + " box rows", 1, 256, "a box side is 1 .. 256 elements"));
     t.box_cols = uint32_t(eval_whole(p.tmap[3], s, n + " box columns", 1, 256, "a box side is 1 .. 256 elements"));
     const size_t len = buffer_length(c, *of, s);
-    if (t.rows * t.cols != len)
-        PTXLAB_THROW(InputError, "{} is {} x {} = {} elements{}, but '{}' has {}", n, t.rows, t.cols, t.rows * t.cols,
-                     at_shape(s), of->name, len);
+    if (t.rows > len || len % t.rows != 0 || len / t.rows != t.cols)  // rows * cols != len, without overflow
+        PTXLAB_THROW(InputError, "{} is {} x {} elements{}, but '{}' has {}", n, t.rows, t.cols, at_shape(s), of->name,
+                     len);
     if (t.cols % 4 != 0)
         PTXLAB_THROW(InputError, "{}: a row of {} columns is {} bytes{}; a tensor map's row stride must be a multiple of "
                      "16 bytes (4 columns)", n, t.cols, 4 * t.cols, at_shape(s));
