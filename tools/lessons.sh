@@ -15,7 +15,7 @@ for f in "${files[@]}"; do "$P" verify "$f" --seed 7 || { echo "FAILED: verify $
 echo "== bench"
 for f in "${files[@]}"; do "$P" bench "$f" || { echo "FAILED: bench $f"; rc=1; }; done
 echo "== planted mistakes (verify must fail)"
-for f in tests/fixtures/lessons/0[567]_*.ptx tests/fixtures/lessons/11_*.ptx; do
+for f in tests/fixtures/lessons/0[567]_*.ptx tests/fixtures/lessons/1[1-6]_*.ptx; do
   if "$P" verify "$f" --seed 7 >/tmp/planted.log 2>&1; then echo "NOT CAUGHT: $f"; rc=1; else echo "caught: $f"; grep -m3 -E 'FAIL|\[' /tmp/planted.log; fi
 done
 if command -v compute-sanitizer >/dev/null; then

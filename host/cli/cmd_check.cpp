@@ -133,13 +133,15 @@ int check_file(const std::string& path, std::string twin_path, const CheckOption
         fmt::print("{}: FAIL\n", path);
         return 1;
     }
-    AssemblyResult res = assemble_offline(src, o.arch);
+    // A file for sm_90a (wgmma) assembles only for sm_90a: its own target where that is --arch's.
+    const std::string arch = assembly_arch(o.arch, info.target);
+    AssemblyResult res = assemble_offline(src, arch);
     for (const auto& d : res.diagnostics) {
         diag(format_diagnostic(src, d));
         errors += d.severity == "error";
     }
     if (!res.ok) {
-        fmt::print("{}: FAIL (does not assemble for {})\n", path, o.arch);
+        fmt::print("{}: FAIL (does not assemble for {})\n", path, arch);
         return std::max(errors, 1);
     }
     if (info.entries.empty()) {
@@ -176,7 +178,7 @@ int check_file(const std::string& path, std::string twin_path, const CheckOption
         errors += compile_twin(path, twin_path, src, contract, o, twin, have_twin);
     errors += report_entries(path, info, res, have_twin ? &twin : nullptr, twin_path);
     fmt::print("{}: {} ({} entr{}, {})\n", path, errors ? "FAIL" : "ok", info.entries.size(),
-               info.entries.size() == 1 ? "y" : "ies", o.arch);
+               info.entries.size() == 1 ? "y" : "ies", arch);
     return errors;
 }
 

@@ -34,7 +34,8 @@ namespace ptxlab {
     X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                    \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery) X(cuStreamBeginCapture)     \
     X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)          \
-    X(cuGraphExecDestroy) X(cuGraphUpload) X(cuOccupancyMaxActiveClusters) X(cuCtxGetStreamPriorityRange)
+    X(cuGraphExecDestroy) X(cuGraphUpload) X(cuOccupancyMaxActiveClusters) X(cuCtxGetStreamPriorityRange) \
+    X(cuTensorMapEncodeTiled)
 
 struct Driver {
 #define PTXLAB_DECLARE(name) decltype(&::name) name = nullptr;  // the signature cuda.h maps `name` to

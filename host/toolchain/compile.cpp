@@ -64,6 +64,12 @@ std::string virtual_arch_of(const std::string& arch) {
     return "compute_" + m[1].str();
 }
 
+std::string assembly_arch(const std::string& arch, const std::string& target) {
+    const bool suffixed = target.size() == arch.size() + 1 && target.compare(0, arch.size(), arch) == 0 &&
+                          (target.back() == 'a' || target.back() == 'f');
+    return suffixed ? target : arch;
+}
+
 std::vector<EntryResources> parse_resource_log(const std::string& log) {
     // The entry's name is found by plain scanning: it is the user's token (up to kMaxPtxTokenChars),
     // and std::regex recurses once per character matched. The other patterns match only numbers.

@@ -89,4 +89,9 @@ void require_supported_arch(const std::string& arch);
 // "sm_90" -> "compute_90"; validates the form "sm_NN" / "sm_NNa".
 std::string virtual_arch_of(const std::string& arch);
 
+// The architecture to assemble a file for: `arch`, or the file's `.target` where that is `arch`
+// with an architecture-specific suffix ("sm_90a" for "sm_90": wgmma, setmaxnreg), which ptxas
+// assembles only for itself ("PTX with .target 'sm_90a' cannot be compiled for architecture 'sm_90'").
+std::string assembly_arch(const std::string& arch, const std::string& target);
+
 }  // namespace ptxlab

@@ -27,11 +27,15 @@ std::string to_string(ParamRole r) {
         case ParamRole::Out: return "out";
         case ParamRole::InOut: return "inout";
         case ParamRole::Scalar: return "scalar";
+        case ParamRole::TensorMap: return "tensormap";
     }
     return "?";
 }
 
-std::string ContractParam::ptx_type() const { return buffer() ? ".u64" : "." + to_string(type); }
+std::string ContractParam::ptx_type() const {
+    if (role == ParamRole::TensorMap) return ".b8[128]";
+    return buffer() ? ".u64" : "." + to_string(type);
+}
 
 std::string Contract::twin_path() const {
     fs::path t(twin);
@@ -141,6 +145,14 @@ public:
         require(seen_.count("grid") && seen_.count("block"), begin_line, "the contract needs `grid` and `block`");
         require(c.compare == CompareKind::Bitwise || !c.why.empty(), compare_line_,
                 "a comparison other than bitwise needs a `why` line saying where the difference comes from");
+        for (const auto& p : c.params) {
+            if (p.role != ParamRole::TensorMap) continue;
+            const auto of = std::find_if(c.params.begin(), c.params.end(),
+                                         [&](const ContractParam& q) { return q.name == p.tmap_of; });
+            require(of != c.params.end() && of->buffer(), p.line,
+                    fmt::format("tensor map '{}' describes '{}', which is not a buffer parameter of this contract",
+                                p.name, p.tmap_of));
+        }
         if (out_.problems.empty()) out_.contract = std::move(c);
     }
 
@@ -201,13 +213,13 @@ private:
             c.shapes.push_back(parse_shape(l.rest, c, "shape"));
         } else if (k == "param") {
             read_param(l);
-        } else if (k == "grid" || k == "block") {
+        } else if (k == "grid" || k == "block" || k == "cluster") {
             once(l);
             auto parts = split_top(l.rest);
             if (parts.size() > 3) fail(fmt::format("{} takes up to three sizes (x, y, z)", k));
-            auto& dst = k == "grid" ? c.grid : c.block;
+            auto& dst = k == "grid" ? c.grid : k == "block" ? c.block : c.cluster;
             for (size_t i = 0; i < parts.size(); ++i) dst[i] = expr(parts[i], k);
-            (k == "grid" ? c.grid_line : c.block_line) = l.no;
+            (k == "grid" ? c.grid_line : k == "block" ? c.block_line : c.cluster_line) = l.no;
         } else if (k == "shared") {
             once(l);
             c.shared = expr(l.rest, "shared");
@@ -227,8 +239,8 @@ private:
             (k == "bytes" ? c.bytes : c.flops) = expr(l.rest, k);
             (k == "bytes" ? c.bytes_line : c.flops_line) = l.no;
         } else {
-            fail(fmt::format("unknown key '{}' (keys: entry vars shape param grid block shared twin compare why "
-                             "bytes flops)",
+            fail(fmt::format("unknown key '{}' (keys: entry vars shape param grid block cluster shared twin "
+                             "compare why bytes flops)",
                              k));
         }
     }
@@ -295,7 +307,10 @@ private:
         const std::string first = l.rest.substr(0, l.rest.find_first_of(" \t"));
         for (const auto& q : c_->params)
             if (q.name == first) fail(fmt::format("parameter '{}' is listed twice (line {})", q.name, q.line));
-        if (match_scalar(l.rest, name, type, value)) {
+        if (match_tensor_map(l.rest, name, value)) {
+            p.name = name, p.role = ParamRole::TensorMap;
+            read_tensor_map(p, std::string(value));
+        } else if (match_scalar(l.rest, name, type, value)) {
             p.name = name, p.role = ParamRole::Scalar;
             if (!parse_type(std::string(type), p.type))
                 fail(fmt::format("parameter '{}': scalar type '{}' (u32, s32 or f32)", p.name, type));
@@ -312,10 +327,33 @@ private:
             read_range(p, std::string(range));
         } else {
             fail(fmt::format("param `{}`: write `param NAME in|out|inout TYPE[LENGTH] [LO .. HI]` or `param NAME "
-                             "TYPE = VALUE`",
+                             "TYPE = VALUE` or `param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS)`",
                              l.rest));
         }
         c_->params.push_back(p);
+    }
+
+    // `NAME tensormap(ARGS)`: the name, white space, `tensormap`, `(`, the arguments, a final `)`.
+    static bool match_tensor_map(std::string_view r, std::string_view& name, std::string_view& args) {
+        size_t p = 0;
+        name = take_while(r, p, is_word);
+        if (!is_identifier(name) || skip_spaces(r, p).empty()) return false;
+        if (take_while(r, p, is_word) != "tensormap") return false;
+        skip_spaces(r, p);
+        if (p >= r.size() || r[p] != '(' || r.back() != ')') return false;
+        args = r.substr(p + 1, r.size() - p - 2);
+        return true;
+    }
+    void read_tensor_map(ContractParam& p, const std::string& args) {
+        const auto parts = split_top(args);
+        if (parts.size() != 5)
+            fail(fmt::format("tensor map '{}': write tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS), not "
+                             "tensormap({})",
+                             p.name, args));
+        if (!is_identifier(parts[0])) fail(fmt::format("tensor map '{}': '{}' is not a parameter name", p.name, parts[0]));
+        p.tmap_of = parts[0];
+        const char* what[] = {"rows", "columns", "box rows", "box columns"};
+        for (size_t i = 0; i < 4; ++i) p.tmap[i] = expr(parts[i + 1], fmt::format("tensor map '{}' {}", p.name, what[i]));
     }
 
     void read_range(ContractParam& p, const std::string& range) {

@@ -28,10 +28,20 @@
 //   param NAME out TYPE[LEN]  a buffer the kernel writes: poisoned before the launch, compared after;
 //                             a LEN written as a product (M * N) gives verify's messages coordinates: C[3][17]
 //   param NAME TYPE = EXPR    a scalar: u32, s32 (an expression over the variables) or f32 (a number)
+//   param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS)
+//                             a CUtensorMap made by the host (cuTensorMapEncodeTiled) and passed by value
+//                             (`.param .align 64 .b8 NAME[128]`): buffer BUF (a 32-bit element type) seen
+//                             as ROWS x COLS row-major, 2-D tiles (boxes) of BOX_ROWS x BOX_COLS, no swizzle,
+//                             no interleave, out-of-bounds elements read as zero. ROWS * COLS must be BUF's
+//                             length, 4 COLS and 4 BOX_COLS multiples of 16 bytes, each box size 1 .. 256.
 //                             The params are listed in the entry's order, with the entry's names.
 //   grid X[, Y[, Z]]          the launch shape as expressions (block likewise; default 1 for Y, Z)
 //   block X[, Y[, Z]]
 //   shared EXPR               dynamic shared memory in bytes (default 0; above 48 KiB the launch opts in)
+//   cluster X[, Y[, Z]]       optional: launch as thread-block clusters of X x Y x Z blocks (the launch
+//                             attribute CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, sm_90): at most 8 blocks
+//                             (the portable cluster size), each grid size a multiple of its cluster size.
+//                             Not for an entry with .reqnctapercluster (its size is fixed in the PTX).
 //   twin PATH                 the CUDA C twin, relative to the .ptx file's directory
 //   compare bitwise | ulp N | rel X
 //                             how outputs must agree; anything but bitwise needs a `why` line
@@ -47,8 +57,9 @@
 // Values: `check`, and `verify`/`bench` of a file before they look for a GPU, evaluate every
 // expression at every shape (check_contract_values) and report, at the line of its key, a value
 // the launch could not take: a grid past 2^31 - 1 (x) or 65535 (y, z), a block past 1024
-// threads (z past 64), dynamic shared memory past 227 KiB (kMaxContractShared; above 48 KiB verify
-// and bench opt in, and the device's own limit is checked at launch), a buffer past 2^32 elements, a u32 or s32 scalar out of its
+// threads (z past 64), a cluster past 8 blocks or not dividing the grid, dynamic shared memory past
+// 227 KiB (kMaxContractShared; above 48 KiB verify and bench opt in, and the device's own limit is
+// checked at launch), a buffer past 2^32 elements, a u32 or s32 scalar out of its
 // range, a negative bytes or flops, anything not whole where it must be or past 2^63.
 //
 // Limits of the text: a contract line is at most kMaxContractLineChars characters, except `why`
@@ -99,7 +110,7 @@ int64_t eval_whole(const std::string& text, const ShapeVars& vars, const std::st
 std::vector<std::string> expr_names(const std::string& text);
 
 enum class ElemType { F32, U32, S32 };
-enum class ParamRole { In, Out, InOut, Scalar };
+enum class ParamRole { In, Out, InOut, Scalar, TensorMap };
 std::string to_string(ElemType t);   // "f32"
 std::string to_string(ParamRole r);  // "in"
 
@@ -111,8 +122,12 @@ struct ContractParam {
     std::string length;     // buffers: the element count
     double lo = 0, hi = 0;  // in, inout: the random range
     std::string value;      // scalars: the expression
-    bool buffer() const { return role != ParamRole::Scalar; }
-    std::string ptx_type() const;  // what the .entry must declare: ".u64" for buffers, else ".u32" ...
+    // tensor maps: the buffer described, its rows and columns, the box's rows and columns (expressions)
+    std::string tmap_of;
+    std::array<std::string, 4> tmap{};
+    bool buffer() const { return role != ParamRole::Scalar && role != ParamRole::TensorMap; }
+    // What the .entry must declare: ".u64" for buffers, ".b8[128]" for a tensor map, else ".u32" ...
+    std::string ptx_type() const;
 };
 
 enum class CompareKind { Bitwise, Ulp, Rel };
@@ -126,8 +141,9 @@ struct Contract {
     std::vector<ShapeVars> shapes;
     std::vector<ContractParam> params;
     std::array<std::string, 3> grid{"1", "1", "1"}, block{"1", "1", "1"};
+    std::array<std::string, 3> cluster{"1", "1", "1"};
     std::string shared = "0";
-    int grid_line = 0, block_line = 0, shared_line = 0;  // 0: not given
+    int grid_line = 0, block_line = 0, shared_line = 0, cluster_line = 0;  // 0: not given
     std::string twin;  // as written
     int twin_line = 0;
     CompareKind compare = CompareKind::Bitwise;
@@ -161,8 +177,12 @@ std::string shape_text(const ShapeVars& s);  // "N=1000 M=3"
 // value is past the limits above).
 struct LaunchShape {
     std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
+    std::array<unsigned, 3> cluster{0, 0, 0};  // 0, 0, 0: no `cluster` key (a plain launch)
     unsigned shared = 0;
 };
+// The most blocks a contract's `cluster` may have: 8, the portable cluster size (more needs
+// cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED), which verify does not call).
+inline constexpr int64_t kMaxContractCluster = 8;
 LaunchShape launch_shape(const Contract& c, const ShapeVars& s);
 size_t buffer_length(const Contract& c, const ContractParam& p, const ShapeVars& s);
 // A buffer's extents at a shape when its length is written as a product (`f32[M * N]`, `4 * Q`):
@@ -173,6 +193,14 @@ std::vector<int64_t> buffer_extents(const ContractParam& p, const ShapeVars& s);
 std::string element_name(const std::string& name, const std::vector<int64_t>& extents, size_t index);
 // A scalar parameter's 32 bits: a u32 or s32 in range, or an f32 (rounded to nearest).
 uint32_t scalar_bits(const Contract& c, const ContractParam& p, const ShapeVars& s);
+// A tensor map parameter at a shape: the buffer it describes (its index in c.params) and the sizes,
+// checked against the limits above (InputError at a value the encoding would refuse).
+struct TensorMapShape {
+    size_t buffer = 0;
+    uint64_t rows = 0, cols = 0;
+    uint32_t box_rows = 0, box_cols = 0;
+};
+TensorMapShape tensor_map_shape(const Contract& c, const ContractParam& p, const ShapeVars& s);
 // `bytes` or `flops` at a shape (`what` names it): never negative.
 double contract_amount(const std::string& text, const std::string& what, const ShapeVars& s);
 

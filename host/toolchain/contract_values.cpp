@@ -54,6 +54,24 @@ void check_threads(const std::array<unsigned, 3>& b, const ShapeVars& s) {
         PTXLAB_THROW(InputError, "block {}x{}x{} has {} threads{}; a block has at most 1024 threads", b[0], b[1], b[2],
                      threads, at_shape(s));
 }
+// The cluster's sizes (c.cluster_line != 0): at most kMaxContractCluster blocks, each a divisor of the grid's.
+std::array<unsigned, 3> cluster_dims(const Contract& c, const std::array<unsigned, 3>& grid, const ShapeVars& s) {
+    std::array<unsigned, 3> d{};
+    for (int i = 0; i < 3; ++i) {
+        d[size_t(i)] = unsigned(eval_whole(c.cluster[size_t(i)], s, fmt::format("cluster.{}", kAxis[i]), 1,
+                                           kMaxContractCluster, "a cluster has at most 8 blocks"));
+        if (grid[size_t(i)] % d[size_t(i)] != 0)
+            PTXLAB_THROW(InputError,
+                         "cluster.{} = `{}` is {}{}, which does not divide grid.{} = {}: the grid must be whole "
+                         "clusters",
+                         kAxis[i], c.cluster[size_t(i)], d[size_t(i)], at_shape(s), kAxis[i], grid[size_t(i)]);
+    }
+    const unsigned blocks = d[0] * d[1] * d[2];
+    if (blocks > kMaxContractCluster)
+        PTXLAB_THROW(InputError, "cluster {}x{}x{} has {} blocks{}; a cluster has at most {} (the portable size)", d[0],
+                     d[1], d[2], blocks, at_shape(s), kMaxContractCluster);
+    return d;
+}
 unsigned shared_bytes(const Contract& c, const ShapeVars& s) {
     return unsigned(eval_whole(c.shared, s, "shared", 0, kMaxContractShared,
                                "227 KiB: the most dynamic shared memory any GPU lets a block opt in to"));
@@ -66,6 +84,7 @@ LaunchShape launch_shape(const Contract& c, const ShapeVars& s) {
     for (int i = 0; i < 3; ++i) l.grid[i] = grid_dim(c, i, s);
     for (int i = 0; i < 3; ++i) l.block[i] = block_dim(c, i, s);
     check_threads(l.block, s);
+    if (c.cluster_line) l.cluster = cluster_dims(c, l.grid, s);
     l.shared = shared_bytes(c, s);
     return l;
 }
@@ -139,6 +158,30 @@ uint32_t scalar_bits(const Contract& c, const ContractParam& p, const ShapeVars&
     }
 }
 
+TensorMapShape tensor_map_shape(const Contract& c, const ContractParam& p, const ShapeVars& s) {
+    TensorMapShape t;
+    const auto of = std::find_if(c.params.begin(), c.params.end(), [&](const ContractParam& q) { return q.name == p.tmap_of; });
+    if (of == c.params.end() || !of->buffer())
+        PTXLAB_THROW(InputError, "tensor map '{}' describes '{}', which is not a buffer parameter", p.name, p.tmap_of);
+    t.buffer = size_t(of - c.params.begin());
+    const std::string n = fmt::format("tensor map '{}'", p.name);
+    t.rows = uint64_t(eval_whole(p.tmap[0], s, n + " rows", 1, kMaxContractElements));
+    t.cols = uint64_t(eval_whole(p.tmap[1], s, n + " columns", 1, kMaxContractElements));
+    t.box_rows = uint32_t(eval_whole(p.tmap[2], s, n + " box rows", 1, 256, "a box side is 1 .. 256 elements"));
+    t.box_cols = uint32_t(eval_whole(p.tmap[3], s, n + " box columns", 1, 256, "a box side is 1 .. 256 elements"));
+    const size_t len = buffer_length(c, *of, s);
+    if (t.rows > len || len % t.rows != 0 || len / t.rows != t.cols)  // rows * cols != len, without overflow
+        PTXLAB_THROW(InputError, "{} is {} x {} elements{}, but '{}' has {}", n, t.rows, t.cols, at_shape(s), of->name,
+                     len);
+    if (t.cols % 4 != 0)
+        PTXLAB_THROW(InputError, "{}: a row of {} columns is {} bytes{}; a tensor map's row stride must be a multiple of "
+                     "16 bytes (4 columns)", n, t.cols, 4 * t.cols, at_shape(s));
+    if (t.box_cols % 4 != 0)
+        PTXLAB_THROW(InputError, "{}: a box row of {} columns is {} bytes{}; it must be a multiple of 16 bytes (4 columns)",
+                     n, t.box_cols, 4 * t.box_cols, at_shape(s));
+    return t;
+}
+
 double contract_amount(const std::string& text, const std::string& what, const ShapeVars& s) {
     double v = 0;
     try {
@@ -172,10 +215,21 @@ std::vector<Diagnostic> check_contract_values(const Contract& c, const std::vect
         for (int i = 0; i < 3; ++i) b[size_t(i)] = block_dim(c, i, s);
         check_threads(b, s);
     });
+    if (c.cluster_line)
+        key(c.cluster_line, [&](const ShapeVars& s) {
+            std::array<unsigned, 3> g{};
+            try {
+                for (int i = 0; i < 3; ++i) g[size_t(i)] = grid_dim(c, i, s);
+            } catch (const InputError&) {
+                return;  // reported at the grid's line
+            }
+            cluster_dims(c, g, s);
+        });
     key(c.shared_line, [&](const ShapeVars& s) { shared_bytes(c, s); });
     for (const auto& p : c.params)
         key(p.line, [&](const ShapeVars& s) {
             if (p.buffer()) buffer_length(c, p, s);
+            else if (p.role == ParamRole::TensorMap) tensor_map_shape(c, p, s);
             else scalar_bits(c, p, s);
         });
     if (!c.bytes.empty()) key(c.bytes_line, [&](const ShapeVars& s) { contract_amount(c.bytes, "bytes", s); });

@@ -38,7 +38,7 @@ Contract preflight_contract_file(const std::string& path, const std::string& arc
     if (arch.empty()) {
         const std::string target = parse_ptx(src.text).target;
         const auto& archs = supported_archs();
-        arch = std::find(archs.begin(), archs.end(), target) != archs.end() ? target : "sm_90";
+        arch = assembly_arch(std::find(archs.begin(), archs.end(), target) != archs.end() ? target : "sm_90", target);
     }
     const AssemblyResult res = assemble_offline(src, arch);
     if (!res.ok) {
@@ -94,6 +94,7 @@ struct ContractBuffers::Impl {
     std::vector<DeviceBuffer> bufs;              // per param (empty for scalars)
     std::vector<uint64_t> args;                  // per param: the argument's bytes
     mutable std::vector<CUfunction> opted_in;    // functions whose dynamic shared memory limit was raised
+    std::vector<CUtensorMap> maps;               // per param: tensor maps (the others unused)
 };
 
 namespace {
@@ -112,6 +113,28 @@ void opt_in_shared(CUfunction fn, const std::string& origin, unsigned shared, co
                      c.path, c.shared_line, c.shared, shared, shape_text(s), static_bytes, c.entry, origin, optin);
     CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared));
 }
+
+// A contract's `tensormap(...)` parameter: cuTensorMapEncodeTiled over its buffer as uploaded.
+CUtensorMap encode_tensor_map(const Contract& c, const ContractParam& p, const ShapeVars& shape, CUdeviceptr base) {
+    const TensorMapShape t = tensor_map_shape(c, p, shape);
+    const ElemType e = c.params[t.buffer].type;
+    const CUtensorMapDataType type = e == ElemType::F32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                     : e == ElemType::U32 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                                          : CU_TENSOR_MAP_DATA_TYPE_INT32;
+    const cuuint64_t dims[2] = {t.cols, t.rows}, strides[1] = {t.cols * 4};
+    const cuuint32_t box[2] = {t.box_cols, t.box_rows}, elem_strides[2] = {1, 1};
+    CUtensorMap map{};
+    try {
+        CU(cuTensorMapEncodeTiled, &map, type, 2, reinterpret_cast<void*>(base), dims, strides, box, elem_strides,
+           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    } catch (const CudaError& err) {
+        PTXLAB_THROW(InputError, "{}:{}: tensor map '{}' ({} x {} of '{}', box {} x {}) at {}: {}", c.path, p.line, p.name,
+                     t.rows, t.cols, p.tmap_of, t.box_rows, t.box_cols, shape_text(shape), err.what());
+    }
+    return map;
+}
+
 }  // namespace
 
 ContractBuffers::ContractBuffers(const Contract& c, const ShapeVars& shape, uint64_t seed)
@@ -139,13 +162,20 @@ ContractBuffers::ContractBuffers(const Contract& c, const ShapeVars& shape, uint
             m.bufs.emplace_back((n + 2 * kGuardFloats) * 4, p.name);
         } else {
             m.bufs.emplace_back();
-            arg = scalar_bits(c, p, shape);
+            if (p.role == ParamRole::Scalar) arg = scalar_bits(c, p, shape);
         }
         m.lengths.push_back(n);
         m.inputs.push_back(std::move(words));
         m.args.push_back(arg);
     }
     reset();
+    // The buffers' addresses are fixed now: the tensor maps that describe them.
+    m.maps.resize(c.params.size());
+    for (size_t i = 0; i < c.params.size(); ++i)
+        if (c.params[i].role == ParamRole::TensorMap) {
+            const size_t of = tensor_map_shape(c, c.params[i], shape).buffer;
+            m.maps[i] = encode_tensor_map(c, c.params[i], shape, CUdeviceptr(m.args[of]));
+        }
 }
 
 ContractBuffers::~ContractBuffers() = default;
@@ -168,17 +198,38 @@ void ContractBuffers::reset() {
 void ContractBuffers::launch(CUfunction fn, const std::string& origin, CUstream s) const {
     const Impl& m = *impl_;
     std::vector<void*> params;
-    for (size_t i = 0; i < m.args.size(); ++i) params.push_back(const_cast<uint64_t*>(&m.args[i]));
+    for (size_t i = 0; i < m.args.size(); ++i)
+        params.push_back(m.c->params[i].role == ParamRole::TensorMap ? static_cast<void*>(const_cast<CUtensorMap*>(&m.maps[i]))
+                                                                      : static_cast<void*>(const_cast<uint64_t*>(&m.args[i])));
     const auto& l = m.launch;
     if (l.shared > kSharedWithoutOptIn && std::find(m.opted_in.begin(), m.opted_in.end(), fn) == m.opted_in.end()) {
         opt_in_shared(fn, origin, l.shared, *m.c, m.shape);
         m.opted_in.push_back(fn);
     }
     note_in_flight(fmt::format("'{}' ({})", m.c->entry, origin));
-    CUresult r = driver().cuLaunchKernel(fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
-                                         l.shared, s, params.data(), nullptr);
+    CUresult r;
+    if (l.cluster[0] == 0) {
+        r = driver().cuLaunchKernel(fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.shared,
+                                    s, params.data(), nullptr);
+    } else {
+        // The contract's `cluster`: thread-block clusters through the launch attribute (sm_90).
+        CUlaunchAttribute attr{};
+        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = l.cluster[0];
+        attr.value.clusterDim.y = l.cluster[1];
+        attr.value.clusterDim.z = l.cluster[2];
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = l.grid[0], cfg.gridDimY = l.grid[1], cfg.gridDimZ = l.grid[2];
+        cfg.blockDimX = l.block[0], cfg.blockDimY = l.block[1], cfg.blockDimZ = l.block[2];
+        cfg.sharedMemBytes = l.shared;
+        cfg.hStream = s;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        r = driver().cuLaunchKernelEx(&cfg, fn, params.data(), nullptr);
+    }
     if (r != CUDA_SUCCESS)
-        throw CudaError(r, fmt::format("launch of '{}' ({}) failed: cuLaunchKernel: {}", m.c->entry, origin, cu_result_text(r)),
+        throw CudaError(r, fmt::format("launch of '{}' ({}) failed: {}: {}", m.c->entry, origin,
+                                    l.cluster[0] ? "cuLaunchKernelEx (clusters)" : "cuLaunchKernel", cu_result_text(r)),
                         source_location(__FILE__, __LINE__));
 }
 

@@ -58,6 +58,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         for (const auto e : extents) product *= uint64_t(e);
                         require(extents.empty() || product == n);
                         require(!ptxlab::element_name(p.name, extents, n - 1).empty());
+                    } else if (p.role == ptxlab::ParamRole::TensorMap) {
+                        const ptxlab::TensorMapShape t = ptxlab::tensor_map_shape(c, p, s);
+                        require(t.box_rows >= 1 && t.box_rows <= 256 && t.box_cols % 4 == 0 && t.cols % 4 == 0);
                     } else {
                         (void)ptxlab::scalar_bits(c, p, s);
                     }
