@@ -15,7 +15,7 @@ const std::vector<const KernelFamily*>& kernel_families() {
     static const std::vector<const KernelFamily*> families = {
         &mlp_family(),   &mean_family(), &optim_family(), &gather_family(), &fused_family(),
         &step_family(),  &outer_family(), &conv_family(), &tc_family(),     &tcstep_family(),
-        &dense_family(), &act_family(),   &bn_family()};
+        &dense_family(), &densestep_family(), &act_family(), &bn_family()};
     return families;
 }
 

@@ -77,6 +77,7 @@ const KernelFamily& tc_family();
 const KernelFamily& tcstep_family();
 const KernelFamily& bn_family();
 const KernelFamily& dense_family();
+const KernelFamily& densestep_family();
 const KernelFamily& act_family();
 
 // The checks of a shape given by its field names (the MLP-style kernels): the count, sizes
