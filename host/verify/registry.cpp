@@ -118,7 +118,7 @@ std::vector<VerifyCase> quick_cases() {
                                                     &fused_family(), &outer_family(),  &step_family(),
                                                     &tcstep_family(), &optim_family(), &conv_family(),
                                                     &tc_family(),    &dense_family(), &act_family(),
-                                                    &bn_family()};
+                                                    &bn_family(),    &densestep_family()};
     std::vector<VerifyCase> out;
     for (const KernelFamily* f : order)
         for (auto& c : f->quick_cases()) out.push_back(std::move(c));
