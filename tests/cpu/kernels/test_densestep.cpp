@@ -6,7 +6,10 @@
 #include "densestep.hpp"
 #include "error.hpp"
 #include "files.hpp"
+#include "model.hpp"
+#include "recipe.hpp"
 #include "rng.hpp"
+#include "train_cnn.hpp"
 
 #include <doctest/doctest.h>
 
@@ -333,4 +336,25 @@ TEST_CASE("densestep: the networks and tables it refuses, with a reason") {
     v[0].op = 7;
     CHECK(dense_phases_unfit(v).find("op 7") != std::string::npos);
     CHECK(!dense_phases_unfit({}).empty());
+}
+
+TEST_CASE("densestep: the fc-only networks the model trainer runs as dense_program + the optimizer, and its listing") {
+    const KernelChoice tc{Design::Tc, KernelSource::Ptx}, fused{Design::Fused, KernelSource::Reference};
+    const Model m = parse_model("fc256,fc128,fc10");
+    CHECK(dense_step_unfit(m, tc, 64, Activation::Relu).empty());
+    CHECK(dense_step_unfit(m, fused, 64, Activation::Relu).empty());
+    CHECK(dense_step_unfit(parse_model("fc128,fc10"), tc, 1, Activation::Relu).empty());
+    CHECK(dense_step_unfit(parse_model("cnn"), tc, 64, Activation::Relu).find("fc layers only") != std::string::npos);
+    CHECK(dense_step_unfit(parse_model("fc64,bn,fc10"), tc, 64, Activation::Relu).find("fc layers only") !=
+          std::string::npos);
+    CHECK(dense_step_unfit(m, tc, 64, Activation::Tanh).find("ReLU") != std::string::npos);
+    CHECK(dense_step_unfit(m, {Design::Seed, KernelSource::Ptx}, 64, Activation::Relu).find("fused and tc") !=
+          std::string::npos);
+    // The table: each layer's forward stage, its deltas' and weight gradient's (one stage).
+    const std::string t = dense_step_layer_kernels(m);
+    CAPTURE(t);
+    CHECK(t.find("fc1     dense_program (stage 1)") != std::string::npos);
+    CHECK(t.find("fc3     dense_program (stage 3, loss 4)") != std::string::npos);
+    CHECK(t.find("dense_program (5)    dense_program (5)") != std::string::npos);  // fc3's deltas, gradient
+    CHECK(t.find("-                    dense_program (7)") != std::string::npos);  // fc1: no deltas below it
 }
