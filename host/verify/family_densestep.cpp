@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -148,6 +149,34 @@ struct Tables {
     }
 };
 
+// The launch of a case: the step's DenseNet on the harness's buffers, its plan for this device and
+// kernel (the phase table uploaded once per distinct table), dense_program.
+std::function<void(const Kernel&, const DevicePtrs&, CUstream)> densestep_launch(unsigned B, unsigned loss,
+                                                                                 float scale,
+                                                                                 std::vector<unsigned> w) {
+    const size_t L = w.size() - 1;
+    auto tables = std::make_shared<Tables>();
+    return [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        DenseNet n;
+        n.B = B, n.sizes = w, n.loss = loss, n.scale = scale;
+        n.X = ptr(m, "X"), n.T = ptr(m, "T"), n.Y = ptr(m, "Y"), n.D = ptr(m, "D");
+        size_t off = 0;
+        for (size_t l = 0; l < L; ++l) {
+            const size_t nw = size_t(w[l + 1]) * w[l];
+            n.W.push_back(ptr(m, "P") + off * 4), n.gW.push_back(ptr(m, "G") + off * 4);
+            n.b.push_back(ptr(m, "P") + (off + nw) * 4), n.gb.push_back(ptr(m, "G") + (off + nw) * 4);
+            off += nw + w[l + 1];
+            if (l + 1 < L) {
+                n.act.push_back(m.at(fmt::format("A{}", l + 1)));
+                n.delta.push_back(m.at(fmt::format("dA{}", l + 1)));
+            }
+        }
+        const DenseStepPlan plan = densestep_plan(n, densestep_nominal_clusters(), densestep_max_clusters(k));
+        const CUdeviceptr table = tables->upload(plan.phases);
+        launch_dense_program(k, table, unsigned(plan.phases.size()), plan.clusters, ptr(m, "sync"), s);
+    };
+}
+
 Harness make_densestep(const VerifyCase& c, Rng& rng) {
     const unsigned B = c.shape[0], loss = c.shape[1];
     const std::vector<unsigned> w = widths_of(c);
@@ -207,26 +236,7 @@ Harness make_densestep(const VerifyCase& c, Rng& rng) {
     h.expected["G"] = std::move(flat);
     h.tensors.push_back({"sync", {2}, Role::In, {0.0f, 0.0f}});  // the barrier's 64-bit count, 0
 
-    auto tables = std::make_shared<Tables>();
-    h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
-        DenseNet n;
-        n.B = B, n.sizes = w, n.loss = loss, n.scale = scale;
-        n.X = ptr(m, "X"), n.T = ptr(m, "T"), n.Y = ptr(m, "Y"), n.D = ptr(m, "D");
-        size_t off = 0;
-        for (size_t l = 0; l < L; ++l) {
-            const size_t nw = size_t(w[l + 1]) * w[l];
-            n.W.push_back(ptr(m, "P") + off * 4), n.gW.push_back(ptr(m, "G") + off * 4);
-            n.b.push_back(ptr(m, "P") + (off + nw) * 4), n.gb.push_back(ptr(m, "G") + (off + nw) * 4);
-            off += nw + w[l + 1];
-            if (l + 1 < L) {
-                n.act.push_back(m.at(fmt::format("A{}", l + 1)));
-                n.delta.push_back(m.at(fmt::format("dA{}", l + 1)));
-            }
-        }
-        const DenseStepPlan plan = densestep_plan(n, densestep_nominal_clusters(), densestep_max_clusters(k));
-        const CUdeviceptr table = tables->upload(plan.phases);
-        launch_dense_program(k, table, unsigned(plan.phases.size()), plan.clusters, ptr(m, "sync"), s);
-    };
+    h.launch = densestep_launch(B, loss, scale, w);
     return h;
 }
 
