@@ -254,7 +254,7 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
                    m->param_count, to_string(cfg.kernels.source),
                    conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
                    ctx.info().name, ctx.info().arch(), m->shapes_text());
-        const std::string why = dense_step_unfit(*m, cfg.kernels, cfg.batch, cfg.activation);
+        const std::string why = dense_step_unfit(cfg);
         if (why.empty()) {  // the whole step but the optimizer in one launch (ptx/densestep.ptx)
             fmt::print("  a step: dense_program, {} (one launch: every layer's forward pass, the loss, every "
                        "gradient; FP32; then the optimizer)\n",

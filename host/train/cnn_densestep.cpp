@@ -52,6 +52,12 @@ std::string dense_step_unfit(const Model& m, const KernelChoice& k, unsigned B, 
     return dense_net_unfit(n);
 }
 
+std::string dense_step_unfit(const TrainConfig& cfg) {
+    if (!cfg.model) return "dense_program runs the model trainer's step (a --model or 3+ fc layers)";
+    if (!cfg.one_launch) return "the layer-by-layer step was asked for (one_launch off)";
+    return dense_step_unfit(*cfg.model, cfg.kernels, cfg.batch, cfg.activation);
+}
+
 std::string dense_step_layer_kernels(const Model& m) {
     const size_t L = m.layers.size();
     std::string out = fmt::format("  {:<7} {:<28} {:<20} {}\n", "layer", "forward", "deltas to its input",

@@ -437,7 +437,7 @@ std::string mlp_step_kernels(const TrainConfig& cfg) {
 std::vector<std::string> training_entries(const TrainConfig& cfg) {
     if (cfg.model) {
         std::vector<std::string> v = cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
-        if (dense_step_unfit(*cfg.model, cfg.kernels, cfg.batch, cfg.activation).empty()) v.push_back("dense_program");
+        if (dense_step_unfit(cfg).empty()) v.push_back("dense_program");
         return v;
     }
     const auto& sizes = cfg.layers;

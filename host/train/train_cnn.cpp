@@ -360,7 +360,7 @@ public:
         name(a_.D2, kClasses);
         if (p_.running.bytes()) name(p_.running, 0);
         // An fc-only ReLU network: the step as dense_program + the optimizer (two launches).
-        if (dense_step_unfit(m_, cfg.kernels, cfg.batch, cfg.activation).empty())
+        if (dense_step_unfit(cfg).empty())
             dense_ = std::make_unique<DenseStep>(m_, p_, a_, cfg);
     }
 

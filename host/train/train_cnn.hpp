@@ -228,6 +228,9 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
 // does: fc layers only, ReLU, the fused or tc set (or their twins), sizes dense_program takes.
 // (enqueue_cnn_step above stays the layer-by-layer step: evaluation and the tests use it.)
 std::string dense_step_unfit(const Model& m, const KernelChoice& k, unsigned B, Activation act);
+// The same for a run: its --model with cfg.one_launch (on unless a caller turns it off to keep the
+// layer-by-layer step: tests of dense_mm's path in training; the CLI refuses --three-launches there).
+std::string dense_step_unfit(const TrainConfig& cfg);
 // The layer table `train` prints for that step (cnn_layer_kernels' columns): dense_program's stage
 // of each layer's forward pass, deltas and weight gradient.
 std::string dense_step_layer_kernels(const Model& m);

@@ -12,5 +12,7 @@ namespace ptxlab::test {
 const Context& gpu();  // created by main() before any test runs
 // `train --model spec --kernels tc` (or its twins: src) for `steps` steps of one epoch, quietly;
 // its printout goes to the test's log.
-TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsigned steps, KernelSource src);
+// one_launch false: an fc-only network keeps the layer-by-layer step (not dense_program).
+TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsigned steps, KernelSource src,
+                              bool one_launch = true);
 }

@@ -530,6 +530,7 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     cfg.max_steps = 100;
     cfg.eval_every = 1;
     cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    cfg.one_launch = false;  // the layer-by-layer step (dense_mm), not dense_program
     cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
     cfg.progress = false;
     std::ostringstream out;
