@@ -216,10 +216,42 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
             {"fc1024.dW", {"dense_tc", {2, kDenseTcBench, 1024, 1024, 1}}, kDenseTcBench}};
 }
 
+constexpr unsigned kCnnChunk = 32;
+// An fc-only model's step as train runs it (train_cnn.hpp DenseStep): dense_program + the optimizer,
+// kCnnChunk steps a CUDA graph, as bench_model_steps times the others ("PREFIX:dense_program").
+void bench_dense_step(const Context& ctx, const BenchOptions& opt, const Model& m, const std::vector<float>& X,
+                      const std::vector<float>& T, const std::string& prefix, BenchResult& r, std::ostream& out,
+                      CUstream s) {
+    TrainConfig cfg;
+    cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    if (!dense_step_unfit(m, cfg.kernels, kCnnBatch, cfg.activation).empty()) return;
+    std::vector<std::string> entries = cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
+    entries.push_back("dense_program");
+    KernelSet ks(KernelSource::Ptx, ctx.info(), opt.dirs, entries);
+    CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
+    CnnActs a(m, kCnnBatch);
+    const std::vector<StepHyper> hyp(kCnnChunk, step_hyper(cfg.optim, 0.01, 1));
+    DeviceBuffer dX(X.size() * 4, "images"), dT(T.size() * 4, "targets"), dY(T.size() * 4, "logits"),
+        dH(hyp.size() * sizeof(StepHyper), "step table");
+    dX.upload(X);
+    dT.upload(T);
+    dH.upload(hyp);
+    DenseStep step(m, p, a, cfg);
+    step.enqueue(ks, dX.ptr(), dT.ptr(), dY.ptr(), dH.ptr(), s);  // uploads its table, outside the capture
+    Graph g(s, [&] {
+        for (unsigned i = 0; i < kCnnChunk; ++i)
+            step.enqueue(ks, dX.ptr(), dT.ptr(), dY.ptr(), dH.ptr() + i * sizeof(StepHyper), s);
+    });
+    KernelTiming t{fmt::format("{}:dense_program", prefix), "model step", kCnnBatch};
+    t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kCnnChunk;
+    fmt::print(out, "{:<32} {:>10.2f}\n", t.set, t.us);
+    out.flush();
+    r.kernels.push_back(t);
+}
+
 // The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch kCnnBatch)
 // as the trainer runs it: kCnnChunk steps a CUDA graph, replayed; GPU time a step, the median
 // over replays. Random images in [0, 1) and labels; the FP32 conv kernels and the tensor cores.
-constexpr unsigned kCnnChunk = 32;
 void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
     Rng rng(opt.seed);
     std::vector<float> X(size_t(kCnnBatch) * 784), T(size_t(kCnnBatch) * kClasses, 0.0f);
@@ -267,6 +299,7 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
             out.flush();
             r.kernels.push_back(t);
         }
+        if (m.fc_only()) bench_dense_step(ctx, opt, m, X, T, prefix, r, out, s);
         fmt::print(out, "\n");
     }
 }

@@ -254,11 +254,18 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
                    m->param_count, to_string(cfg.kernels.source),
                    conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
                    ctx.info().name, ctx.info().arch(), m->shapes_text());
-        fmt::print("  a step: {}, {}{}\n",
-                   cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation),
-                   optimizer_entry(cfg.optim.kind),
-                   m->fc_only() ? " (no one-launch step: fused_step and tc_step take networks of 2 fc layers)" : "");
-        fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation));
+        const std::string why = dense_step_unfit(cfg);
+        if (why.empty()) {  // the whole step but the optimizer in one launch (ptx/densestep.ptx)
+            fmt::print("  a step: dense_program, {} (one launch: every layer's forward pass, the loss, every "
+                       "gradient; FP32; then the optimizer)\n",
+                       optimizer_entry(cfg.optim.kind));
+            fmt::print("{}", dense_step_layer_kernels(*m));
+        } else {
+            fmt::print("  a step: {}, {}{}\n",
+                       cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation),
+                       optimizer_entry(cfg.optim.kind), m->fc_only() ? " (no one-launch step: " + why + ")" : "");
+            fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation));
+        }
     } else {
         fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n  a step: {}\n", layers_text(cfg.layers),
                    to_string(cfg.kernels), ctx.info().name, ctx.info().arch(), mlp_step_kernels(cfg));

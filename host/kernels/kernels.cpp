@@ -77,6 +77,8 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"dense_mm", "dense", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, F}},
         // C db A Am Bo bias | M N K a_sm a_sk b_sn b_sk relu | scale   (densetc.hpp: dense_mm's GEMM, TF32 mma.sync)
         {"dense_tc", "densetc", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, F}},
+        // phases | nphases | sync   (densestep.hpp: a list of GEMM phases and the loss delta, grid barriers)
+        {"dense_program", "densestep", {P, U, P}},
         // Y idx X | P H W
         {"pool_fwd", "pool", {P, P, P, U, U, U}},
         // dX dY idx | P H W
@@ -305,7 +307,8 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
     // (.reqnctapercluster), new in sm_90.
     if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
             return s->file == "fused" || s->file == "step" || s->file == "conv" || s->file == "tcwgrad" ||
-                   s->file == "tcstep" || s->file == "dense" || s->file == "densetc";
+                   s->file == "tcstep" || s->file == "dense" || s->file == "densetc" ||
+                   s->file == "densestep";
         }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "

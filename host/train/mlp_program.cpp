@@ -435,7 +435,11 @@ std::string mlp_step_kernels(const TrainConfig& cfg) {
 }
 
 std::vector<std::string> training_entries(const TrainConfig& cfg) {
-    if (cfg.model) return cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
+    if (cfg.model) {
+        std::vector<std::string> v = cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
+        if (dense_step_unfit(cfg).empty()) v.push_back("dense_program");
+        return v;
+    }
     const auto& sizes = cfg.layers;
     const bool three = sizes.size() == 4;
     std::vector<std::string> v;

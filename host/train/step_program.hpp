@@ -48,6 +48,9 @@ public:
     // `steps` steps from `first` on, on stream s (captured into a chunk's graph); the default
     // launches each step's step_kernels.
     virtual void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s);
+    // Before those steps are captured into a graph: what they need uploaded (dense_program's phase
+    // tables), which cannot happen during a capture. The default: nothing.
+    virtual void prepare_steps(const KernelSet&, const StepIO&, unsigned) {}
     // The buffers a step changes and the NaN hunt restores: parameters and optimizer state.
     virtual std::vector<const DeviceBuffer*> state() const = 0;
     // The parameters tensor by tensor, named as in a checkpoint (the NaN hunt's messages).

@@ -406,6 +406,7 @@ const Graph& Trainer::chunk_graph(unsigned a, unsigned b) {
             save_state(saved_);
             enqueue_steps(a, b);
         };
+        prog_->prepare_steps(ks_, io(a), b - a);  // uploads, outside the capture
         it = graphs_.emplace(std::tuple{cur_, a, b}, Graph(s_, enqueue)).first;
     }
     return it->second;

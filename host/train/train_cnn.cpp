@@ -369,14 +369,22 @@ public:
         }
         name(a_.D2, kClasses);
         if (p_.running.bytes()) name(p_.running, 0);
+        // An fc-only ReLU network: the step as dense_program + the optimizer (two launches).
+        if (dense_step_unfit(cfg).empty())
+            dense_ = std::make_unique<DenseStep>(m_, p_, a_, cfg);
     }
 
     std::vector<StepKernel> step_kernels(const KernelSet& ks, const StepIO& io) override;
+    StepKernel dense_program_kernel(const KernelSet& ks, const StepIO& io);
     void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s) override {
         for (unsigned j = 0; j < steps; ++j) {
             const StepIO io = first.next(j);
-            enqueue_cnn_step(ks, m_, p_, a_, io.X, io.T, io.Y, cfg_, io.hyp, s);
+            if (dense_) dense_->enqueue(ks, io.X, io.T, io.Y, io.hyp, s);
+            else enqueue_cnn_step(ks, m_, p_, a_, io.X, io.T, io.Y, cfg_, io.hyp, s);
         }
+    }
+    void prepare_steps(const KernelSet& ks, const StepIO& first, unsigned steps) override {
+        if (dense_) dense_->prepare(ks, first, steps);
     }
     std::vector<const DeviceBuffer*> state() const override {
         std::vector<const DeviceBuffer*> v = {&p_.params};
@@ -421,6 +429,7 @@ private:
     std::vector<std::unique_ptr<DeviceBuffer>> views_;
     std::vector<StepKernel::Write> params_;
     std::map<CUdeviceptr, StepKernel::Write> written_;
+    std::unique_ptr<DenseStep> dense_;  // the one-launch step (dense_step_unfit), or none
 };
 
 // The step's operations as StepKernels: each launches the operation alone on the stream it is
@@ -498,12 +507,36 @@ private:
     std::vector<StepKernel>& out_;
 };
 
+// dense_program as one StepKernel: it writes the hidden outputs, Y, the output deltas, the hidden
+// layers' deltas and the whole gradient (by tensor), in that order.
+StepKernel ModelProgram::dense_program_kernel(const KernelSet& ks, const StepIO& io) {
+    StepKernel sk;
+    sk.name = "dense_program";
+    for (size_t l = 0; l + 1 < m_.layers.size(); ++l)
+        if (StepKernel::Write w = write(a_.out[l].ptr()); w.buf) sk.writes.push_back(w);
+    sk.y_offset = io.y_offset + 1;
+    sk.y_after = sk.writes.size();
+    std::vector<CUdeviceptr> rest = {a_.D2.ptr()};
+    for (const DeviceBuffer& d : a_.delta) rest.push_back(d.ptr());
+    for (const LayerSpec& ly : m_.layers)
+        for (size_t off : {ly.weight_offset, ly.bias_offset}) rest.push_back(p_.grads.ptr() + off * 4);
+    for (CUdeviceptr p : rest)
+        if (StepKernel::Write w = write(p); w.buf) sk.writes.push_back(w);
+    DenseStep* d = dense_.get();
+    sk.launch = [&ks, d, io](CUstream s) { d->launch_program(ks, io.X, io.T, io.Y, s); };
+    return sk;
+}
+
 std::vector<StepKernel> ModelProgram::step_kernels(const KernelSet& ks, const StepIO& io) {
     std::vector<StepKernel> v;
-    StepKernelOps ops(ks, conv_, *this, io, v);
-    const CnnBuffers b = buffers_of(p_, a_);
-    cnn_forward(ops, m_, b, io.X, io.T, io.Y, loss_code(cfg_.loss));
-    cnn_backward(ops, m_, b, io.X, grad_scale(cfg_.loss, io.B, kClasses));
+    if (dense_) {
+        v.push_back(dense_program_kernel(ks, io));
+    } else {
+        StepKernelOps ops(ks, conv_, *this, io, v);
+        const CnnBuffers b = buffers_of(p_, a_);
+        cnn_forward(ops, m_, b, io.X, io.T, io.Y, loss_code(cfg_.loss));
+        cnn_backward(ops, m_, b, io.X, grad_scale(cfg_.loss, io.B, kClasses));
+    }
     const OptimConfig o = cfg_.optim;
     const CUdeviceptr P = p_.params.ptr(), G = p_.grads.ptr(), M = p_.m_ptr(o), V = p_.v_ptr(o), hyp = io.hyp;
     const unsigned n = static_cast<unsigned>(p_.count);

@@ -60,9 +60,13 @@
 #include "idx.hpp"
 #include "kernels.hpp"
 #include "model.hpp"
+#include "step_program.hpp"
 #include "train.hpp"
 
+#include <array>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -217,6 +221,51 @@ std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activ
 // The same by layer, one line each: the kernels of its forward pass, of its deltas to its input
 // and of its weight gradient (a table, what `train` prints under its first line).
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu);
+
+// ---- An fc-only model's step in one launch (cnn_densestep.cpp) ----
+// Why the training loop does not run `m`'s step as dense_program (ptx/densestep.ptx: the forward
+// pass, the loss delta and every gradient in one persistent launch) + the optimizer, or "" when it
+// does: fc layers only, ReLU, the fused or tc set (or their twins), sizes dense_program takes.
+// (enqueue_cnn_step above stays the layer-by-layer step: evaluation and the tests use it.)
+std::string dense_step_unfit(const Model& m, const KernelChoice& k, unsigned B, Activation act);
+// The same for a run: its --model with cfg.one_launch (on unless a caller turns it off to keep the
+// layer-by-layer step: tests of dense_mm's path in training; the CLI refuses --three-launches there).
+std::string dense_step_unfit(const TrainConfig& cfg);
+// The layer table `train` prints for that step (cnn_layer_kernels' columns): dense_program's stage
+// of each layer's forward pass, deltas and weight gradient.
+std::string dense_step_layer_kernels(const Model& m);
+// That step on the model trainer's buffers (the parameters, gradient and state of p; a's hidden
+// outputs, deltas and D2). Each step's phase table (its X, T, Y inside) lives in device memory:
+// prepare() uploads the tables of steps it will launch, which must happen outside a CUDA graph
+// capture (the training loop calls StepProgram::prepare_steps before it captures a chunk);
+// enqueue() uploads any table it lacks itself. The grid barrier's count is one 8-byte buffer a
+// kernel (PTX, twin), 0 at first; every launch leaves it a multiple of the grid.
+class DenseStep {
+public:
+    DenseStep(const Model& m, const CnnParams& p, const CnnActs& a, const TrainConfig& cfg);
+    void prepare(const KernelSet& ks, const StepIO& first, unsigned steps);
+    // dense_program, then the optimizer with the step's StepHyper record hyp.
+    void enqueue(const KernelSet& ks, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, CUdeviceptr hyp, CUstream s);
+    void launch_program(const KernelSet& ks, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y, CUstream s);
+
+private:
+    struct Table {
+        CUdeviceptr ptr = 0;
+        unsigned clusters = 1;
+    };
+    Table& table(const Kernel& k, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y);
+    void prepare_one(const Kernel& k, const std::vector<std::array<CUdeviceptr, 3>>& steps);
+    const Model& m_;
+    const CnnParams& p_;
+    const CnnActs& a_;
+    OptimConfig optim_;
+    unsigned loss_;
+    float scale_;
+    unsigned nphases_ = 0;
+    std::map<std::tuple<const Kernel*, CUdeviceptr, CUdeviceptr, CUdeviceptr>, Table> tables_;
+    std::map<const Kernel*, DeviceBuffer> sync_;
+    std::vector<DeviceBuffer> pool_;
+};
 
 // train false: evaluation (bn layers on their running statistics, which stay as they are).
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,

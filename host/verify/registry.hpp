@@ -78,6 +78,7 @@ const KernelFamily& tcstep_family();
 const KernelFamily& bn_family();
 const KernelFamily& dense_family();
 const KernelFamily& densetc_family();
+const KernelFamily& densestep_family();
 const KernelFamily& act_family();
 
 // The checks of a shape given by its field names (the MLP-style kernels): the count, sizes

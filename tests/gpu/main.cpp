@@ -18,9 +18,10 @@ std::unique_ptr<ptxlab::Context> g_ctx;
 const ptxlab::Context& ptxlab::test::gpu() { return *g_ctx; }
 
 ptxlab::TrainResult ptxlab::test::train_model_steps(const Dataset& data, const std::string& spec, unsigned steps,
-                                                    KernelSource src, unsigned batch) {
+                                                    KernelSource src, unsigned batch, bool one_launch) {
     TrainConfig cfg;
     if (batch != 0) cfg.batch = batch;
+    cfg.one_launch = one_launch;
     cfg.model = parse_model(spec);
     cfg.layers = cfg.model->fc_sizes();
     cfg.epochs = 1;

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 using namespace ptxlab;
@@ -52,11 +53,15 @@ struct Steps {
     std::vector<float> running;                     // the bn layers' running statistics after the last step
 };
 
-// `lrs.size()` steps of `m` on the batch X (B images), each with its own lr, from `init`.
+// `lrs.size()` steps of `m` on the batch X (B images), each with its own lr, from `init`; dense: as
+// dense_program + the optimizer (train_cnn.hpp DenseStep, what train runs for an fc-only network).
 Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init, const TrainConfig& cfg,
-                const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs) {
+                const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs,
+                bool dense = false) {
     const unsigned B = static_cast<unsigned>(labels.size());
-    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels)));
+    std::vector<std::string> entries = cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
+    if (dense) entries.push_back("dense_program");
+    KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), entries);
     CnnParams p(m, init, cfg.optim);
     CnnActs a(m, B, cfg.activation);
     std::vector<float> t(size_t(B) * kClasses, 0.0f);
@@ -71,9 +76,15 @@ Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init
     dY.fill_u32(0x7fc00000u);
     Stream s;
     Steps r;
+    std::optional<DenseStep> step;
+    if (dense) step.emplace(m, p, a, cfg);
     for (size_t k = 0; k < lrs.size(); ++k) {
-        enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr() + k * t.size() * 4, cfg,
-                         dH.ptr() + k * sizeof(StepHyper), s.get());
+        if (dense)
+            step->enqueue(ks, dX.ptr(), dT.ptr(), dY.ptr() + k * t.size() * 4, dH.ptr() + k * sizeof(StepHyper),
+                          s.get());
+        else
+            enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr() + k * t.size() * 4, cfg,
+                             dH.ptr() + k * sizeof(StepHyper), s.get());
         s.synchronize();
         if (k == 0) r.first_grad = p.grads.download_vector<float>();
     }
@@ -99,9 +110,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The steps on the PTX, checked against the same steps on the twins, bit for bit.
 Steps ptx_steps_as_twins(const Model& m, const std::vector<float>& init, const TrainConfig& cfg,
-                         const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs) {
-    const Steps ptx = gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs);
-    const Steps twin = gpu_steps(KernelSource::Reference, m, init, cfg, X, labels, lrs);
+                         const std::vector<float>& X, const std::vector<uint8_t>& labels, const std::vector<double>& lrs,
+                         bool dense = false) {
+    const Steps ptx = gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs, dense);
+    const Steps twin = gpu_steps(KernelSource::Reference, m, init, cfg, X, labels, lrs, dense);
     CHECK(same_bits(ptx.params, twin.params));
     CHECK(same_bits(ptx.first_grad, twin.first_grad));
     CHECK(same_bits(ptx.logits, twin.logits));
@@ -366,6 +378,53 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
     CHECK_FALSE(same_bits(gpu_steps(KernelSource::Ptx, m, init, fp32, X, labels, lrs).first_grad, ptx.first_grad));
 }
 
+TEST_CASE("cnn: an fc network's step as dense_program + the optimizer matches the float64 steps, the PTX its twins") {
+    // What `train --layers 784,256,128,10` (and fc-only --model runs of ReLU) runs: dense_program
+    // (forward, loss, every gradient in one launch, FP32), then the optimizer.
+    for (const char* spec : {"fc64,fc32,fc10", "fc256,fc128,fc10", "fc33,fc10"}) {
+        const Model m = parse_model(spec);
+        CAPTURE(spec);
+        const unsigned B = 16;
+        const auto [X, labels] = random_batch(B, 23);
+        const std::vector<float> init = init_model_params(m, Init::Torch, 7);
+        const std::vector<double> lrs = {0.0625, 0.125, 0.03125};
+        for (Loss loss : {Loss::Ce, Loss::Mse}) {
+            CAPTURE(to_string(loss));
+            TrainConfig cfg;
+            cfg.kernels = {Design::Tc, KernelSource::Ptx};
+            cfg.loss = loss;
+            REQUIRE(dense_step_unfit(m, cfg.kernels, B, cfg.activation).empty());
+            const Steps ptx = ptx_steps_as_twins(m, init, cfg, X, labels, lrs, true);
+            Recipe r;
+            r.loss = loss;
+            r.optim = cfg.optim;
+            std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
+            model_loss_grad64(m, P, r, X64, labels, B, &g);
+            const auto [gmax, gerr] = grad_error(g, ptx.first_grad);
+            MESSAGE("largest gradient ", gmax, ", largest error ", gerr);
+            CHECK(gerr <= 1e-4 * gmax);
+            ModelOptim64 st;
+            for (size_t k = 0; k < lrs.size(); ++k) {
+                const double want = cpu_model_step(m, P, st, r, X64, labels, B, lrs[k]);
+                double got = 0, y[kClasses], t[kClasses];
+                for (unsigned s = 0; s < B; ++s) {
+                    for (unsigned o = 0; o < kClasses; ++o) {
+                        y[o] = ptx.logits[(k * B + s) * kClasses + o];
+                        t[o] = labels[s] == o;
+                    }
+                    got += loss_value(loss, y, t, kClasses) / B;
+                }
+                CHECK(got == doctest::Approx(want).epsilon(1e-5));
+            }
+            CHECK(count_past(ptx.params, P, 1e-5, 1e-5) == 0);
+            // The layer-by-layer step of the same set differs in its bits (tc_grad_weights' TF32
+            // products for the first layer, other orders): the dense_program path really ran.
+            CHECK_FALSE(same_bits(gpu_steps(KernelSource::Ptx, m, init, cfg, X, labels, lrs).first_grad,
+                                  ptx.first_grad));
+        }
+    }
+}
+
 TEST_CASE("cnn: train --layers 784,256,128,10 learns on the dense kernels in 300 steps, the PTX as its twins") {
     const Dataset data = load_dataset(default_data_dir());
     const TrainResult ptx = train_model_steps(data, "fc256,fc128,fc10", 300, KernelSource::Ptx),
@@ -471,6 +530,7 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     cfg.max_steps = 100;
     cfg.eval_every = 1;
     cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    cfg.one_launch = false;  // the layer-by-layer step (dense_mm), not dense_program
     cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
     cfg.progress = false;
     std::ostringstream out;
