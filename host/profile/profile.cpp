@@ -206,7 +206,17 @@ std::string format_profile_text(const Profile& p, size_t top) {
         text_stalls(out, fmt::format("  stall reasons of {}", k.name), k.stalls, k.samples);
     }
     text_stalls(out, "stall reasons, all kernels", p.stalls, p.samples);
-    return out;
+    std::string trimmed_out;  // lines without a reason end in the column's padding
+    for (size_t b = 0; b < out.size();) {
+        size_t e = out.find('\n', b);
+        if (e == std::string::npos) e = out.size();
+        size_t end = e;
+        while (end > b && out[end - 1] == ' ') --end;
+        trimmed_out.append(out, b, end - b);
+        if (e < out.size()) trimmed_out += '\n';
+        b = e + 1;
+    }
+    return trimmed_out;
 }
 
 }  // namespace ptxlab
