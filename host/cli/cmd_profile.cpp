@@ -228,7 +228,10 @@ int run_profile(ProfileOptions& o) {
     if (run.records.empty())
         PTXLAB_THROW(Error, "no PC samples were taken of {}: the kernels did not run, or ran too briefly for one "
                             "sample every 2^{} cycles (try --period 5, or more --repeat)", w.what, o.period);
+    std::vector<std::string> notes;
+    add_offline_cubins(run, w.sources, ctx.info().arch(), cubin_crc, notes);
     Profile p = build_profile(run, nvdisasm, w.sources);
+    p.notes.insert(p.notes.end(), notes.begin(), notes.end());
     p.what = w.what;
     p.device = fmt::format("{} ({})", ctx.info().name, ctx.info().arch());
     fmt::print("{}", format_profile_text(p, o.top));

@@ -59,6 +59,27 @@ private:
 
 }  // namespace
 
+void add_offline_cubins(SampleRun& run, const std::vector<SourceFile>& sources, const std::string& arch,
+                        const std::function<uint64_t(const std::string&)>& crc, std::vector<std::string>& notes) {
+    std::map<uint64_t, std::string> missing;  // CRC -> a function sampled in it
+    for (const auto& r : run.records)
+        if (!run.cubins.count(r.cubin_crc)) missing[r.cubin_crc] = r.function;
+    for (const auto& [want, function] : missing)
+        for (const auto& src : sources) {
+            if (!parse_ptx(src.text).find(function)) continue;
+            const AssemblyResult res = assemble_offline(src, arch, AssembleOptions{.line_info = true, .cubin = true});
+            if (!res.ok || res.cubin.empty()) continue;
+            run.cubins[want] = res.cubin;
+            const uint64_t got = crc(res.cubin);
+            if (got != want)
+                notes.push_back(fmt::format("the cubin the driver loaded for {} was not captured; its listing is "
+                                            "nvJitLink's assembly of {} for {} (CRC {:#x}, the samples' {:#x}): where "
+                                            "the two assemblers differ, samples may sit on the wrong instruction",
+                                            function, src.path, arch, got, want));
+            break;
+        }
+}
+
 Profile build_profile(const SampleRun& run, const std::string& nvdisasm, const std::vector<SourceFile>& sources) {
     Profile p;
     p.period = run.period;

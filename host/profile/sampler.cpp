@@ -236,15 +236,17 @@ SampleRun PcSampler::take() {
     for (auto& [key, r] : m.records)
         if (r.samples() > 0) out.records.push_back(r);
     std::lock_guard<std::mutex> lock(m.cubin_mutex);
-    for (const auto& cubin : m.cubins) {
-        CUpti_GetCubinCrcParams p{};
-        p.size = CUpti_GetCubinCrcParamsSize;
-        p.cubinSize = cubin.size();
-        p.cubin = cubin.data();
-        CUPTI_CALL(cuptiGetCubinCrc, &p);
-        out.cubins[p.cubinCrc] = cubin;
-    }
+    for (const auto& cubin : m.cubins) out.cubins[cubin_crc(cubin)] = cubin;
     return out;
+}
+
+uint64_t cubin_crc(const std::string& cubin) {
+    CUpti_GetCubinCrcParams p{};
+    p.size = CUpti_GetCubinCrcParamsSize;
+    p.cubinSize = cubin.size();
+    p.cubin = cubin.data();
+    CUPTI_CALL(cuptiGetCubinCrc, &p);
+    return p.cubinCrc;
 }
 
 #else
@@ -255,6 +257,7 @@ PcSampler::~PcSampler() = default;
 void PcSampler::start() {}
 void PcSampler::stop() {}
 SampleRun PcSampler::take() { return {}; }
+uint64_t cubin_crc(const std::string&) { return 0; }
 
 #endif
 

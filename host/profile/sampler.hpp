@@ -48,6 +48,9 @@ struct SampleRun {
 std::string short_stall_reason(const std::string& cupti_name);
 bool is_not_issued_reason(const std::string& cupti_name);
 
+// cuptiGetCubinCrc of `cubin`: the CRC PC records name their cubin by. Needs CUPTI.
+uint64_t cubin_crc(const std::string& cubin);
+
 enum class SamplingMode { Serialized, Continuous };
 
 class PcSampler {

@@ -207,6 +207,30 @@ TEST_CASE("profile: records of a cubin that was not seen loading have no listing
     CHECK(format_profile_text(p).find("was not seen loading") != std::string::npos);
 }
 
+TEST_CASE("profile: a cubin not captured is made again offline, and a CRC that differs is said") {
+    const SourceFile src = read_source_file(fixture("sass/scale.ptx"));
+    for (const uint64_t offline_crc : {uint64_t(7), uint64_t(9)}) {
+        SampleRun run;
+        run.records = records();  // all of cubin 7, function scale
+        std::vector<std::string> notes;
+        add_offline_cubins(run, {src}, "sm_90", [&](const std::string&) { return offline_crc; }, notes);
+        REQUIRE(run.cubins.count(7) == 1);
+        CHECK(run.cubins.at(7).rfind("\x7f" "ELF", 0) == 0);
+        if (offline_crc == 7) {
+            CHECK(notes.empty());
+        } else {
+            REQUIRE(notes.size() == 1);
+            CHECK(notes[0].find("was not captured; its listing is nvJitLink's assembly of") != std::string::npos);
+        }
+    }
+    SampleRun other;
+    other.records = records();
+    for (auto& r : other.records) r.function = "not_in_the_file";
+    std::vector<std::string> notes;
+    add_offline_cubins(other, {src}, "sm_90", [](const std::string&) { return uint64_t(7); }, notes);
+    CHECK(other.cubins.empty());
+}
+
 #if PTXLAB_HAVE_CUPTI_HEADERS
 TEST_CASE("profile: CUPTI at a path that does not exist is named, with how to get it") {
     // cupti() loads once per process: this is the only test here that calls it.
