@@ -232,6 +232,16 @@ void PcSampler::stop() {
 
 SampleRun PcSampler::take() {
     Impl& m = *impl_;
+    if (m.running) stop();
+    if (m.enabled) {  // what CUPTI still holds is flushed into the configured buffer on disable
+        CUpti_PCSamplingDisableParams p{};
+        p.size = CUpti_PCSamplingDisableParamsSize;
+        p.ctx = m.ctx;
+        m.enabled = false;
+        CUPTI_CALL(cuptiPCSamplingDisable, &p);
+        m.absorb(m.config.data);
+        m.config.data.totalNumPcs = 0;
+    }
     SampleRun out = m.run;
     for (auto& [key, r] : m.records)
         if (r.samples() > 0) out.records.push_back(r);

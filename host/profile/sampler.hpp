@@ -64,7 +64,7 @@ public:
 
     void start();
     void stop();  // waits for the device, ends the range and drains the records
-    SampleRun take();
+    SampleRun take();  // ends sampling (disables it) and returns every record and cubin
 
     struct Impl;
 
