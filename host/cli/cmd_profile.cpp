@@ -192,9 +192,12 @@ Workload train_workload(ProfileOptions& o) {
     return w;
 }
 
+// Both made before either is written; each written to a temporary file and renamed into place.
 void write_outputs(const ProfileOptions& o, const Profile& p) {
-    if (!o.json.empty()) write_file_atomically(o.json, format_profile_json(p), "--json");
-    if (!o.html.empty()) write_file_atomically(o.html, format_profile_html(p, o.top), "--html");
+    const std::string json = o.json.empty() ? "" : format_profile_json(p);
+    const std::string html = o.html.empty() ? "" : format_profile_html(p, o.top);
+    if (!o.json.empty()) write_file_atomically(o.json, json, "--json");
+    if (!o.html.empty()) write_file_atomically(o.html, html, "--html");
 }
 
 int run_profile(ProfileOptions& o) {
