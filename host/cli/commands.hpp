@@ -19,5 +19,6 @@ void setup_eval(CLI::App& app, Command& chosen);
 void setup_bench(CLI::App& app, Command& chosen);
 void setup_new(CLI::App& app, Command& chosen);
 void setup_sass(CLI::App& app, Command& chosen);
+void setup_profile(CLI::App& app, Command& chosen);
 
 }  // namespace ptxlab::cli

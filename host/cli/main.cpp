@@ -61,7 +61,8 @@ void configure(CLI::App& app, ptxlab::cli::Command& chosen) {
         "PTXLAB_REFERENCE_DIR (the CUDA C twins; default $PTXLAB_PTX_DIR/reference or the tree's\n"
         "ptx/reference), PTXLAB_LIBCUDA (driver library to open instead of libcuda.so.1),\n"
         "PTXLAB_NVDISASM (the nvdisasm that `ptxlab sass` runs; where it looks otherwise: ptxlab sass --help),\n"
-        "PTXLAB_COMPUTE_SANITIZER (the compute-sanitizer that `verify --racecheck` and `--synccheck` run).\n"
+        "PTXLAB_COMPUTE_SANITIZER (the compute-sanitizer that `verify --racecheck` and `--synccheck` run),\n"
+        "PTXLAB_CUPTI_LIB (the libcupti that `ptxlab profile` opens; where it looks otherwise: ptxlab profile --help).\n"
         "CUDA_CACHE_DISABLE: ptxlab sets it to 1 unless you set it, so that the driver's JIT always runs ptxas\n"
         "and its info log (registers, spills) is never empty.");
     app.require_subcommand(1);
@@ -84,6 +85,7 @@ void configure(CLI::App& app, ptxlab::cli::Command& chosen) {
     cli::setup_bench(app, chosen);
     cli::setup_new(app, chosen);
     cli::setup_sass(app, chosen);
+    cli::setup_profile(app, chosen);
 }
 
 // An unknown first word: name it and list the commands (CLI11 would say only that one is

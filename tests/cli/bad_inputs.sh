@@ -138,6 +138,24 @@ expect "sass: nvdisasm fails"           1 "exited with status 3:"               
 expect "sass: --control with --diff"    2 "excludes"                                         PTXLAB_NVDISASM="$fake" "$P" sass --control "$t/good.ptx" --diff "$t/good.ptx"
 expect "sass: --control, nvdisasm fails" 1 "exited with status 3:"                          FAKE_NVDISASM_EXIT=3 PTXLAB_NVDISASM="$fake" "$P" sass --control "$t/good.ptx"
 expect "sass: --control, no listing"    1 "no canned listing"                                PTXLAB_NVDISASM="$fake" "$P" sass --control "$src/tests/fixtures/sass/scale.ptx"
+# ---- profile (#36): input, outputs and CUPTI are checked before the GPU --------------------
+cupti_nope="PTXLAB_CUPTI_LIB=/nonexistent/libcupti.so.13"
+expect "profile: missing file"          2 "nope.ptx: does not exist"                        $nogpu PTXLAB_NVDISASM="$fake" "$P" profile "$t/nope.ptx"
+expect "profile: unknown entry, listed" 2 "step.ptx: no entry 'nope' (its entries: fused_step)" $nogpu PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:nope"
+expect "profile: no contract, not ours" 2 "good.ptx: no contract header, and no ptxlab kernel" $nogpu PTXLAB_NVDISASM="$fake" "$P" profile "$t/good.ptx"
+expect "profile: contract, other entry" 2 "no entry 'k'"                                    $nogpu PTXLAB_NVDISASM="$fake" "$P" profile "$src/tests/fixtures/contract/forward3.ptx:k"
+expect "profile: no target"             2 "profile what? Give FILE.ptx[:ENTRY], or --train" $nogpu "$P" profile
+expect "profile: file and --train"      2 "and --train together"                            $nogpu "$P" profile "$src/ptx/step.ptx" --train
+expect "profile: train flag, no --train" 2 "--layers is one of train's flags: it goes with --train" $nogpu "$P" profile "$src/ptx/step.ptx" --layers 784,10
+expect "profile --train: a flag it refuses" 2 "--save"                                      $nogpu "$P" profile --train --save "$t/x.safetensors"
+expect "profile --train: train refuses" 2 "--max-steps"                                     $nogpu "$P" profile --train --max-steps lots
+expect "profile: --period out of range" 2 "--period 40: CUPTI samples every 2^period cycles" $nogpu PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx" --period 40
+expect "profile: --html unwritable"     2 "--html '$t/no/dir/p.html' cannot be created"     $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --html "$t/no/dir/p.html"
+expect "profile: --html a directory"    2 "--html '$t'"                                     $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --html "$t"
+expect "profile: --json and --html one file" 2 "each output needs its own file"            $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx" --json "$t/p.out" --html "$t/p.out"
+expect "profile: CUPTI missing"         1 "CUPTI not found"                                 $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --json "$t/p.json"
+expect "profile: CUPTI missing, how"    1 "set PTXLAB_CUPTI_LIB=/path/to/libcupti.so.13"    $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile --train
+expect "profile: nothing half-written"  0 ""                                                test ! -e "$t/p.json" -a ! -e "$t/p.out"
 # ---- paths --------------------------------------------------------------------
 expect "path: --ptx-dir with files"     2 "give one or the other"                           "$P" check --ptx-dir "$t/ptxdir" "$t/good.ptx"
 expect "path: --ptx-dir is a file"      2 "--ptx-dir '$t/good.ptx' is a regular file, not a directory" "$P" check --ptx-dir "$t/good.ptx"

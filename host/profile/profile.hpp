@@ -1,0 +1,86 @@
+// ptxlab profile's model: PC samples (sampler.hpp) under the SASS instructions they hit and,
+// through the line table that `ptxlab sass` reads (sass.hpp), under the PTX lines those came
+// from; per kernel the hottest lines and blocks (the PTX label a line falls under), and the
+// totals by stall reason. Then the three views: text (the `sass` layout), JSON and one HTML page.
+// No GPU here: the records and listings come in, numbers and text go out.
+#pragma once
+
+#include "sampler.hpp"
+#include "sass.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ptxlab {
+
+using StallCounts = std::map<std::string, uint64_t>;
+
+// The reasons with the most samples, most first (ties by name), at most `n`.
+std::vector<std::pair<std::string, uint64_t>> top_reasons(const StallCounts& c, size_t n);
+
+struct InstructionProfile {
+    unsigned address = 0;
+    std::string text;  // "@P0 FFMA R4, R2, R3, R4"
+    int line = 0;      // its PTX line (0: none, or another file)
+    uint64_t samples = 0;
+    StallCounts stalls;
+};
+
+struct LineProfile {
+    int line = 0;
+    std::string text;   // the PTX line, trimmed
+    std::string block;  // the label it falls under ("(entry)" before the first)
+    uint64_t samples = 0;
+    StallCounts stalls;
+    std::vector<size_t> sass;  // indices into KernelProfile::code, by address
+};
+
+struct BlockProfile {
+    std::string label;
+    int first_line = 0;
+    uint64_t samples = 0;
+    StallCounts stalls;
+};
+
+struct KernelProfile {
+    std::string name;
+    std::string source;  // the PTX file its lines are from ("" when unknown)
+    std::string note;    // why it has no listing, when it has none
+    uint64_t samples = 0;
+    uint64_t unmapped = 0;   // samples at a PC with no SASS instruction, or no PTX line
+    StallCounts stalls;
+    std::vector<InstructionProfile> code;
+    std::vector<LineProfile> lines;  // every line from the first to the last with SASS, in order
+    std::vector<BlockProfile> blocks;  // in order of their first line
+};
+
+struct Profile {
+    std::string what;  // "ptx/step.ptx:fused_step at its verify shapes (12 launches)"
+    std::string device;
+    unsigned period = 0;
+    uint64_t samples = 0, dropped = 0, non_user = 0;
+    bool hardware_buffer_full = false;
+    StallCounts stalls;
+    std::vector<KernelProfile> kernels;  // most samples first
+    std::vector<std::string> notes;
+};
+
+// The label a PTX line `line` (1-based) of `lines` falls under: the nearest `NAME:` line at or
+// above it, stopping at the .entry/.func it is in; "(entry)" when none.
+std::string block_of(const std::vector<std::string>& lines, int line);
+
+// One kernel's samples (`records`, all of this function) placed on `f`'s instructions and
+// `src`'s lines; `f` and `src` may be null (then only the totals, and `note` says why).
+KernelProfile profile_kernel(const std::string& name, const std::vector<const PcRecord*>& records,
+                             const SassFunction* f, const SassSource* src, const std::string& note = "");
+
+// Sums the kernels into the profile's totals and orders them, most samples first.
+void finish_profile(Profile& p);
+
+std::string format_profile_text(const Profile& p, size_t top = 10);
+std::string format_profile_json(const Profile& p);
+std::string format_profile_html(const Profile& p, size_t top = 10);
+
+}  // namespace ptxlab

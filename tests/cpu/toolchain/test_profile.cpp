@@ -1,0 +1,249 @@
+// `ptxlab profile`'s model with no GPU: hand-made PC records on the sass fixture's listing
+// (tests/fixtures/sass/scale.{ptx,sass}, the stand-in's canned nvdisasm output) give the sums
+// per SASS instruction, PTX line, block and stall reason; the text, JSON and HTML views carry
+// the same numbers; the CUPTI loader pointed at a missing library says so. The bad inputs of
+// the command line are in tests/cli/bad_inputs.sh, the real sampling in tests/gpu/toolchain/test_profile.cpp.
+#include "../../helpers.hpp"
+#include "collect.hpp"
+#include "cupti.hpp"
+#include "profile.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+using namespace ptxlab;
+using namespace ptxlab::test;
+
+namespace {
+
+std::string canned_scale() {
+    std::ifstream in(fixture("sass/scale.sass"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string s = ss.str();
+    const std::string ptx = fixture("sass/scale.ptx");
+    for (size_t p; (p = s.find("@PTX@")) != std::string::npos;) s.replace(p, 5, ptx);
+    return s;
+}
+
+PcRecord rec(uint64_t pc, StallCounts stalls) {
+    PcRecord r;
+    r.function = "scale";
+    r.cubin_crc = 7;
+    r.pc_offset = pc;
+    r.stalls = std::move(stalls);
+    return r;
+}
+
+// scale.sass: 0x0070 @P0 EXIT (line 23), 0x00d0 LDG (34), 0x00f0 FFMA (35), 0x0100 STG (36), 0x0110 EXIT (38, under EXIT:).
+std::vector<PcRecord> records() {
+    return {rec(0x00d0, {{"long_scoreboard", 30}}),
+            rec(0x00f0, {{"long_scoreboard", 50}, {"wait", 5}}),
+            rec(0x0100, {{"lg_throttle", 10}}),
+            rec(0x0070, {{"selected", 3}}),
+            rec(0x0110, {{"selected", 2}}),
+            rec(0x9990, {{"wait", 4}})};  // past the code: counted, but on no line
+}
+
+struct Fixture {
+    std::vector<SassFunction> functions = parse_nvdisasm(canned_scale());
+    SassSource source = loaded_source(read_source_file(fixture("sass/scale.ptx")));
+    std::vector<PcRecord> recs = records();
+    Profile profile() {
+        std::vector<const PcRecord*> ptrs;
+        for (const auto& r : recs) ptrs.push_back(&r);
+        Profile p;
+        p.what = "scale.ptx:scale (test)";
+        p.device = "no GPU";
+        p.period = 8;
+        p.kernels.push_back(profile_kernel("scale", ptrs, &functions.at(0), &source));
+        finish_profile(p);
+        return p;
+    }
+};
+
+const LineProfile& line(const KernelProfile& k, int n) {
+    for (const auto& l : k.lines)
+        if (l.line == n) return l;
+    FAIL("no line " << n);
+    throw 0;
+}
+
+}  // namespace
+
+TEST_CASE("profile: samples summed per SASS instruction, PTX line, block and stall reason") {
+    Fixture f;
+    const Profile p = f.profile();
+    REQUIRE(p.kernels.size() == 1);
+    const KernelProfile& k = p.kernels[0];
+    CHECK(k.samples == 104);
+    CHECK(p.samples == 104);
+    CHECK(k.unmapped == 4);
+    CHECK(k.lines.front().line == 17);  // the first line with SASS ... the last
+    CHECK(k.lines.back().line == 38);
+    CHECK(line(k, 35).samples == 55);
+    CHECK(line(k, 35).text == "fma.rn.f32      v, a, v, 0f3F800000;");
+    CHECK(line(k, 34).samples == 30);
+    CHECK(line(k, 36).samples == 10);
+    CHECK(line(k, 23).samples == 3);
+    CHECK(line(k, 24).samples == 0);
+    CHECK(line(k, 38).block == "EXIT");
+    CHECK(line(k, 35).block == "(entry)");
+    const auto top = top_reasons(line(k, 35).stalls, 3);
+    REQUIRE(top.size() == 2);
+    CHECK(top[0] == std::pair<std::string, uint64_t>{"long_scoreboard", 50});
+    CHECK(top[1] == std::pair<std::string, uint64_t>{"wait", 5});
+    CHECK(p.stalls.at("long_scoreboard") == 80);
+    CHECK(p.stalls.at("wait") == 9);
+    CHECK(p.stalls.at("selected") == 5);
+    REQUIRE(k.blocks.size() == 2);
+    CHECK(k.blocks[0].label == "(entry)");
+    CHECK(k.blocks[0].samples == 98);
+    CHECK(k.blocks[1].label == "EXIT");
+    CHECK(k.blocks[1].first_line == 37);
+    CHECK(k.blocks[1].samples == 2);
+    // Line 35 is an LDC (no samples) and the FFMA, which carries the line's 55 samples.
+    REQUIRE(line(k, 35).sass.size() == 2);
+    CHECK(k.code[line(k, 35).sass[0]].samples == 0);
+    const auto& ffma = k.code[line(k, 35).sass[1]];
+    CHECK(ffma.address == 0x00f0);
+    CHECK(ffma.samples == 55);
+}
+
+TEST_CASE("profile: the text view, hottest lines first") {
+    Fixture f;
+    const std::string t = format_profile_text(f.profile());
+    CAPTURE(t);
+    CHECK(t.find(".entry scale  (" + fixture("sass/scale.ptx") + "): 104 samples, 100.0 % of all; 4 not on a PTX line") !=
+          std::string::npos);
+    CHECK(t.find("      55   52.9     35 | fma.rn.f32      v, a, v, 0f3F800000;") != std::string::npos);
+    CHECK(t.find("/*00f0*/  FFMA R7, R2, R7, 1") != std::string::npos);
+    const size_t hot = t.find("hottest lines of scale");
+    REQUIRE(hot != std::string::npos);
+    const size_t l35 = t.find("      55   52.9     35  (entry)", hot), l34 = t.find("      30   28.8     34  (entry)", hot);
+    CHECK(l35 != std::string::npos);
+    CHECK(l34 != std::string::npos);
+    CHECK(l35 < l34);
+    CHECK(t.find("       2    1.9     37  EXIT") != std::string::npos);
+    CHECK(t.find("      80   76.9 %  long_scoreboard") != std::string::npos);
+}
+
+TEST_CASE("profile: the JSON view's keys and numbers") {
+    Fixture f;
+    const auto j = nlohmann::json::parse(format_profile_json(f.profile()));
+    for (const char* key : {"what", "device", "period", "samples", "dropped", "non_user", "hardware_buffer_full", "stalls",
+                            "notes", "kernels"})
+        CHECK_MESSAGE(j.contains(key), key);
+    CHECK(j["samples"] == 104);
+    const auto& k = j["kernels"][0];
+    CHECK(k["name"] == "scale");
+    CHECK(k["unmapped"] == 4);
+    CHECK(k["hottest_lines"][0] == 35);
+    CHECK(k["hottest_lines"][1] == 34);
+    bool found = false;
+    for (const auto& l : k["lines"]) {
+        for (const char* key : {"line", "text", "block", "samples", "stalls", "sass"}) CHECK_MESSAGE(l.contains(key), key);
+        if (l["line"] == 35) {
+            found = true;
+            CHECK(l["samples"] == 55);
+            CHECK(l["stalls"]["long_scoreboard"] == 50);
+            CHECK(l["sass"][0]["address"] == 0xb0);  // LDC R7, then the FFMA
+            CHECK(l["sass"][1]["address"] == 0xf0);
+            CHECK(l["sass"][1]["text"] == "FFMA R7, R2, R7, 1");
+            CHECK(l["sass"][1]["samples"] == 55);
+        }
+    }
+    CHECK(found);
+    CHECK(k["blocks"][1]["label"] == "EXIT");
+}
+
+TEST_CASE("profile: the HTML page is one file with the PTX lines and the text's numbers") {
+    Fixture f;
+    const Profile p = f.profile();
+    const std::string h = format_profile_html(p);
+    CHECK(h.rfind("<!DOCTYPE html>", 0) == 0);
+    CHECK(h.find("</html>") != std::string::npos);
+    CHECK(h.find("<script src") == std::string::npos);  // self-contained: no external assets
+    CHECK(h.find("<link") == std::string::npos);
+    CHECK(h.find("fma.rn.f32      v, a, v, 0f3F800000;") != std::string::npos);
+    CHECK(h.find("/*00f0*/  FFMA R7, R2, R7, 1") != std::string::npos);
+    for (const auto& l : p.kernels[0].lines)
+        CHECK(h.find(fmt::format("data-line=\"{}\" data-samples=\"{}\"", l.line, l.samples)) != std::string::npos);
+    const std::string t = format_profile_text(p);
+    for (const auto& l : p.kernels[0].lines)
+        if (l.samples) CHECK(t.find(fmt::format("{:>8} {:>6.1f} {:>6} | ", l.samples, 100.0 * l.samples / 104, l.line)) != std::string::npos);
+    // Markup in a PTX line is escaped.
+    Profile q = p;
+    q.kernels[0].lines[0].text = "<b>&";
+    CHECK(format_profile_html(q).find("&lt;b&gt;&amp;") != std::string::npos);
+}
+
+TEST_CASE("profile: stall reason names and labels") {
+    CHECK(short_stall_reason("smsp__pcsamp_warps_issue_stalled_long_scoreboard") == "long_scoreboard");
+    CHECK(short_stall_reason("smsp__pcsamp_warps_issue_stalled_selected") == "selected");
+    CHECK(short_stall_reason("other_name") == "other_name");
+    CHECK(is_not_issued_reason("smsp__pcsamp_warps_issue_stalled_wait_not_issued"));
+    CHECK_FALSE(is_not_issued_reason("smsp__pcsamp_warps_issue_stalled_wait"));
+    const std::vector<std::string> lines = {".visible .entry k(", "{", "    mov.u32 a, 1;", "LOOP:", "    add.u32 a, a, 1;",
+                                            "  DONE: // the end", "    ret;", "}"};
+    CHECK(block_of(lines, 3) == "(entry)");
+    CHECK(block_of(lines, 5) == "LOOP");
+    CHECK(block_of(lines, 7) == "DONE");
+}
+
+TEST_CASE("profile: records of a cubin that was not seen loading have no listing, and say so") {
+    SampleRun run;
+    run.records = records();
+    run.period = 8;
+    const Profile p = build_profile(run, "/nonexistent/nvdisasm", {});
+    REQUIRE(p.kernels.size() == 1);
+    CHECK(p.kernels[0].samples == 104);
+    CHECK(p.kernels[0].lines.empty());
+    CHECK(p.kernels[0].note.find("was not seen loading") != std::string::npos);
+    CHECK(format_profile_text(p).find("was not seen loading") != std::string::npos);
+}
+
+TEST_CASE("profile: a cubin not captured is made again offline, and a CRC that differs is said") {
+    const SourceFile src = read_source_file(fixture("sass/scale.ptx"));
+    for (const uint64_t offline_crc : {uint64_t(7), uint64_t(9)}) {
+        SampleRun run;
+        run.records = records();  // all of cubin 7, function scale
+        std::vector<std::string> notes;
+        add_offline_cubins(run, {src}, "sm_90", [&](const std::string&) { return offline_crc; }, notes);
+        REQUIRE(run.cubins.count(7) == 1);
+        CHECK(run.cubins.at(7).rfind("\x7f" "ELF", 0) == 0);
+        if (offline_crc == 7) {
+            CHECK(notes.empty());
+        } else {
+            REQUIRE(notes.size() == 1);
+            CHECK(notes[0].find("was not captured; its listing is nvJitLink's assembly of") != std::string::npos);
+        }
+    }
+    SampleRun other;
+    other.records = records();
+    for (auto& r : other.records) r.function = "not_in_the_file";
+    std::vector<std::string> notes;
+    add_offline_cubins(other, {src}, "sm_90", [](const std::string&) { return uint64_t(7); }, notes);
+    CHECK(other.cubins.empty());
+}
+
+#if PTXLAB_HAVE_CUPTI_HEADERS
+TEST_CASE("profile: CUPTI at a path that does not exist is named, with how to get it") {
+    // cupti() loads once per process: this is the only test here that calls it.
+    setenv("PTXLAB_CUPTI_LIB", "/nonexistent/libcupti.so.13", 1);
+    try {
+        cupti();
+        FAIL("cupti() loaded a library that does not exist");
+    } catch (const CuptiError& e) {
+        const std::string m = e.what();
+        CHECK(m.find("CUPTI not found") != std::string::npos);
+        CHECK(m.find("/nonexistent/libcupti.so.13 ($PTXLAB_CUPTI_LIB)") != std::string::npos);
+        CHECK(m.find("PTXLAB_CUPTI_LIB=/path/to/libcupti.so.13") != std::string::npos);
+    }
+    unsetenv("PTXLAB_CUPTI_LIB");
+}
+#endif

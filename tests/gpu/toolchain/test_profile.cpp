@@ -1,0 +1,74 @@
+// `ptxlab profile` on the device: CUPTI's PC sampling of fused_step (ptx/step.ptx) at verify's
+// shapes. NEEDS CUPTI (the CUDA toolkit's libcupti.so.13), nvdisasm, and a driver that lets
+// this user profile (RmProfilingAdminOnly: 0). The samples must land on fused_step's PTX lines,
+// and the JSON and HTML must carry the same numbers as each other.
+#include "../../helpers.hpp"
+#include "../common.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+using namespace ptxlab::test;
+
+TEST_CASE("profile: fused_step's samples land on its PTX lines, in the text, the JSON and the HTML") {
+    TempDir t;
+    const std::string step = std::string(PTXLAB_SOURCE_DIR) + "/ptx/step.ptx";
+    RunResult r = run_command(ptxlab_cmd("profile " + step + ":fused_step --repeat 3 --json " + t.file("p.json") +
+                                         " --html " + t.file("p.html")));
+    CAPTURE(r.output);
+    REQUIRE_MESSAGE(r.code == 0, "profile needs CUPTI, nvdisasm and a driver that permits profiling");
+    CHECK(r.output.find(".entry fused_step") != std::string::npos);
+    CHECK(r.output.find("hottest lines of fused_step") != std::string::npos);
+
+    std::ifstream jf(t.file("p.json"));
+    const auto j = nlohmann::json::parse(jf);
+    REQUIRE(j["kernels"].size() >= 1);
+    const auto& k = j["kernels"][0];
+    CHECK(k["name"] == "fused_step");
+    CHECK(k["samples"].get<uint64_t>() > 0);
+    uint64_t on_lines = 0;
+    size_t hot_lines = 0;
+    for (const auto& l : k["lines"]) {
+        on_lines += l["samples"].get<uint64_t>();
+        if (l["samples"].get<uint64_t>() > 0) {
+            ++hot_lines;
+            CHECK(!l["text"].get<std::string>().empty());
+            CHECK(!l["stalls"].empty());
+        }
+    }
+    CHECK(hot_lines >= 3);
+    // Nearly every sample finds its PTX line (the JIT's cubin carries the line table).
+    CHECK(on_lines + k["unmapped"].get<uint64_t>() == k["samples"].get<uint64_t>());
+    CHECK(on_lines * 10 >= k["samples"].get<uint64_t>() * 9);
+    CHECK(!j["stalls"].empty());
+
+    std::ifstream hf(t.file("p.html"));
+    std::stringstream hs;
+    hs << hf.rdbuf();
+    const std::string html = hs.str();
+    CHECK(html.find("</html>") != std::string::npos);
+    for (const auto& l : k["lines"])
+        if (l["samples"].get<uint64_t>() > 0)
+            CHECK(html.find("data-line=\"" + std::to_string(l["line"].get<int>()) + "\" data-samples=\"" +
+                            std::to_string(l["samples"].get<uint64_t>()) + "\"") != std::string::npos);
+}
+
+TEST_CASE("profile --train: a short run's kernels are sampled") {
+    TempDir t;
+    RunResult r = run_command(ptxlab_cmd("profile --train --max-steps 64 --json " + t.file("p.json")));
+    CAPTURE(r.output);
+    if (r.output.find("Fetch MNIST with") != std::string::npos) {
+        MESSAGE("no MNIST here: " << r.output);
+        return;
+    }
+    REQUIRE(r.code == 0);
+    std::ifstream jf(t.file("p.json"));
+    const auto j = nlohmann::json::parse(jf);
+    CHECK(j["samples"].get<uint64_t>() > 0);
+    bool step = false;
+    for (const auto& k : j["kernels"]) step |= k["name"] == "fused_step" && k["samples"].get<uint64_t>() > 0;
+    CHECK(step);
+}
