@@ -65,6 +65,10 @@ std::string dense_step_unfit(const Model& m, const KernelChoice& k, unsigned B, 
 std::string dense_step_unfit(const TrainConfig& cfg) {
     if (!cfg.model) return "dense_program runs the model trainer's step (a --model or 3+ fc layers)";
     if (!cfg.one_launch) return "the layer-by-layer step was asked for (one_launch off)";
+    // Measured slower than the layer-by-layer kernels (H100, bench --models fc256,fc128,fc10
+    // fc1024,fc1024,fc10: 49.84 against 28.81 us, 123.95 against 78.38): six grid barriers and the
+    // serial loss stage cost more than the launches they save. So it runs when asked for.
+    if (!cfg.dense_program) return "dense_program, the step in one launch, runs with --dense-program (slower here)";
     return dense_step_unfit(*cfg.model, cfg.kernels, cfg.batch, cfg.activation);
 }
 

@@ -86,8 +86,9 @@ struct TrainConfig {
                                 // while the previous one drains; griddepcontrol in fused.ptx; fused_step
                                 // is always launched plainly, see step.ptx)
     bool one_launch = true;     // fused set: the whole step in one launch (fused_step, step.ptx) for
-                                // batches <= 64 and I <= 800, O <= 32; a --model of fc layers: the step
-                                // as dense_program + the optimizer (train_cnn.hpp dense_step_unfit)
+                                // batches <= 64 and I <= 800, O <= 32
+    bool dense_program = false; // a --model of fc layers: the step as dense_program + the optimizer
+                                // (train --dense-program; train_cnn.hpp dense_step_unfit)
     unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design,
                                 // 32 for a --model
     unsigned steps_per_launch = 0;  // fused_step: steps run by one launch (0: every step of a chunk;
