@@ -122,6 +122,9 @@ void cupti_check(CUptiResult r, const char* call, const char* file, int line) {
     else if (r == CUPTI_ERROR_NOT_SUPPORTED)
         msg += " (PC sampling needs a GPU of compute capability 7.0 or newer, not under MIG or vGPU without "
                "profiling, and no other profiler attached)";
+    else if (r == CUPTI_ERROR_HARDWARE_BUSY)
+        msg += " (another profiling session holds this GPU's sampling hardware: ncu, nsys or another ptxlab "
+               "profile; run it again once that one ends)";
     else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
         msg += " (another CUPTI client holds the subscription: run ptxlab profile outside ncu, nsys and "
                "compute-sanitizer)";
