@@ -219,6 +219,20 @@ std::vector<CnnCase> cnn_cases(unsigned B) {
 constexpr unsigned kCnnChunk = 32;
 // An fc-only model's step as train runs it (train_cnn.hpp DenseStep): dense_program + the optimizer,
 // kCnnChunk steps a CUDA graph, as bench_model_steps times the others ("PREFIX:dense_program").
+
+// A model step's device inputs for the step timings: one batch of images and targets, the logits,
+// and a table of kCnnChunk steps at lr 0.01 (the timing does not depend on the values).
+struct StepInputs {
+    DeviceBuffer X, T, Y, H;
+    StepInputs(const std::vector<float>& x, const std::vector<float>& t, const OptimConfig& optim)
+        : X(x.size() * 4, "images"), T(t.size() * 4, "targets"), Y(t.size() * 4, "logits"),
+          H(size_t(kCnnChunk) * sizeof(StepHyper), "step table") {
+        X.upload(x);
+        T.upload(t);
+        H.upload(std::vector<StepHyper>(kCnnChunk, step_hyper(optim, 0.01, 1)));
+    }
+};
+
 void bench_dense_step(const Context& ctx, const BenchOptions& opt, const Model& m, const std::vector<float>& X,
                       const std::vector<float>& T, const std::string& prefix, BenchResult& r, std::ostream& out,
                       CUstream s) {
@@ -230,17 +244,12 @@ void bench_dense_step(const Context& ctx, const BenchOptions& opt, const Model& 
     KernelSet ks(KernelSource::Ptx, ctx.info(), opt.dirs, entries);
     CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
     CnnActs a(m, kCnnBatch);
-    const std::vector<StepHyper> hyp(kCnnChunk, step_hyper(cfg.optim, 0.01, 1));
-    DeviceBuffer dX(X.size() * 4, "images"), dT(T.size() * 4, "targets"), dY(T.size() * 4, "logits"),
-        dH(hyp.size() * sizeof(StepHyper), "step table");
-    dX.upload(X);
-    dT.upload(T);
-    dH.upload(hyp);
+    const StepInputs in(X, T, cfg.optim);
     DenseStep step(m, p, a, cfg);
-    step.enqueue(ks, dX.ptr(), dT.ptr(), dY.ptr(), dH.ptr(), s);  // uploads its table, outside the capture
+    step.enqueue(ks, in.X.ptr(), in.T.ptr(), in.Y.ptr(), in.H.ptr(), s);  // uploads its table, outside the capture
     Graph g(s, [&] {
         for (unsigned i = 0; i < kCnnChunk; ++i)
-            step.enqueue(ks, dX.ptr(), dT.ptr(), dY.ptr(), dH.ptr() + i * sizeof(StepHyper), s);
+            step.enqueue(ks, in.X.ptr(), in.T.ptr(), in.Y.ptr(), in.H.ptr() + i * sizeof(StepHyper), s);
     });
     KernelTiming t{fmt::format("{}:dense_program", prefix), "model step", kCnnBatch};
     t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kCnnChunk;
@@ -282,15 +291,10 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
             KernelSet ks(k.source, ctx.info(), opt.dirs, cnn_training_entries(cfg.optim, conv_kernels_of(k)));
             CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
             CnnActs a(m, kCnnBatch);
-            const std::vector<StepHyper> hyp(kCnnChunk, step_hyper(cfg.optim, 0.01, 1));
-            DeviceBuffer dX(X.size() * 4, "images"), dT(T.size() * 4, "targets"), dY(T.size() * 4, "logits"),
-                dH(hyp.size() * sizeof(StepHyper), "step table");
-            dX.upload(X);
-            dT.upload(T);
-            dH.upload(hyp);
+            const StepInputs in(X, T, cfg.optim);
             Graph g(s, [&] {
                 for (unsigned i = 0; i < kCnnChunk; ++i)
-                    enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr(), cfg, dH.ptr() + i * sizeof(StepHyper),
+                    enqueue_cnn_step(ks, m, p, a, in.X.ptr(), in.T.ptr(), in.Y.ptr(), cfg, in.H.ptr() + i * sizeof(StepHyper),
                                      s);
             });
             KernelTiming t{fmt::format("{}:{}", prefix, name), spec == "cnn" ? "cnn step" : "model step", kCnnBatch};

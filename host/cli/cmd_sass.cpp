@@ -35,22 +35,6 @@ struct SassInput {
     std::vector<SassFunction> functions;
 };
 
-// "k.ptx:scale" -> {"k.ptx", "scale"}; a name that is an existing file is a FILE, even with a ':'.
-std::pair<std::string, std::string> split_target(const std::string& t) {
-    std::error_code ec;
-    const size_t colon = t.rfind(':');
-    if (fs::exists(t, ec) || colon == std::string::npos || colon == 0) return {t, ""};
-    if (colon + 1 == t.size())
-        PTXLAB_THROW(InputError, "'{}': the entry name after ':' is empty (give {} for every entry, or {}ENTRY)", t,
-                     t.substr(0, colon), t);
-    return {t.substr(0, colon), t.substr(colon + 1)};
-}
-
-std::string entry_list(const PtxInfo& info) {
-    std::string s;
-    for (const auto& e : info.entries) s += (s.empty() ? "" : ", ") + e.name;
-    return s;
-}
 
 // Reads and assembles `path` for `arch` with line info; a file that does not assemble is an
 // InputError carrying the same file:line diagnostics as `ptxlab check`. Warnings go to stderr.

@@ -69,4 +69,20 @@ void require_outputs(const std::vector<OutputFlag>& outputs) {
     }
 }
 
+std::pair<std::string, std::string> split_target(const std::string& t) {
+    std::error_code ec;
+    const size_t colon = t.rfind(':');
+    if (fs::exists(t, ec) || colon == std::string::npos || colon == 0) return {t, ""};
+    if (colon + 1 == t.size())
+        PTXLAB_THROW(InputError, "'{}': the entry name after ':' is empty (give {} for every entry, or {}ENTRY)", t,
+                     t.substr(0, colon), t);
+    return {t.substr(0, colon), t.substr(colon + 1)};
+}
+
+std::string entry_list(const PtxInfo& info) {
+    std::string s;
+    for (const auto& e : info.entries) s += (s.empty() ? "" : ", ") + e.name;
+    return s;
+}
+
 }  // namespace ptxlab::cli

@@ -3,6 +3,8 @@
 // output path given as "" is an error, not "no output".
 #pragma once
 
+#include "ptx_text.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -33,5 +35,11 @@ struct OutputFlag {
     bool stream = false;  // written as it goes (a log): a character device such as /dev/null will do
 };
 void require_outputs(const std::vector<OutputFlag>& outputs);
+
+// "k.ptx:scale" -> {"k.ptx", "scale"}; a name that is an existing file is a FILE, even with a ':'
+// (sass, profile). An empty name after ':' is refused.
+std::pair<std::string, std::string> split_target(const std::string& t);
+// A parsed file's entries, "a, b, c" (for the message that names an unknown entry).
+std::string entry_list(const PtxInfo& info);
 
 }  // namespace ptxlab::cli

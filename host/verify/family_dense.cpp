@@ -5,6 +5,7 @@
 // G W, G = dY masked by Y > 0 with act 1), 2 the weight gradient (dW[O][I] = scale G^T X,
 // db[O] = scale sum_s G); cluster 0 the launch's own choice (dense_plan), else 1, 2, 4 or 8.
 #include "dense.hpp"
+#include "dense_products.hpp"
 #include "registry.hpp"
 
 #include <cmath>
@@ -13,7 +14,6 @@ namespace ptxlab::verify_detail {
 
 namespace {
 
-enum DenseOp : unsigned { kOpForward = 0, kOpDeltas = 1, kOpWeights = 2 };
 
 double gamma_of(size_t n) {
     const double u = std::ldexp(1.0, -24);
@@ -26,12 +26,6 @@ double dense_bound(unsigned K, unsigned cluster, double mag) {
     return gamma_of(dense_depth(K, cluster ? cluster : kDenseMaxCluster)) * mag;
 }
 
-// G = dY masked where Y <= 0 (act 1) or dY, in float64.
-std::vector<double> masked_g(const std::vector<float>& dY, const std::vector<float>& Y, unsigned act) {
-    std::vector<double> g(dY.size());
-    for (size_t i = 0; i < g.size(); ++i) g[i] = act == 1 && !(Y[i] > 0.0f) ? 0.0 : double(dY[i]);
-    return g;
-}
 
 Harness make_forward(unsigned B, unsigned I, unsigned O, unsigned act, unsigned cl, Rng& rng) {
     const float w = 1.0f / std::sqrt(float(I));
@@ -179,14 +173,9 @@ BenchShape dense_bench_shape(unsigned B) {
     return std::vector<unsigned>{kOpForward, B, kBenchI, kBenchH, 1, 0};
 }
 
-std::pair<double, double> dense_work(const VerifyCase& c) {
-    const double B = c.shape[1], I = c.shape[2], O = c.shape[3];
-    return {4 * (B * I + O * I + B * O + (c.shape[0] == kOpForward ? O : B * O)), 2 * B * I * O};
-}
-
 std::vector<KernelRow> dense_rows() {
     return {{.entry = "dense_mm", .shape = "op,B,I,O,act,cluster", .act_named = false, .validate = validate_dense,
-             .harness = make_dense, .bench_shape = dense_bench_shape, .work = dense_work}};
+             .harness = make_dense, .bench_shape = dense_bench_shape, .work = dense_product_work}};
 }
 
 }  // namespace

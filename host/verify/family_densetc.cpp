@@ -6,6 +6,7 @@
 // masked by Y > 0 with act 1), 2 the weight gradient (dW[O][I] = scale G^T X, db[O] = scale
 // sum_s G): dense_mm's shape without its cluster.
 #include "densetc.hpp"
+#include "dense_products.hpp"
 #include "registry.hpp"
 
 #include <algorithm>
@@ -15,14 +16,7 @@ namespace ptxlab::verify_detail {
 
 namespace {
 
-enum DenseTcOp : unsigned { kOpForward = 0, kOpDeltas = 1, kOpWeights = 2 };
 
-// G = dY masked where Y <= 0 (act 1) or dY, in float64.
-std::vector<double> masked_g(const std::vector<float>& dY, const std::vector<float>& Y, unsigned act) {
-    std::vector<double> g(dY.size());
-    for (size_t i = 0; i < g.size(); ++i) g[i] = act == 1 && !(Y[i] > 0.0f) ? 0.0 : double(dY[i]);
-    return g;
-}
 
 // One output: v = scale sum a b + bias (ReLU'd with relu), with densetc_bound over K terms.
 struct Dot {
@@ -160,14 +154,9 @@ BenchShape densetc_bench_shape(unsigned B) {
     return std::vector<unsigned>{kOpForward, B, kBenchI, kBenchH, 1};
 }
 
-std::pair<double, double> densetc_work(const VerifyCase& c) {
-    const double B = c.shape[1], I = c.shape[2], O = c.shape[3];
-    return {4 * (B * I + O * I + B * O + (c.shape[0] == kOpForward ? O : B * O)), 2 * B * I * O};
-}
-
 std::vector<KernelRow> densetc_rows() {
     return {{.entry = "dense_tc", .shape = "op,B,I,O,act", .act_named = false, .validate = validate_densetc,
-             .harness = make_densetc, .bench_shape = densetc_bench_shape, .work = densetc_work}};
+             .harness = make_densetc, .bench_shape = densetc_bench_shape, .work = dense_product_work}};
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "idx.hpp"
 #include "kernels.hpp"
 #include "train.hpp"
+#include "verify.hpp"
 
 #include <string>
 
@@ -15,4 +16,6 @@ const Context& gpu();  // created by main() before any test runs
 // one_launch false: an fc-only network keeps the layer-by-layer step (not dense_program).
 TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsigned steps, KernelSource src,
                               unsigned batch = 0, bool one_launch = true);
+// One verify case of `entry` at `shape`: the PTX from ptx_dirs against the tree's twins, inputs from `seed`.
+CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed);
 }

@@ -54,3 +54,12 @@ int main(int argc, char** argv) {
     g_ctx.reset();
     return rc;
 }
+
+ptxlab::CaseResult ptxlab::test::verify_one(const std::string& entry, std::vector<unsigned> shape,
+                                            const KernelDirs& ptx_dirs, unsigned seed) {
+    VerifyOptions opt;
+    opt.seed = seed;
+    opt.reference_dirs = KernelDirs::from_environment();
+    opt.ptx_dirs = ptx_dirs;
+    return run_verify(gpu(), {{entry, std::move(shape)}}, opt).at(0);
+}

@@ -23,11 +23,7 @@ using namespace ptxlab::test;
 
 namespace {
 CaseResult verify_dense(std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed) {
-    VerifyOptions opt;
-    opt.seed = seed;
-    opt.reference_dirs = KernelDirs::from_environment();
-    opt.ptx_dirs = ptx_dirs;
-    return run_verify(gpu(), {{"dense_mm", std::move(shape)}}, opt).at(0);
+    return verify_one("dense_mm", std::move(shape), ptx_dirs, seed);
 }
 }  // namespace
 
@@ -94,11 +90,7 @@ TEST_CASE("dense: train --model fc1024,fc1024,fc10 on dense_mm (every product of
 
 namespace {
 CaseResult verify_densetc(std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed) {
-    VerifyOptions opt;
-    opt.seed = seed;
-    opt.reference_dirs = KernelDirs::from_environment();
-    opt.ptx_dirs = ptx_dirs;
-    return run_verify(gpu(), {{"dense_tc", std::move(shape)}}, opt).at(0);
+    return verify_one("dense_tc", std::move(shape), ptx_dirs, seed);
 }
 }  // namespace
 

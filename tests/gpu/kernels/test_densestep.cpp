@@ -16,11 +16,7 @@ using namespace ptxlab::test;
 
 namespace {
 CaseResult verify_densestep(std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed) {
-    VerifyOptions opt;
-    opt.seed = seed;
-    opt.reference_dirs = KernelDirs::from_environment();
-    opt.ptx_dirs = ptx_dirs;
-    return run_verify(gpu(), {{"dense_program", std::move(shape)}}, opt).at(0);
+    return verify_one("dense_program", std::move(shape), ptx_dirs, seed);
 }
 }  // namespace
 
