@@ -222,8 +222,9 @@ std::string kind_of(const SassFunction& f) { return f.entry ? ".entry" : ".func"
 
 }  // namespace
 
-std::string format_listing(const SassFunction& f, const SassSource& src) {
-    std::string out = fmt::format("{} {}  ({})\n", kind_of(f), f.name, src.path);
+std::string format_listing(const SassFunction& f, const SassSource& src, const std::string& preamble,
+                           const std::function<std::string(const SassInstruction&)>& column) {
+    std::string out = fmt::format("{} {}  ({})\n", kind_of(f), f.name, src.path) + preamble;
     size_t width = 4;
     std::vector<SourceRef> refs;
     for (const auto& ins : f.code) {
@@ -240,7 +241,8 @@ std::string format_listing(const SassFunction& f, const SassSource& src) {
             out += fmt::format("  {:>{}} | {}\n", source_ref_text(r), width, source_line_text(r, src));
         first = false;
         last = r;
-        out += fmt::format("  {:>{}}     /*{:04x}*/  {}\n", "", width, ins.address, ins.text());
+        out += fmt::format("  {:>{}}     /*{:04x}*/  {}{}\n", "", width, ins.address, column ? column(ins) + "  " : "",
+                           ins.text());
     }
     return out;
 }

@@ -18,6 +18,7 @@
 #include "compile.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -92,8 +93,11 @@ std::string source_line_text(const SourceRef& r, const SassSource& src);
 // normalised, or one a whole-component suffix of the other: "k.ptx" and "/x/k.ptx").
 bool same_file(std::string_view a, std::string_view b);
 
-// The SASS of `f`, each run of instructions under the source line it came from.
-std::string format_listing(const SassFunction& f, const SassSource& src);
+// The SASS of `f`, each run of instructions under the source line it came from. `preamble` goes
+// under the header line; `column` (if given) adds a column before each instruction's text
+// (sass --control: its control bits).
+std::string format_listing(const SassFunction& f, const SassSource& src, const std::string& preamble = "",
+                           const std::function<std::string(const SassInstruction&)>& column = nullptr);
 
 // Registers, stack, spills, shared memory (from the assembler's log; `r` may be null) and the
 // instruction counts by class.

@@ -118,32 +118,16 @@ std::string format_control_listing(const SassFunction& f, const SassSource& src,
                fmt::format("  control bits: their layout in the encoding is not known to ptxlab for {} (it decodes {}); "
                            "not shown\n",
                            arch, known_control_archs());
-    std::string out = fmt::format(".entry {}  ({})\n", f.name, src.path);
-    if (!f.entry) out = fmt::format(".func {}  ({})\n", f.name, src.path);
-    out += legend(arch);
-    size_t width = 4;
     std::vector<SourceRef> refs;
     std::vector<int> stalls;
     for (const auto& ins : f.code) {
         refs.push_back(resolve_line(ins, src));
-        width = std::max(width, source_ref_text(refs.back()).size());
         stalls.push_back(ins.encoding_words == 2 ? decode_control(ins.encoding[0], ins.encoding[1], *layout).stall : -1);
     }
-    bool first = true;
-    SourceRef last;
-    for (size_t i = 0; i < f.code.size(); ++i) {
-        const auto& ins = f.code[i];
-        if (ins.padding) continue;
-        const SourceRef& r = refs[i];
-        if (first || r.line != last.line || r.file != last.file)
-            out += fmt::format("  {:>{}} | {}\n", source_ref_text(r), width, source_line_text(r, src));
-        first = false;
-        last = r;
-        const std::string bits = ins.encoding_words == 2
-                                     ? format_control(decode_control(ins.encoding[0], ins.encoding[1], *layout))
-                                     : fmt::format("{:<34}", "(no encoding in the listing)");
-        out += fmt::format("  {:>{}}     /*{:04x}*/  {}  {}\n", "", width, ins.address, bits, ins.text());
-    }
+    const std::string out = format_listing(f, src, legend(arch), [&](const SassInstruction& ins) {
+        return ins.encoding_words == 2 ? format_control(decode_control(ins.encoding[0], ins.encoding[1], *layout))
+                                       : fmt::format("{:<34}", "(no encoding in the listing)");
+    });
     return out + format_stall_sums(f, src, refs, stalls);
 }
 
