@@ -90,6 +90,10 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 
 # --- 5. run --------------------------------------------------------------------
+# Tests side by side (most of a CPU test's time is spent waiting on the processes it starts):
+# twice the cores, at most 4, so that a GPU machine does not crowd one GPU; -j or
+# CTEST_PARALLEL_LEVEL chooses otherwise.
+export CTEST_PARALLEL_LEVEL="${CTEST_PARALLEL_LEVEL:-$(( $(nproc) * 2 < 4 ? $(nproc) * 2 : 4 ))}"
 case "$what" in
   train)
     say "ptxlab train $*"

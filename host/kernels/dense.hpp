@@ -69,8 +69,10 @@ DenseArgs dense_bwd_weights_args(unsigned B, unsigned I, unsigned O, CUdeviceptr
 // fused_forward, fc_bwd_data, tc_grad_weights and fused_grad; 784-1024-1024-10 74.4 us on
 // dense_mm): dense_mm's 64 x 64 tiles leave a 784->256 layer 4 tiles, 32 blocks. An FP32 weight
 // gradient (--kernels fused/ptx) takes dense_mm at any size: a 1x1 conv_bwd_weights keeps one
-// thread a block busy (milliseconds a step).
-inline constexpr size_t kDenseMin = 256 * 1024;
+// thread a block busy (milliseconds a step). 512K, not 256K: the CNN's fc1 (3136 x 128, 401K
+// weights) took 131.77 us a step (tc) on dense_mm against 116.05 on the older kernels (H100,
+// bench --sets tc --models cnn, 2026-11-27).
+inline constexpr size_t kDenseMin = 512 * 1024;
 inline bool dense_layer(unsigned I, unsigned O) { return size_t(I) * O >= kDenseMin; }
 inline bool dense_replaces_fused_grad(unsigned I, unsigned H, unsigned O) {
     return std::max(size_t(H) * (I + 1), size_t(O) * (H + 1)) >= kDenseMin;

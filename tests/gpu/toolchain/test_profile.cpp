@@ -13,12 +13,27 @@
 #include <sstream>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 using namespace ptxlab::test;
 
 namespace {
 // ctest runs GPU tests side by side, and the GPU's PC-sampling hardware takes one profiling session
-// at a time: a run that finds it held by the other profile test waits and tries again.
+// at a time: the profile tests take turns through a lock file (two sessions at once made CUPTI's
+// cuptiPCSamplingStart fail with CUPTI_ERROR_UNKNOWN on the H100, not only HARDWARE_BUSY), and a
+// run that finds the hardware held by another process waits and tries again.
+struct ProfileTurn {
+    int fd = ::open("/tmp/ptxlab-profile-tests.lock", O_CREAT | O_RDWR, 0666);
+    ProfileTurn() { REQUIRE_MESSAGE((fd >= 0 && ::flock(fd, LOCK_EX) == 0), "the profile tests' lock file"); }
+    ~ProfileTurn() { if (fd >= 0) ::close(fd); }
+    ProfileTurn(const ProfileTurn&) = delete;
+    ProfileTurn& operator=(const ProfileTurn&) = delete;
+};
+
 RunResult profile_run(const std::string& args) {
+    ProfileTurn turn;
     RunResult r;
     for (int attempt = 0; attempt < 20; ++attempt) {
         r = run_command(ptxlab_cmd("profile " + args));
