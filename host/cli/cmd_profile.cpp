@@ -143,7 +143,13 @@ const std::vector<std::string>& train_switch_flags() {
     return v;
 }
 
+// train's flags parsed as train parses them, and train's own checks made now (prepare_run in
+// cmd_train.cpp: the flags, --data, the network against the data), before the GPU is touched;
+// the run that is left touches it.
 Workload train_workload(ProfileOptions& o) {
+    if (o.sub->count("--repeat"))
+        PTXLAB_THROW(InputError, "--repeat goes with FILE.ptx: a training run is sampled once (--max-steps sets "
+                                 "its length)");
     std::vector<std::string> args;
     for (const auto& [flag, value] : o.train_values) args.insert(args.end(), {flag, value});
     for (const auto& [flag, on] : o.train_flags)
@@ -153,7 +159,8 @@ Workload train_workload(ProfileOptions& o) {
     if (o.sub->count("--seed")) args.insert(args.end(), {"--seed", std::to_string(o.seed)});
     auto app = std::make_shared<CLI::App>("ptxlab");
     auto chosen = std::make_shared<Command>();
-    setup_train(*app, *chosen);
+    auto prepare = std::make_shared<PrepareCommand>();
+    setup_train(*app, *chosen, prepare.get());
     std::vector<std::string> argv = {"train"};
     argv.insert(argv.end(), args.begin(), args.end());
     std::string line;
@@ -164,12 +171,14 @@ Workload train_workload(ProfileOptions& o) {
     } catch (const CLI::ParseError& e) {
         PTXLAB_THROW(InputError, "profile --train: train's flags{}: {}", line.substr(6), e.what());
     }
+    if (!*prepare) PTXLAB_THROW(Error, "profile --train: train's flags were parsed, but no run was set up");
+    const Command run = (*prepare)();  // InputError here, as train gives it, before the GPU
     Workload w;
     w.what = fmt::format("ptxlab{}: every kernel of the run", line);
     w.mode = SamplingMode::Continuous;
-    w.run = [app, chosen](const Context&, PcSampler& sampler) {
+    w.run = [app, chosen, prepare, run](const Context&, PcSampler& sampler) {
         sampler.start();
-        const int code = (*chosen)();
+        const int code = run();
         sampler.stop();
         if (code != kExitOk) PTXLAB_THROW(Error, "the training run under the profiler ended with exit code {}", code);
     };
@@ -193,18 +202,18 @@ int run_profile(ProfileOptions& o) {
         PTXLAB_THROW(InputError, "{} is one of train's flags: it goes with --train (profile --train {} ...)",
                      o.train_values.empty() ? o.train_flags.begin()->first : o.train_values.begin()->first,
                      o.train_values.empty() ? o.train_flags.begin()->first : o.train_values.begin()->first);
-    Workload w = o.train ? train_workload(o) : file_workload(o);
     if (o.repeat == 0) PTXLAB_THROW(InputError, "--repeat 0: each shape needs at least one launch");
     if (o.period < 5 || o.period > 31)
         PTXLAB_THROW(InputError, "--period {}: CUPTI samples every 2^period cycles, period 5 .. 31", o.period);
+    set_kernel_timeout(o.timeout);  // InputError when < 0
     require_outputs({{"--json", o.json, !o.json.empty()}, {"--html", o.html, !o.html.empty()}});
+    Workload w = o.train ? train_workload(o) : file_workload(o);
 #if PTXLAB_HAVE_CUPTI_HEADERS
     cupti();  // CuptiError (exit 1) when missing: said before the GPU is looked for
 #else
     cupti_unavailable();
 #endif
     const std::string nvdisasm = find_nvdisasm(nvdisasm_search_from_environment());
-    set_kernel_timeout(o.timeout);
     Context ctx(o.device);
     SampleRun run;
     {
@@ -239,13 +248,17 @@ void setup_profile(CLI::App& app, Command& chosen) {
         "shapes, --repeat times each, one launch at a time; `profile --train [train's flags]` samples every kernel "
         "of a short training run (the train flags listed below, as train takes them; --max-steps 200 unless given). Printed: the PTX lines with their "
         "samples, share and top stall reasons, the sampled SASS under each (the `sass` layout), then per kernel "
-        "the hottest lines and blocks (the PTX label a line falls under) and the samples by stall reason. --json "
+        "the hottest lines and blocks (the PTX label a line falls under) and the samples by stall reason. A warp "
+        "waiting at a barrier is sampled on the instruction after it (as in Nsight Compute): a line whose top "
+        "stall reason is `barrier` and that follows a barrier is marked `^ barrier, line N` (N: the barrier's "
+        "line), its samples left where they were taken (--json: after_barrier, barrier_line). --json "
         "and --html write the same numbers (the page: one self-contained file, the PTX with a heat column and its "
         "SASS folded under each line). Needs a GPU, nvdisasm (as sass) and CUPTI (libcupti.so.13 of the CUDA "
         "toolkit: $PTXLAB_CUPTI_LIB, else the loader's path, $CUDA_HOME, /usr/local/cuda, under extras/CUPTI/lib64, "
         "lib64 or lib); without CUPTI, or where the driver does not permit profiling to this user, it says so and "
-        "how to enable it (exit 1). A missing file, an unknown ENTRY or an output that cannot be written exits 2 "
-        "before the GPU is touched; outputs are written whole or not at all.");
+        "how to enable it (exit 1). A missing file, an unknown ENTRY, an output that cannot be written, or (with "
+        "--train) anything train itself refuses before the GPU (its flags, --data, the network against the data) "
+        "exits 2 before the GPU is touched; outputs are written whole or not at all.");
     o->sub = sub;
     sub->add_option("target", o->target, "FILE.ptx or FILE.ptx:ENTRY");
     sub->add_flag("--train", o->train, "profile a training run instead; train's flags follow (e.g. --layers, --model, "
@@ -254,7 +267,7 @@ void setup_profile(CLI::App& app, Command& chosen) {
     sub->add_option("--html", o->html, "write the profile as one self-contained HTML page to this file")
         ->check(kNonEmptyPath);
     sub->add_option("--period", o->period, "one sample every 2^N cycles per SM (5 .. 31)")->capture_default_str();
-    sub->add_option("--repeat", o->repeat, "launches of each shape (FILE.ptx)")->capture_default_str();
+    sub->add_option("--repeat", o->repeat, "launches of each shape (FILE.ptx; not with --train)")->capture_default_str();
     sub->add_option("--top", o->top, "rows in the hottest-lines and -blocks tables")->capture_default_str();
     add_seed_option(sub, o->seed, "seed for the inputs (FILE.ptx)");
     sub->add_option("--timeout", o->timeout, "watchdog: fail (exit 4) when a kernel runs longer than this many "

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <iostream>
+#include <memory>
 
 namespace ptxlab::cli {
 
@@ -340,28 +341,43 @@ int finish(const TrainOptions& o, const TrainConfig& cfg, const TrainResult& r, 
     return kExitOk;
 }
 
-int run_train(const TrainOptions& o) {
-    std::string note;
-    TrainConfig cfg = configure(o, note);
+// What a run needs before the GPU is touched: its configuration, checked; the data, checked
+// against it; the checkpoint it resumes. Made by prepare_run, kept in one place (cfg.resume points
+// into it).
+struct PreparedRun {
+    TrainConfig cfg;
+    std::string note, dir;
+    ResumeState resume;
+    Dataset data;
+    double load_ms = 0;
+};
 
-    // Everything that needs no GPU is checked first: the flags, the output paths, then the data
-    // and the checkpoint to resume.
+// Everything train checks before the GPU: the flags, the output paths, then the checkpoint to
+// resume and the data (InputError). profile --train calls it too, before its own GPU work.
+std::shared_ptr<PreparedRun> prepare_run(const TrainOptions& o) {
+    auto p = std::make_shared<PreparedRun>();
+    TrainConfig& cfg = p->cfg;
+    cfg = configure(o, p->note);
     cfg.validate_flags();
     require_outputs(output_flags(o));
-    ResumeState resume;
     if (!o.resume.empty()) {
-        resume = load_training_checkpoint(o.resume, cfg);
-        cfg.resume = &resume;
+        p->resume = load_training_checkpoint(o.resume, cfg);
+        cfg.resume = &p->resume;
     }
-    const std::string dir = o.data.empty() ? default_data_dir() : o.data;
+    p->dir = o.data.empty() ? default_data_dir() : o.data;
     auto t0 = std::chrono::steady_clock::now();
-    Dataset data = load_dataset(dir);
-    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    cfg.validate(data.train);
+    p->data = load_dataset(p->dir);
+    p->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    cfg.validate(p->data.train);
+    return p;
+}
 
+// The run itself, on the GPU.
+int run_prepared(const TrainOptions& o, PreparedRun& p) {
+    const TrainConfig& cfg = p.cfg;
     Context ctx(o.device);
-    print_header(cfg, ctx, data, dir, note);
-    const unsigned steps_per_epoch = static_cast<unsigned>(data.train.count / cfg.batch);
+    print_header(cfg, ctx, p.data, p.dir, p.note);
+    const unsigned steps_per_epoch = static_cast<unsigned>(p.data.train.count / cfg.batch);
     std::cout.flush();
     if (!o.save_init.empty()) {
         const std::map<std::string, std::string> meta = {{"init", to_string(cfg.init)}, {"seed", std::to_string(cfg.seed)}};
@@ -373,14 +389,19 @@ int run_train(const TrainOptions& o) {
     TrainResult r;
     {
         SigintScope ctrl_c;
-        r = train(ctx, data, cfg, std::cout);
+        r = train(ctx, p.data, cfg, std::cout);
     }
 
     if (!o.resume.empty())
-        fmt::print("  resumed from {} at step {} (epoch {}, step {} of it)\n", o.resume, resume.step, resume.epoch,
-                   resume.k);
-    print_summary(cfg, r, load_ms);
+        fmt::print("  resumed from {} at step {} (epoch {}, step {} of it)\n", o.resume, p.resume.step, p.resume.epoch,
+                   p.resume.k);
+    print_summary(cfg, r, p.load_ms);
     return finish(o, cfg, r, steps_per_epoch);
+}
+
+int run_train(const TrainOptions& o) {
+    const auto p = prepare_run(o);
+    return run_prepared(o, *p);
 }
 
 // The recipe's flags (train's help lists them in this order).
@@ -500,7 +521,7 @@ void add_output_flags(CLI::App* sub, TrainOptions& opts) {
     sub->add_flag("--no-progress", opts.no_progress, "no progress bar");
 }
 
-void setup_train(CLI::App& app, Command& chosen) {
+void setup_train(CLI::App& app, Command& chosen, PrepareCommand* prepare) {
     auto o = std::make_shared<TrainOptions>();
     auto* sub = app.add_subcommand(
         "train",
@@ -550,7 +571,14 @@ void setup_train(CLI::App& app, Command& chosen) {
     add_kernel_flags(sub, *o);
     add_output_flags(sub, *o);
     add_device_option(sub, o->device);
-    sub->callback([o, &chosen] { chosen = [o] { return run_train(*o); }; });
+    sub->callback([o, &chosen, prepare] {
+        chosen = [o] { return run_train(*o); };
+        if (prepare)
+            *prepare = [o] {
+                std::shared_ptr<PreparedRun> p = prepare_run(*o);
+                return Command([o, p] { return run_prepared(*o, *p); });
+            };
+    });
 }
 
 }  // namespace ptxlab::cli

@@ -14,7 +14,11 @@ using Command = std::function<int()>;
 void setup_check(CLI::App& app, Command& chosen);
 void setup_data(CLI::App& app, Command& chosen);
 void setup_verify(CLI::App& app, Command& chosen);
-void setup_train(CLI::App& app, Command& chosen);
+// `prepare` (profile --train): set by the parse, as `chosen` is, to the first half of train's
+// command: every check train makes before the GPU is touched (the same code: the flags, the
+// outputs, --resume's checkpoint, the data), which returns the second half, the run itself.
+using PrepareCommand = std::function<Command()>;
+void setup_train(CLI::App& app, Command& chosen, PrepareCommand* prepare = nullptr);
 void setup_eval(CLI::App& app, Command& chosen);
 void setup_bench(CLI::App& app, Command& chosen);
 void setup_new(CLI::App& app, Command& chosen);

@@ -114,12 +114,11 @@ std::string cupti_result_text(CUptiResult r) {
     return fmt::format("{} ({})", text, static_cast<int>(r));
 }
 
-void cupti_check(CUptiResult r, const char* call, const char* file, int line) {
-    if (r == CUPTI_SUCCESS) return;
-    std::string msg = fmt::format("{} failed: {}", call, cupti_result_text(r));
+std::string cupti_failure_message(CUptiResult r, const char* call, const std::string& result_text) {
+    std::string msg = fmt::format("{} failed: {}", call, result_text);
     if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
-        msg = fmt::format("PC sampling is not permitted for this user ({}).\n{}", msg, profiling_permission_help());
-    else if (r == CUPTI_ERROR_NOT_SUPPORTED)
+        return fmt::format("PC sampling is not permitted for this user ({}).\n{}", msg, profiling_permission_help());
+    if (r == CUPTI_ERROR_NOT_SUPPORTED)
         msg += " (PC sampling needs a GPU of compute capability 7.0 or newer, not under MIG or vGPU without "
                "profiling, and no other profiler attached)";
     else if (r == CUPTI_ERROR_HARDWARE_BUSY)
@@ -128,7 +127,12 @@ void cupti_check(CUptiResult r, const char* call, const char* file, int line) {
     else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
         msg += " (another CUPTI client holds the subscription: run ptxlab profile outside ncu, nsys and "
                "compute-sanitizer)";
-    throw CuptiError(msg, source_location(file, line));
+    return msg;
+}
+
+void cupti_check(CUptiResult r, const char* call, const char* file, int line) {
+    if (r == CUPTI_SUCCESS) return;
+    throw CuptiError(cupti_failure_message(r, call, cupti_result_text(r)), source_location(file, line));
 }
 
 #else

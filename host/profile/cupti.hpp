@@ -57,6 +57,9 @@ const Cupti& cupti();
 // "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES (35): ..." from cuptiGetResultString.
 std::string cupti_result_text(CUptiResult r);
 void cupti_check(CUptiResult r, const char* call, const char* file, int line);
+// cupti_check's message for `r` (`result_text`: cupti_result_text's), with what to do where there
+// is something to do (not permitted: profiling_permission_help()).
+std::string cupti_failure_message(CUptiResult r, const char* call, const std::string& result_text);
 
 #else
 // Built without the CUPTI headers: throws CuptiError saying so.

@@ -32,6 +32,42 @@ std::vector<std::pair<std::string, uint64_t>> top_reasons(const StallCounts& c, 
     return v;
 }
 
+bool is_barrier_stall(const std::string& reason) { return reason == "barrier"; }
+
+namespace {
+
+// The first word of an instruction or statement, past a guard ("@P0 ", "@!p ") and blanks.
+std::string first_word(const std::string& text) {
+    size_t b = text.find_first_not_of(" \t");
+    if (b != std::string::npos && text[b] == '@') b = text.find_first_not_of(" \t", text.find_first_of(" \t", b));
+    if (b == std::string::npos) return "";
+    const size_t e = text.find_first_of(" \t;", b);
+    return text.substr(b, e == std::string::npos ? std::string::npos : e - b);
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+bool is_barrier_sass(const std::string& text) {
+    const std::string op = first_word(text);
+    if (op == "BAR" || starts_with(op, "BAR.")) return !starts_with(op, "BAR.ARV");
+    return op == "WARPSYNC" || starts_with(op, "WARPSYNC.") || starts_with(op, "UCGABAR_WAIT") ||
+           starts_with(op, "SYNCS.PHASECHK");
+}
+
+bool is_barrier_ptx(const std::string& statement) {
+    const std::string op = first_word(statement);
+    if (starts_with(op, "mbarrier.")) return starts_with(op, "mbarrier.try_wait") || starts_with(op, "mbarrier.test_wait");
+    if (!starts_with(op, "bar.") && !starts_with(op, "barrier.")) return false;
+    return op.find(".arrive") == std::string::npos;
+}
+
+std::string barrier_mark(const LineProfile& l) {
+    if (!l.after_barrier) return "";
+    return l.barrier_line ? fmt::format("^ barrier, line {}", l.barrier_line) : "^ barrier";
+}
+
 std::string block_of(const std::vector<std::string>& lines, int line) {
     static const std::regex label_re(R"(^\s*([A-Za-z_$%][A-Za-z0-9_$]*)\s*:\s*(//.*)?$)");
     std::smatch m;
@@ -70,6 +106,33 @@ void place_samples(KernelProfile& k, const std::vector<const PcRecord*>& records
     }
 }
 
+bool top_is_barrier(const StallCounts& c) {
+    const auto top = top_reasons(c, 1);
+    return !top.empty() && is_barrier_stall(top[0].first);
+}
+
+// Marks the instructions whose barrier stalls are the waits of the barrier just before them, and
+// their lines (LineProfile::after_barrier). `lo`: the first line of k.lines.
+void mark_barrier_waits(KernelProfile& k, int lo) {
+    auto ptx_of = [&](int line) -> const LineProfile* {
+        if (line < lo || static_cast<size_t>(line - lo) >= k.lines.size()) return nullptr;
+        return &k.lines[static_cast<size_t>(line - lo)];
+    };
+    for (size_t i = 1; i < k.code.size(); ++i) {
+        InstructionProfile& ins = k.code[i];
+        const InstructionProfile& prev = k.code[i - 1];
+        const LineProfile* prev_line = ptx_of(prev.line);
+        if (!ins.samples || !top_is_barrier(ins.stalls)) continue;
+        if (!is_barrier_sass(prev.text) && !(prev_line && is_barrier_ptx(prev_line->text))) continue;
+        ins.after_barrier = true;
+        const LineProfile* l = ptx_of(ins.line);
+        if (!l || !top_is_barrier(l->stalls)) continue;
+        LineProfile& line = k.lines[static_cast<size_t>(ins.line - lo)];
+        if (!line.after_barrier) line.barrier_line = prev_line ? prev.line : 0;
+        line.after_barrier = true;
+    }
+}
+
 void place_lines(KernelProfile& k, const SassSource& src) {
     int lo = 0, hi = 0;
     for (const auto& ins : k.code)
@@ -100,6 +163,7 @@ void place_lines(KernelProfile& k, const SassSource& src) {
         b->samples += lp.samples;
         add(b->stalls, lp.stalls);
     }
+    mark_barrier_waits(k, lo);
 }
 
 }  // namespace
@@ -145,27 +209,36 @@ std::vector<const LineProfile*> hottest_lines(const KernelProfile& k, size_t top
     return v;
 }
 
+// "  ^ barrier, line 5" after a line's reasons when it holds a barrier's waits, else "".
+std::string mark_text(const LineProfile& l) { return l.after_barrier ? "  " + barrier_mark(l) : ""; }
+
+bool has_barrier_marks(const KernelProfile& k) {
+    return std::any_of(k.code.begin(), k.code.end(), [](const InstructionProfile& i) { return i.after_barrier; });
+}
+
 void text_listing(std::string& out, const KernelProfile& k) {
     out += fmt::format("  {:>8} {:>6} {:>6} | {:<48} {}\n", "samples", "%", "line", "PTX", "top stall reasons");
     for (const auto& l : k.lines) {
         const std::string n = l.samples ? std::to_string(l.samples) : "";
         const std::string pc = l.samples ? fmt::format("{:.1f}", pct(l.samples, k.samples)) : "";
-        out += fmt::format("  {:>8} {:>6} {:>6} | {:<48} {}\n", n, pc, l.line, l.text, reasons_text(l.stalls));
+        out += fmt::format("  {:>8} {:>6} {:>6} | {:<48} {}{}\n", n, pc, l.line, l.text, reasons_text(l.stalls),
+                           mark_text(l));
         for (size_t i : l.sass) {
             const auto& ins = k.code[i];
             if (!ins.samples) continue;
-            out += fmt::format("  {:>8} {:>6} {:>6}     /*{:04x}*/  {:<36} {}\n", ins.samples, "", "", ins.address,
-                               ins.text, reasons_text(ins.stalls));
+            out += fmt::format("  {:>8} {:>6} {:>6}     /*{:04x}*/  {:<36} {}{}\n", ins.samples, "", "", ins.address,
+                               ins.text, reasons_text(ins.stalls), ins.after_barrier ? "  ^" : "");
         }
     }
+    if (has_barrier_marks(k)) out += fmt::format("  {}\n", kBarrierLegend);
 }
 
 void text_tables(std::string& out, const KernelProfile& k, size_t top) {
     out += fmt::format("\n  hottest lines of {}:\n  {:>8} {:>6} {:>6}  {:<16} {}\n", k.name, "samples", "%", "line",
                        "block", "PTX  [top stall reasons]");
     for (const auto* l : hottest_lines(k, top))
-        out += fmt::format("  {:>8} {:>6.1f} {:>6}  {:<16} {}  [{}]\n", l->samples, pct(l->samples, k.samples), l->line,
-                           l->block, l->text, reasons_text(l->stalls));
+        out += fmt::format("  {:>8} {:>6.1f} {:>6}  {:<16} {}  [{}]{}\n", l->samples, pct(l->samples, k.samples),
+                           l->line, l->block, l->text, reasons_text(l->stalls), mark_text(*l));
     std::vector<const BlockProfile*> blocks;
     for (const auto& b : k.blocks)
         if (b.samples) blocks.push_back(&b);

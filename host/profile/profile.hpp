@@ -26,6 +26,7 @@ struct InstructionProfile {
     int line = 0;      // its PTX line (0: none, or another file)
     uint64_t samples = 0;
     StallCounts stalls;
+    bool after_barrier = false;  // its top stall reason is a barrier's, and it follows a barrier (see LineProfile)
 };
 
 struct LineProfile {
@@ -35,6 +36,13 @@ struct LineProfile {
     uint64_t samples = 0;
     StallCounts stalls;
     std::vector<size_t> sass;  // indices into KernelProfile::code, by address
+    // A warp waiting at a barrier (bar.sync, barrier.sync, ...) is sampled on the instruction
+    // after it, as Nsight Compute shows it too. Set when the line's top stall reason is a barrier's
+    // and one of its instructions with that top reason follows a barrier in the SASS: its samples
+    // are the waits of that barrier (at PTX line barrier_line; 0: not on a line). The samples
+    // stay where they were taken; the views mark the line (barrier_mark, kBarrierLegend).
+    bool after_barrier = false;
+    int barrier_line = 0;
 };
 
 struct BlockProfile {
@@ -66,6 +74,22 @@ struct Profile {
     std::vector<KernelProfile> kernels;  // most samples first
     std::vector<std::string> notes;
 };
+
+// CUPTI's stall reason (short_stall_reason's name) of a warp waiting at a barrier: "barrier".
+bool is_barrier_stall(const std::string& reason);
+// A SASS instruction that makes its warp wait for others: BAR.SYNC, BAR.RED, BAR (not BAR.ARV,
+// which does not wait), WARPSYNC, the cluster barrier's wait (UCGABAR_WAIT) and mbarrier's
+// try-wait (SYNCS.PHASECHK); `text` as InstructionProfile::text, a guard ("@P0 ") allowed.
+bool is_barrier_sass(const std::string& text);
+// The same of a PTX statement: bar.sync, bar.red, bar.warp.sync, barrier{.cta}.sync/.red,
+// barrier.cluster.wait, mbarrier.try_wait/test_wait (not the .arrive forms).
+bool is_barrier_ptx(const std::string& statement);
+// A line's marker in the views: "^ barrier, line 5" (after_barrier), else "".
+std::string barrier_mark(const LineProfile& l);
+// The legend of that marker.
+inline constexpr const char* kBarrierLegend =
+    "^ barrier stalls are sampled on the instruction after the barrier: a line marked ^ holds the waits of the "
+    "barrier it names (the samples are left where they were taken)";
 
 // The label a PTX line `line` (1-based) of `lines` falls under: the nearest `NAME:` line at or
 // above it, stopping at the .entry/.func it is in; "(entry)" when none.

@@ -33,10 +33,13 @@ ordered_json kernel_json(const KernelProfile& k) {
         for (size_t i : l.sass) {
             const auto& ins = k.code[i];
             sass.push_back({{"address", ins.address}, {"text", ins.text}, {"samples", ins.samples},
-                            {"stalls", stalls_json(ins.stalls)}});
+                            {"stalls", stalls_json(ins.stalls)}, {"after_barrier", ins.after_barrier}});
         }
+        // after_barrier: its barrier stalls are the waits of the barrier at barrier_line (0: not on
+        // a line), sampled on the instruction after it; the numbers stay where they were sampled.
         lines.push_back({{"line", l.line}, {"text", l.text}, {"block", l.block}, {"samples", l.samples},
-                         {"stalls", stalls_json(l.stalls)}, {"sass", sass}});
+                         {"stalls", stalls_json(l.stalls)}, {"after_barrier", l.after_barrier},
+                         {"barrier_line", l.barrier_line}, {"sass", sass}});
         if (l.samples) hot.push_back(&l);
     }
     std::stable_sort(hot.begin(), hot.end(), [](const auto* a, const auto* b) { return a->samples > b->samples; });
@@ -92,6 +95,13 @@ std::string reasons_html(const StallCounts& c, size_t n = 3) {
     return s;
 }
 
+// The line's barrier marker (barrier_mark), its legend as the tooltip.
+std::string mark_html(const LineProfile& l) {
+    if (!l.after_barrier) return "";
+    return fmt::format(" <span class=\"after-barrier\" title=\"{}\">{}</span>", esc(kBarrierLegend),
+                       esc(barrier_mark(l)));
+}
+
 double share(uint64_t part, uint64_t whole) { return whole ? 100.0 * static_cast<double>(part) / whole : 0.0; }
 
 const char* kStyle = R"(<style>
@@ -104,6 +114,7 @@ code,pre,summary{font-family:monospace;white-space:pre}
 pre{margin:2px 0 4px 1.5em;color:#444}
 details summary{cursor:pointer}
 .heat{width:4em}
+.after-barrier{color:#a60;font-weight:bold}
 </style>
 )";
 
@@ -125,14 +136,20 @@ void html_listing(std::string& o, const KernelProfile& k) {
             o += fmt::format("<details><summary>{}</summary><pre>", esc(l.text));
             for (size_t i : l.sass) {
                 const auto& ins = k.code[i];
-                o += fmt::format("/*{:04x}*/  {:<40} {:>6}  {}\n", ins.address, esc(ins.text),
-                                 ins.samples ? std::to_string(ins.samples) : "", reasons_html(ins.stalls));
+                o += fmt::format("/*{:04x}*/  {:<40} {:>6}  {}{}\n", ins.address, esc(ins.text),
+                                 ins.samples ? std::to_string(ins.samples) : "", reasons_html(ins.stalls),
+                                 ins.after_barrier ? "  ^" : "");
             }
             o += "</pre></details>";
         }
-        o += fmt::format("</td><td>{}</td></tr>\n", reasons_html(l.stalls));
+        o += fmt::format("</td><td>{}{}</td></tr>\n", reasons_html(l.stalls), mark_html(l));
     }
     o += "</table>\n";
+    for (const auto& l : k.lines)
+        if (l.after_barrier) {
+            o += fmt::format("<p class=\"legend\">{}</p>\n", esc(kBarrierLegend));
+            break;
+        }
 }
 
 void html_tables(std::string& o, const KernelProfile& k, size_t top) {
@@ -144,9 +161,9 @@ void html_tables(std::string& o, const KernelProfile& k, size_t top) {
          "<th>PTX</th><th>top stall reasons</th></tr>\n";
     for (size_t i = 0; i < hot.size() && i < top; ++i)
         o += fmt::format("<tr><td class=\"n\">{}</td><td class=\"n\">{:.1f}</td><td class=\"n\">{}</td><td>{}</td>"
-                         "<td><code>{}</code></td><td>{}</td></tr>\n",
+                         "<td><code>{}</code></td><td>{}{}</td></tr>\n",
                          hot[i]->samples, share(hot[i]->samples, k.samples), hot[i]->line, esc(hot[i]->block),
-                         esc(hot[i]->text), reasons_html(hot[i]->stalls));
+                         esc(hot[i]->text), reasons_html(hot[i]->stalls), mark_html(*hot[i]));
     o += "</table>\n<h3>Blocks</h3><table class=\"blocks\"><tr><th>samples</th><th>%</th><th>line</th><th>label</th>"
          "<th>top stall reasons</th></tr>\n";
     for (const auto& b : k.blocks)

@@ -154,8 +154,50 @@ expect "profile: --html unwritable"     2 "--html '$t/no/dir/p.html' cannot be c
 expect "profile: --html a directory"    2 "--html '$t'"                                     $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --html "$t"
 expect "profile: --json and --html one file" 2 "each output needs its own file"            $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx" --json "$t/p.out" --html "$t/p.out"
 expect "profile: CUPTI missing"         1 "CUPTI not found"                                 $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --json "$t/p.json"
-expect "profile: CUPTI missing, how"    1 "set PTXLAB_CUPTI_LIB=/path/to/libcupti.so.13"    $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile --train
-expect "profile: nothing half-written"  0 ""                                                test ! -e "$t/p.json" -a ! -e "$t/p.out"
+expect "profile: CUPTI missing, how"    1 "set PTXLAB_CUPTI_LIB=/path/to/libcupti.so.13"    $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile --train --layers 4,3,10 --batch 1 --data "$t/data"
+expect "profile: --json unwritable"     2 "--json '$t/no/dir/p.json' cannot be created"     $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --json "$t/no/dir/p.json"
+expect "profile: --json a directory"    2 "--json '$t'"                                     $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --json "$t"
+expect "profile: --timeout -1"          2 "--timeout must be >= 0 seconds"                  $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile "$src/ptx/step.ptx:fused_step" --timeout -1
+expect "profile: nothing half-written"  0 ""                                                test ! -e "$t/p.json" -a ! -e "$t/p.out" -a ! -e "$t/no"
+# profile --train (#36): train's own checks (prepare_run, the code train runs) come before CUPTI
+# and the GPU. Every case has CUPTI and the driver missing: a check made too late would answer
+# "CUPTI not found" (exit 1) instead of train's message (exit 2). The first case shows that
+# flags train takes, on data it takes, do get that far.
+ptrain=(env $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile --train)
+tiny=(--layers 4,3,10 --batch 1 --data "$t/data")
+expect "profile --train: good flags reach CUPTI"   1 "CUPTI not found"                         "${ptrain[@]}" "${tiny[@]}"
+expect "profile --train: --batch 0"                2 "--batch must be at least 1"              "${ptrain[@]}" --batch 0
+expect "profile --train: --batch past the data"    2 "--batch 5 is larger than the training set (2 samples)" "${ptrain[@]}" --layers 4,3,10 --batch 5 --data "$t/data"
+expect "profile --train: --epochs 0"               2 "--epochs must be at least 1"             "${ptrain[@]}" "${tiny[@]}" --epochs 0
+expect "profile --train: --lr -1"                  2 "--lr must be a positive finite number, got -1" "${ptrain[@]}" "${tiny[@]}" --lr -1
+expect "profile --train: --model bad layer"        2 "layer 2 'poo' is not a layer"            "${ptrain[@]}" --model conv32,poo,fc10
+expect "profile --train: --model fc10"             2 "--model fc10 has 1 fc layer"             "${ptrain[@]}" --model fc10
+expect "profile --train: --model and --layers"     2 "--model and --layers both set the network" "${ptrain[@]}" --model fc64,fc10 --layers 784,64,10
+expect "profile --train: --hidden and --layers"    2 "both set the network: give one of them"  "${ptrain[@]}" --layers 784,64,10 --hidden 32
+expect "profile --train: --model cnn --kernels fast" 2 "the model trainer runs on the conv, pool and dense kernels" "${ptrain[@]}" --model cnn --kernels fast
+expect "profile --train: --model cnn --three-launches" 2 "is a flag of the one-launch steps of 2 fc layers" "${ptrain[@]}" --model cnn --three-launches
+expect "profile --train: --kernels bogus"          2 "bogus"                                   "${ptrain[@]}" "${tiny[@]}" --kernels bogus
+expect "profile --train: --optimizer"              2 "unknown optimizer 'lbfgs'"               "${ptrain[@]}" "${tiny[@]}" --optimizer lbfgs
+expect "profile --train: --loss"                   2 "unknown loss 'l1'"                       "${ptrain[@]}" "${tiny[@]}" --loss l1
+expect "profile --train: --schedule"               2 "unknown schedule 'linear'"               "${ptrain[@]}" "${tiny[@]}" --schedule linear
+expect "profile --train: --activation"             2 "unknown activation 'bogus'"              "${ptrain[@]}" "${tiny[@]}" --activation bogus
+expect "profile --train: --init"                   2 "unknown init 'zeros'"                    "${ptrain[@]}" "${tiny[@]}" --init zeros
+expect "profile --train: --preset"                 2 "unknown preset 'fast' (known: classic, notebook)" "${ptrain[@]}" "${tiny[@]}" --preset fast
+expect "profile --train: --momentum 2"             2 "--momentum 2 is out of range"            "${ptrain[@]}" "${tiny[@]}" --momentum 2
+expect "profile --train: --weight-decay -1"        2 "--weight-decay -1 is out of range"       "${ptrain[@]}" "${tiny[@]}" --weight-decay -1
+expect "profile --train: --warmup 1"               2 "--warmup 1 is out of range"              "${ptrain[@]}" "${tiny[@]}" --warmup 1
+expect "profile --train: --data missing"           2 "data directory '/nonexistent' does not exist" "${ptrain[@]}" --data /nonexistent
+expect "profile --train: --data truncated"         2 "train-labels-idx1-ubyte"                 "${ptrain[@]}" --layers 4,3,10 --batch 1 --data "$t/data_truncated"
+expect "profile --train: --data \"\""              2 "--data: is an empty path"                "${ptrain[@]}" --data ""
+expect "profile --train: the network vs the data"  2 "the network takes 784 inputs but the images have 2x2 = 4 pixels" "${ptrain[@]}" --layers 784,64,10 --batch 1 --data "$t/data"
+expect "profile --train: --ptx-dir a file"         2 "is a regular file, not a directory"      "${ptrain[@]}" "${tiny[@]}" --ptx-dir "$t/good.ptx"
+expect "profile --train: PTXLAB_PTX_DIR=/nowhere"  2 "PTXLAB_PTX_DIR '/nowhere' does not exist" env PTXLAB_PTX_DIR=/nowhere "${ptrain[@]}" "${tiny[@]}"
+expect "profile --train: --max-steps -1"           2 "--max-steps"                             "${ptrain[@]}" "${tiny[@]}" --max-steps -1
+expect "profile --train: --device -1"              2 "--device must be a CUDA device ordinal"  "${ptrain[@]}" "${tiny[@]}" --device -1
+expect "profile --train: --seed -1"                2 "--seed must be a whole number"           "${ptrain[@]}" "${tiny[@]}" --seed -1
+expect "profile --train: --repeat"                 2 "--repeat goes with FILE.ptx"             "${ptrain[@]}" "${tiny[@]}" --repeat 3
+expect "profile --train: --resume is train's only" 2 "--resume"                                "${ptrain[@]}" "${tiny[@]}" --resume "$t/x.safetensors"
+expect "profile --train: --html first"             2 "--html '$t/no/dir/p.html' cannot be created" "${ptrain[@]}" --data /nonexistent --html "$t/no/dir/p.html"
 # ---- paths --------------------------------------------------------------------
 expect "path: --ptx-dir with files"     2 "give one or the other"                           "$P" check --ptx-dir "$t/ptxdir" "$t/good.ptx"
 expect "path: --ptx-dir is a file"      2 "--ptx-dir '$t/good.ptx' is a regular file, not a directory" "$P" check --ptx-dir "$t/good.ptx"

@@ -1,8 +1,10 @@
 // `ptxlab profile`'s model with no GPU: hand-made PC records on the sass fixture's listing
 // (tests/fixtures/sass/scale.{ptx,sass}, the stand-in's canned nvdisasm output) give the sums
 // per SASS instruction, PTX line, block and stall reason; the text, JSON and HTML views carry
-// the same numbers; the CUPTI loader pointed at a missing library says so. The bad inputs of
-// the command line are in tests/cli/bad_inputs.sh, the real sampling in tests/gpu/toolchain/test_profile.cpp.
+// the same numbers; a barrier's waits, sampled on the instruction after it, are marked there; the
+// CUPTI loader pointed at a missing library says so, and a refusal to profile says how to allow
+// it. The bad inputs of the command line are in tests/cli/bad_inputs.sh, the real sampling in
+// tests/gpu/toolchain/test_profile.cpp.
 #include "../../helpers.hpp"
 #include "collect.hpp"
 #include "cupti.hpp"
@@ -14,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 using namespace ptxlab;
 using namespace ptxlab::test;
@@ -231,7 +234,154 @@ TEST_CASE("profile: a cubin not captured is made again offline, and a CRC that d
     CHECK(other.cubins.empty());
 }
 
+namespace {
+
+// A loop that waits at a barrier, as fused_step's: the warps waiting at line 6's bar.sync are
+// sampled on the @P0 BRA after it (line 7). SASS made by hand, with line info of the PTX file.
+struct BarrierFixture {
+    SassSource source;
+    SassFunction function;
+    std::vector<PcRecord> recs;
+    BarrierFixture() {
+        source.path = "loop.ptx";
+        source.lines = {".visible .entry k()",      "{",           "LOOP:",
+                        "    ld.shared.f32 a, [x];", "    add.f32 b, b, a;", "    bar.sync 0;",
+                        "    @more bra LOOP;",       "    add.f32 c, c, b;", "    ret;", "}"};
+        function.name = "k";
+        function.entry = true;
+        auto add = [&](unsigned address, const char* pred, const char* op, const char* operands, int line) {
+            SassInstruction i;
+            i.address = address;
+            i.predicate = pred;
+            i.opcode = op;
+            i.operands = operands;
+            i.frames = {{"loop.ptx", line}};
+            function.code.push_back(i);
+        };
+        add(0x00, "", "LDS", "R0, [R1]", 4);
+        add(0x10, "", "FADD", "R2, R2, R0", 5);
+        add(0x20, "", "BAR.SYNC.DEFER_BLOCKING", "0x0", 6);
+        add(0x30, "@P0", "BRA", "0x0", 7);
+        add(0x40, "", "FADD", "R3, R3, R2", 8);
+        add(0x50, "", "EXIT", "", 9);
+        recs = {rec(0x00, {{"barrier", 40}}),                         // first: nothing before it
+                rec(0x10, {{"short_scoreboard", 20}}),
+                rec(0x30, {{"barrier", 90}, {"wait", 3}}),            // after BAR.SYNC: the barrier's waits
+                rec(0x40, {{"long_scoreboard", 10}, {"barrier", 5}}),  // barrier not its top reason
+                rec(0x50, {{"barrier", 7}})};                          // top reason barrier, after an FADD
+        for (auto& r : recs) r.function = "k";
+    }
+    Profile profile() const {
+        std::vector<const PcRecord*> ptrs;
+        for (const auto& r : recs) ptrs.push_back(&r);
+        Profile p;
+        p.what = "loop.ptx:k (test)";
+        p.device = "no GPU";
+        p.period = 8;
+        p.kernels.push_back(profile_kernel("k", ptrs, &function, &source));
+        finish_profile(p);
+        return p;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("profile: barrier stalls on the instruction after a barrier are marked, their samples left in place") {
+    const BarrierFixture f;
+    const Profile p = f.profile();
+    const KernelProfile& k = p.kernels.at(0);
+    CHECK(line(k, 7).samples == 93);  // where they were sampled: nothing moved to line 6
+    CHECK(line(k, 6).samples == 0);
+    CHECK(k.samples == 175);
+    CHECK(line(k, 7).after_barrier);
+    CHECK(line(k, 7).barrier_line == 6);
+    for (int n : {4, 5, 6, 8, 9}) {
+        CAPTURE(n);
+        CHECK_FALSE(line(k, n).after_barrier);
+        CHECK(line(k, n).barrier_line == 0);
+    }
+    CHECK(k.code.at(3).after_barrier);  // the @P0 BRA
+    CHECK_FALSE(k.code.at(0).after_barrier);
+    CHECK_FALSE(k.code.at(4).after_barrier);
+    CHECK_FALSE(k.code.at(5).after_barrier);
+
+    const std::string t = format_profile_text(p);
+    CAPTURE(t);
+    CHECK(t.find("      93   53.1      7 | @more bra LOOP;                                  barrier 90, wait 3  "
+                 "^ barrier, line 6\n") != std::string::npos);
+    CHECK(t.find("/*0030*/  @P0 BRA 0x0                          barrier 90, wait 3  ^\n") != std::string::npos);
+    CHECK(t.find("LOOP             @more bra LOOP;  [barrier 90, wait 3]  ^ barrier, line 6\n") != std::string::npos);
+    CHECK(t.find("barrier stalls are sampled on the instruction after the barrier") != std::string::npos);
+    for (const char* unmarked : {"ld.shared.f32 a, [x];", "add.f32 c, c, b;", "ret;"}) {
+        const size_t at = t.find(unmarked);
+        REQUIRE(at != std::string::npos);
+        CHECK(t.substr(at, t.find('\n', at) - at).find('^') == std::string::npos);
+    }
+
+    const auto j = nlohmann::json::parse(format_profile_json(p));
+    for (const auto& l : j["kernels"][0]["lines"]) {
+        CAPTURE(l["line"]);
+        CHECK(l["after_barrier"] == (l["line"] == 7));
+        CHECK(l["barrier_line"] == (l["line"] == 7 ? 6 : 0));
+        for (const auto& ins : l["sass"]) CHECK(ins["after_barrier"] == (ins["address"] == 0x30));
+    }
+
+    const std::string h = format_profile_html(p);
+    CHECK(h.find("<span class=\"after-barrier\"") != std::string::npos);
+    CHECK(h.find("^ barrier, line 6</span>") != std::string::npos);
+    CHECK(h.find("barrier stalls are sampled on the instruction after the barrier") != std::string::npos);
+}
+
+TEST_CASE("profile: no barrier, no marker and no legend") {
+    Fixture f;
+    const Profile p = f.profile();
+    for (const auto& l : p.kernels[0].lines) CHECK_FALSE(l.after_barrier);
+    CHECK(format_profile_text(p).find("barrier stalls are sampled") == std::string::npos);
+    CHECK(format_profile_html(p).find("after-barrier\"") == std::string::npos);
+    // The same SASS with barrier stalls: the top reason decides, and an FFMA is no barrier.
+    for (auto& r : f.recs) r.stalls = {{"barrier", 9}};
+    for (const auto& l : f.profile().kernels[0].lines) CHECK_FALSE(l.after_barrier);
+}
+
+TEST_CASE("profile: which stall reasons, SASS instructions and PTX statements are barriers") {
+    CHECK(is_barrier_stall("barrier"));
+    for (const char* r : {"membar", "long_scoreboard", "wait", "sleeping", "branch_resolving"}) CHECK_FALSE(is_barrier_stall(r));
+    for (const char* s : {"BAR.SYNC.DEFER_BLOCKING 0x0", "@P0 BAR.SYNC 0x1, R2", "BAR.RED.POPC.DEFER_BLOCKING R0, 0x0, P0",
+                          "BAR 0x0", "WARPSYNC 0xffffffff", "WARPSYNC.ALL", "UCGABAR_WAIT",
+                          "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R2+URZ], R3"})
+        CHECK_MESSAGE(is_barrier_sass(s), s);
+    for (const char* s : {"BAR.ARV 0x1, 0x40", "BRA 0x0", "@!P0 BRA 0x30", "FADD R2, R2, R0", "MEMBAR.ALL.GPU", "BSYNC B0",
+                          "UCGABAR_ARV", ""})
+        CHECK_MESSAGE(!is_barrier_sass(s), s);
+    for (const char* s : {"bar.sync 0;", "  @p bar.sync 1, 64;", "barrier.sync 0;", "barrier.cta.sync.aligned 0;",
+                          "bar.red.popc.u32 r, 0, p;", "bar.warp.sync -1;", "barrier.cluster.wait;",
+                          "mbarrier.try_wait.parity.shared::cta.b64 p, [m], 0;", "mbarrier.test_wait.shared.b64 p, [m], s;"})
+        CHECK_MESSAGE(is_barrier_ptx(s), s);
+    for (const char* s : {"bar.arrive 1, 64;", "barrier.cluster.arrive;", "mbarrier.arrive.shared.b64 s, [m];",
+                          "membar.gl;", "@more bra LOOP;", "add.f32 a, a, b;", "// bar.sync 0;", ""})
+        CHECK_MESSAGE(!is_barrier_ptx(s), s);
+}
+
 #if PTXLAB_HAVE_CUPTI_HEADERS
+TEST_CASE("profile: CUPTI's refusal to profile says how to allow it; other failures say what they mean") {
+    const std::string m = cupti_failure_message(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, "cuptiPCSamplingEnable",
+                                                "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES (35)");
+    CHECK(m.find("PC sampling is not permitted for this user (cuptiPCSamplingEnable failed: "
+                 "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES (35))") != std::string::npos);
+    CHECK(m.find("NVreg_RestrictProfilingToAdminUsers=0") != std::string::npos);
+    CHECK(m.find("Run ptxlab as root") != std::string::npos);
+    CHECK(cupti_failure_message(CUPTI_ERROR_HARDWARE_BUSY, "cuptiPCSamplingStart", "busy").find("another profiling "
+                                "session") != std::string::npos);
+    CHECK(cupti_failure_message(CUPTI_ERROR_NOT_SUPPORTED, "cuptiPCSamplingEnable", "no").find("compute capability 7.0") !=
+          std::string::npos);
+    CHECK(cupti_failure_message(CUPTI_ERROR_UNKNOWN, "cuptiSubscribe", "CUPTI_ERROR_UNKNOWN (999)") ==
+          "cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN (999)");
+    // A CuptiError is neither bad input (exit 2) nor a missing GPU (exit 3): main() answers 1.
+    CHECK(std::is_base_of_v<Error, CuptiError>);
+    CHECK_FALSE(std::is_base_of_v<InputError, CuptiError>);
+    CHECK_FALSE(std::is_base_of_v<NoGpuError, CuptiError>);
+}
+
 TEST_CASE("profile: CUPTI at a path that does not exist is named, with how to get it") {
     // cupti() loads once per process: this is the only test here that calls it.
     setenv("PTXLAB_CUPTI_LIB", "/nonexistent/libcupti.so.13", 1);

@@ -4,12 +4,14 @@
 // and the JSON and HTML must carry the same numbers as each other.
 #include "../../helpers.hpp"
 #include "../common.hpp"
+#include "profile.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -70,6 +72,14 @@ TEST_CASE("profile: fused_step's samples land on its PTX lines, in the text, the
         }
     }
     CHECK(hot_lines >= 3);
+    // A line marked as holding a barrier's waits names that barrier's line, a bar.sync of fused_step.
+    std::map<int, std::string> text_of;
+    for (const auto& l : k["lines"]) text_of[l["line"].get<int>()] = l["text"].get<std::string>();
+    for (const auto& l : k["lines"]) {
+        CHECK(l.contains("after_barrier"));
+        if (l["after_barrier"].get<bool>() && l["barrier_line"].get<int>() > 0)
+            CHECK(ptxlab::is_barrier_ptx(text_of[l["barrier_line"].get<int>()]));
+    }
     // Nearly every sample finds its PTX line (the JIT's cubin carries the line table).
     CHECK(on_lines + k["unmapped"].get<uint64_t>() == k["samples"].get<uint64_t>());
     CHECK(on_lines * 10 >= k["samples"].get<uint64_t>() * 9);
