@@ -129,17 +129,19 @@ Workload file_workload(const ProfileOptions& o) {
     return builtin_workload(o, src, info, entry);
 }
 
-// The flags of `train` that a profiled run takes (the rest write files or change the loop's
-// reporting, which a short run under the profiler has no use for).
+// The flags of `train` that a profiled run takes: every flag that changes what runs (the rest write
+// files or resume one, which a short run under the profiler has no use for).
 const std::vector<std::string>& train_value_flags() {
     static const std::vector<std::string> v = {
         "--layers", "--model", "--hidden", "--kernels", "--batch", "--max-steps", "--data", "--ptx-dir",
         "--epochs", "--lr", "--preset", "--init", "--loss", "--activation", "--optimizer", "--momentum",
-        "--weight-decay", "--schedule", "--warmup", "--steps-per-launch"};
+        "--weight-decay", "--schedule", "--warmup", "--steps-per-launch", "--beta1", "--beta2", "--eps", "--alpha",
+        "--step-every", "--gamma", "--target", "--evals-per-epoch", "--eval-every"};
     return v;
 }
 const std::vector<std::string>& train_switch_flags() {
-    static const std::vector<std::string> v = {"--no-graphs", "--no-overlap", "--three-launches"};
+    static const std::vector<std::string> v = {"--no-graphs", "--no-overlap", "--three-launches", "--dense-program",
+                                               "--stop-at-target", "--no-progress"};
     return v;
 }
 

@@ -359,6 +359,8 @@ std::shared_ptr<PreparedRun> prepare_run(const TrainOptions& o) {
     TrainConfig& cfg = p->cfg;
     cfg = configure(o, p->note);
     cfg.validate_flags();
+    if (cfg.dense_program)  // asked for by name: a network it cannot run is refused, not run otherwise
+        if (const std::string why = dense_step_unfit(cfg); !why.empty()) PTXLAB_THROW(InputError, "--dense-program: {}", why);
     require_outputs(output_flags(o));
     if (!o.resume.empty()) {
         p->resume = load_training_checkpoint(o.resume, cfg);

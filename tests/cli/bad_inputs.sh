@@ -167,6 +167,10 @@ ptrain=(env $nogpu $cupti_nope PTXLAB_NVDISASM="$fake" "$P" profile --train)
 tiny=(--layers 4,3,10 --batch 1 --data "$t/data")
 expect "profile --train: good flags reach CUPTI"   1 "CUPTI not found"                         "${ptrain[@]}" "${tiny[@]}"
 expect "profile --train: --batch 0"                2 "--batch must be at least 1"              "${ptrain[@]}" --batch 0
+expect "profile --train: --beta1 out of range"    2 "--beta1 2 is out of range"               "${ptrain[@]}" --optimizer adam --beta1 2
+expect "profile --train: --target out of range"   2 "--target must be in (0, 1]"              "${ptrain[@]}" --target 2
+expect "profile --train: --dense-program, 2 layers" 2 "--dense-program: dense_program runs the model trainer's step" "${ptrain[@]}" --dense-program
+expect "profile --train: takes --no-progress"     1 "CUPTI not found"                         "${ptrain[@]}" "${tiny[@]}" --no-progress
 expect "profile --train: --batch past the data"    2 "--batch 5 is larger than the training set (2 samples)" "${ptrain[@]}" --layers 4,3,10 --batch 5 --data "$t/data"
 expect "profile --train: --epochs 0"               2 "--epochs must be at least 1"             "${ptrain[@]}" "${tiny[@]}" --epochs 0
 expect "profile --train: --lr -1"                  2 "--lr must be a positive finite number, got -1" "${ptrain[@]}" "${tiny[@]}" --lr -1
