@@ -2,6 +2,7 @@
 #include "ref_conv.hpp"
 
 #include "conv.hpp"
+#include "parallel_rows.hpp"
 #include "tc.hpp"
 
 #include <algorithm>
@@ -166,28 +167,31 @@ Bounded ref_conv_fwd(const ConvDims& d, const std::vector<float>& Xf, const std:
     Bounded r;
     r.resize(d.y_size());
     const double g = gamma_n(size_t(d.C) * d.KS * d.KS + 1), tc = tc_conv_sum_bound(d.C, d.KS);
-    for (unsigned n = 0; n < d.N; ++n)
-        for (unsigned k = 0; k < d.K; ++k)
-            for (unsigned y = 0; y < d.H; ++y)
-                for (unsigned x = 0; x < d.W; ++x) {
-                    const Sum s = forward_sum(d, X, Wt, n, k, y, x);
-                    const double z = double(bf[k]) + s.v;
-                    const size_t o = ((size_t(n) * d.K + k) * d.H + y) * d.W + x;
-                    if (arith == ConvArith::Tf32) {
-                        const double ec = tc * s.mag, e = ec + kU * (std::fabs(z) + ec);
-                        r.v[o] = act == 1 ? std::max(z, 0.0) : z;
-                        r.e[o] = act == 1 && z + e < 0 ? 0.0 : e;
-                        continue;
+    const double taps = double(d.KS) * d.KS;
+    for_rows(d.N, double(d.K) * d.H * d.W * d.C * taps, [&](size_t n0, size_t n1) {  // images: independent
+        for (unsigned n = unsigned(n0); n < n1; ++n)
+            for (unsigned k = 0; k < d.K; ++k)
+                for (unsigned y = 0; y < d.H; ++y)
+                    for (unsigned x = 0; x < d.W; ++x) {
+                        const Sum s = forward_sum(d, X, Wt, n, k, y, x);
+                        const double z = double(bf[k]) + s.v;
+                        const size_t o = ((size_t(n) * d.K + k) * d.H + y) * d.W + x;
+                        if (arith == ConvArith::Tf32) {
+                            const double ec = tc * s.mag, e = ec + kU * (std::fabs(z) + ec);
+                            r.v[o] = act == 1 ? std::max(z, 0.0) : z;
+                            r.e[o] = act == 1 && z + e < 0 ? 0.0 : e;
+                            continue;
+                        }
+                        const double e = g * (std::fabs(double(bf[k])) + s.mag);
+                        if (act == 1) {
+                            r.v[o] = z > 0 ? z : 0.0;
+                            r.e[o] = std::fabs(z) <= e ? kInf : (z > 0 ? e : 0.0);
+                        } else {
+                            r.v[o] = z;
+                            r.e[o] = e;
+                        }
                     }
-                    const double e = g * (std::fabs(double(bf[k])) + s.mag);
-                    if (act == 1) {
-                        r.v[o] = z > 0 ? z : 0.0;
-                        r.e[o] = std::fabs(z) <= e ? kInf : (z > 0 ? e : 0.0);
-                    } else {
-                        r.v[o] = z;
-                        r.e[o] = e;
-                    }
-                }
+    });
     return r;
 }
 
@@ -197,15 +201,18 @@ Bounded ref_conv_bwd_data(const ConvDims& d, const std::vector<float>& dY, const
     Bounded r;
     r.resize(d.x_size());
     const double g = arith == ConvArith::Tf32 ? tc_conv_sum_bound(d.K, d.KS) : gamma_n(size_t(d.K) * d.KS * d.KS);
-    for (unsigned n = 0; n < d.N; ++n)
-        for (unsigned c = 0; c < d.C; ++c)
-            for (unsigned y = 0; y < d.H; ++y)
-                for (unsigned x = 0; x < d.W; ++x) {
-                    const Sum s = input_sum(d, G, Wt, n, c, y, x);
-                    const size_t o = ((size_t(n) * d.C + c) * d.H + y) * d.W + x;
-                    r.v[o] = s.v;
-                    r.e[o] = g * s.mag;
-                }
+    const double taps = double(d.KS) * d.KS;
+    for_rows(d.N, double(d.C) * d.H * d.W * d.K * taps, [&](size_t n0, size_t n1) {  // images: independent
+        for (unsigned n = unsigned(n0); n < n1; ++n)
+            for (unsigned c = 0; c < d.C; ++c)
+                for (unsigned y = 0; y < d.H; ++y)
+                    for (unsigned x = 0; x < d.W; ++x) {
+                        const Sum s = input_sum(d, G, Wt, n, c, y, x);
+                        const size_t o = ((size_t(n) * d.C + c) * d.H + y) * d.W + x;
+                        r.v[o] = s.v;
+                        r.e[o] = g * s.mag;
+                    }
+    });
     return r;
 }
 
@@ -218,19 +225,22 @@ void ref_conv_bwd_weights(const ConvDims& d, const std::vector<float>& Xf, const
     const double g = gamma_n(conv_wgrad_depth(d)), sc = double(scale);
     dW.resize(d.w_size());
     db.resize(d.K);
-    for (unsigned k = 0; k < d.K; ++k) {
-        const Sum b = bias_sum(d, G, k);
-        db.v[k] = sc * b.v;
-        db.e[k] = std::fabs(sc) * g * b.mag;
-        for (unsigned c = 0; c < d.C; ++c)
-            for (unsigned ky = 0; ky < d.KS; ++ky)
-                for (unsigned kx = 0; kx < d.KS; ++kx) {
-                    const Sum s = weight_sum(d, X, G, k, c, ky, kx);
-                    const size_t o = ((size_t(k) * d.C + c) * d.KS + ky) * d.KS + kx;
-                    dW.v[o] = sc * s.v;
-                    dW.e[o] = std::fabs(sc) * g * s.mag;
-                }
-    }
+    const double taps = double(d.KS) * d.KS;
+    for_rows(d.K, double(d.C) * taps * d.N * d.H * d.W, [&](size_t k0, size_t k1) {  // outputs: independent
+        for (unsigned k = unsigned(k0); k < k1; ++k) {
+            const Sum b = bias_sum(d, G, k);
+            db.v[k] = sc * b.v;
+            db.e[k] = std::fabs(sc) * g * b.mag;
+            for (unsigned c = 0; c < d.C; ++c)
+                for (unsigned ky = 0; ky < d.KS; ++ky)
+                    for (unsigned kx = 0; kx < d.KS; ++kx) {
+                        const Sum s = weight_sum(d, X, G, k, c, ky, kx);
+                        const size_t o = ((size_t(k) * d.C + c) * d.KS + ky) * d.KS + kx;
+                        dW.v[o] = sc * s.v;
+                        dW.e[o] = std::fabs(sc) * g * s.mag;
+                    }
+        }
+    });
 }
 
 }  // namespace ptxlab

@@ -1,5 +1,6 @@
 #include "reference.hpp"
 
+#include "parallel_rows.hpp"
 #include "recipe.hpp"
 
 #include <algorithm>
@@ -27,6 +28,13 @@ constexpr double kEx2Abs = 2.5 * 0x1p-149;
 constexpr double kSoftmaxAbs = 2 * kEx2Abs + 0x1p-149;
 
 double gamma(size_t n) { return n == 0 ? 0.0 : (double(n) * kU) / (1.0 - double(n) * kU); }
+
+// A sample's multiply-adds through the net's layers (for_rows' work of a row).
+double net_work(const NetParams& net) {
+    double w = 0;
+    for (size_t l = 0; l < net.layers(); ++l) w += double(net.sizes[l]) * net.sizes[l + 1];
+    return w;
+}
 
 // a * b for error terms, where 0 * inf is 0 (an exact zero factor stays exact).
 double prod(double a, double b) { return (a == 0.0 || b == 0.0) ? 0.0 : a * b; }
@@ -309,20 +317,23 @@ RefForward ref_forward(const NetParams& net, const std::vector<float>& X, unsign
     f.acts.resize(L);
     for (size_t l = 0; l < L; ++l) f.acts[l].resize(size_t(B) * net.sizes[l + 1]);
     const unsigned I = net.sizes[0];
-    std::vector<double> x(I), ex(I, 0.0);
-    for (unsigned s = 0; s < B; ++s) {
-        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
-        const double* in = x.data();
-        const double* ein = ex.data();
-        for (size_t l = 0; l < L; ++l) {
-            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
-            double* out = f.acts[l].v.data() + size_t(s) * rows;
-            double* eout = f.acts[l].e.data() + size_t(s) * rows;
-            dense_bounded(net.W[l].data(), net.b[l].data(), in, ein, rows, cols, l + 1 < L, out, eout, nullptr, 0, act);
-            in = out;
-            ein = eout;
+    for_rows(B, net_work(net), [&](size_t s0, size_t s1) {  // the samples: independent rows
+        std::vector<double> x(I), ex(I, 0.0);
+        for (size_t s = s0; s < s1; ++s) {
+            for (unsigned i = 0; i < I; ++i) x[i] = X[s * I + i];
+            const double* in = x.data();
+            const double* ein = ex.data();
+            for (size_t l = 0; l < L; ++l) {
+                const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+                double* out = f.acts[l].v.data() + s * rows;
+                double* eout = f.acts[l].e.data() + s * rows;
+                dense_bounded(net.W[l].data(), net.b[l].data(), in, ein, rows, cols, l + 1 < L, out, eout, nullptr, 0,
+                              act);
+                in = out;
+                ein = eout;
+            }
         }
-    }
+    });
     return f;
 }
 
@@ -355,6 +366,64 @@ void delta_below(const float* W, const double* dl, const double* edl, unsigned r
         if (kink[c]) edb[c] = kInf;  // the mask itself is uncertain
     }
 }
+
+
+// One sample's forward pass, output delta, weight gradients and deltas (ref_grad's rows), in
+// the per-chunk scratch of a thread: the input x, the kink flags and pre-activations of a layer.
+struct GradScratch {
+    std::vector<double> x, ex;
+    std::vector<std::vector<char>> kink;
+    std::vector<std::vector<double>> zs, ezs;  // this sample's pre-activations (GELU's derivative)
+    explicit GradScratch(const NetParams& net) : x(net.sizes[0]), ex(net.sizes[0], 0.0) {
+        for (size_t l = 0; l < net.layers(); ++l) {
+            kink.emplace_back(net.sizes[l + 1], 0);
+            zs.emplace_back(net.sizes[l + 1], 0.0);
+            ezs.emplace_back(net.sizes[l + 1], 0.0);
+        }
+    }
+};
+
+void grad_sample(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, size_t s,
+                 unsigned loss, unsigned act, GradScratch& w, RefGrad& g) {
+    const size_t L = net.layers();
+    const unsigned I = net.sizes[0], O = net.sizes[L];
+    // Forward, remembering which hidden units sit at the ReLU kink.
+    for (unsigned i = 0; i < I; ++i) w.x[i] = X[s * I + i];
+    std::vector<const double*> a(L + 1), ea(L + 1);
+    a[0] = w.x.data();
+    ea[0] = w.ex.data();
+    for (size_t l = 0; l < L; ++l) {
+        const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+        double* out = g.fwd.acts[l].v.data() + s * rows;
+        double* eout = g.fwd.acts[l].e.data() + s * rows;
+        dense_bounded(net.W[l].data(), net.b[l].data(), a[l], ea[l], rows, cols, l + 1 < L, out, eout, &w.kink[l], 0,
+                      act, w.zs[l].data(), w.ezs[l].data());
+        a[l + 1] = out;
+        ea[l + 1] = eout;
+    }
+
+    // Output delta of the loss code: y - t (one rounding) or softmax(y) - t.
+    double* d = g.gb[L - 1].v.data() + s * O;
+    double* ed = g.gb[L - 1].e.data() + s * O;
+    ref_output_delta(loss, a[L], ea[L], T.data() + s * O, O, d, ed);
+
+    // Layers from the top: weight gradient d (x) a, then the delta one layer down.
+    for (size_t l = L; l-- > 0;) {
+        const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
+        const double* dl = g.gb[l].v.data() + s * rows;
+        const double* edl = g.gb[l].e.data() + s * rows;
+        double* gw = g.gW[l].v.data() + s * rows * cols;
+        double* egw = g.gW[l].e.data() + s * rows * cols;
+        for (unsigned r = 0; r < rows; ++r)
+            for (unsigned c = 0; c < cols; ++c) {
+                gw[size_t(r) * cols + c] = dl[r] * a[l][c];
+                egw[size_t(r) * cols + c] = product_bound(dl[r], edl[r], a[l][c], ea[l][c]);
+            }
+        if (l == 0) break;
+        delta_below(net.W[l].data(), dl, edl, rows, cols, act, w.zs[l - 1].data(), w.ezs[l - 1].data(), a[l], ea[l],
+                    w.kink[l - 1].data(), g.gb[l - 1].v.data() + s * cols, g.gb[l - 1].e.data() + s * cols);
+    }
+}
 }  // namespace
 
 RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
@@ -369,55 +438,11 @@ RefGrad ref_grad(const NetParams& net, const std::vector<float>& X, const std::v
         g.gb[l].resize(size_t(B) * net.sizes[l + 1]);
         g.gW[l].resize(size_t(B) * net.sizes[l + 1] * net.sizes[l]);
     }
-    const unsigned I = net.sizes[0], O = net.sizes[L];
-    std::vector<double> x(I), ex(I, 0.0);
-    std::vector<std::vector<char>> kink(L);
-    std::vector<std::vector<double>> zs(L), ezs(L);  // this sample's pre-activations (GELU's derivative)
-    for (size_t l = 0; l < L; ++l) {
-        kink[l].assign(net.sizes[l + 1], 0);
-        zs[l].assign(net.sizes[l + 1], 0.0);
-        ezs[l].assign(net.sizes[l + 1], 0.0);
-    }
-
-    for (unsigned s = 0; s < B; ++s) {
-        // Forward, remembering which hidden units sit at the ReLU kink.
-        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
-        std::vector<const double*> a(L + 1), ea(L + 1);
-        a[0] = x.data();
-        ea[0] = ex.data();
-        for (size_t l = 0; l < L; ++l) {
-            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
-            double* out = g.fwd.acts[l].v.data() + size_t(s) * rows;
-            double* eout = g.fwd.acts[l].e.data() + size_t(s) * rows;
-            dense_bounded(net.W[l].data(), net.b[l].data(), a[l], ea[l], rows, cols, l + 1 < L, out, eout, &kink[l], 0,
-                          act, zs[l].data(), ezs[l].data());
-            a[l + 1] = out;
-            ea[l + 1] = eout;
-        }
-
-        // Output delta of the loss code: y - t (one rounding) or softmax(y) - t.
-        double* d = g.gb[L - 1].v.data() + size_t(s) * O;
-        double* ed = g.gb[L - 1].e.data() + size_t(s) * O;
-        ref_output_delta(loss, a[L], ea[L], T.data() + size_t(s) * O, O, d, ed);
-
-        // Layers from the top: weight gradient d (x) a, then the delta one layer down.
-        for (size_t l = L; l-- > 0;) {
-            const unsigned rows = net.sizes[l + 1], cols = net.sizes[l];
-            const double* dl = g.gb[l].v.data() + size_t(s) * rows;
-            const double* edl = g.gb[l].e.data() + size_t(s) * rows;
-            double* gw = g.gW[l].v.data() + size_t(s) * rows * cols;
-            double* egw = g.gW[l].e.data() + size_t(s) * rows * cols;
-            for (unsigned r = 0; r < rows; ++r)
-                for (unsigned c = 0; c < cols; ++c) {
-                    gw[size_t(r) * cols + c] = dl[r] * a[l][c];
-                    egw[size_t(r) * cols + c] = product_bound(dl[r], edl[r], a[l][c], ea[l][c]);
-                }
-            if (l == 0) break;
-            delta_below(net.W[l].data(), dl, edl, rows, cols, act, zs[l - 1].data(), ezs[l - 1].data(), a[l], ea[l],
-                        kink[l - 1].data(), g.gb[l - 1].v.data() + size_t(s) * cols,
-                        g.gb[l - 1].e.data() + size_t(s) * cols);
-        }
-    }
+    // The samples are independent rows: each writes its own slices of g (forward, delta, gW).
+    for_rows(B, 3 * net_work(net), [&](size_t s0, size_t s1) {
+        GradScratch w(net);
+        for (size_t s = s0; s < s1; ++s) grad_sample(net, X, T, s, loss, act, w, g);
+    });
     return g;
 }
 
@@ -426,16 +451,17 @@ Bounded ref_fused_forward(const std::vector<float>& X, const std::vector<float>&
     Bounded A;
     A.resize(size_t(B) * H);
     if (Z) Z->resize(size_t(B) * H);
-    std::vector<double> x(I), ex(I, 0.0);
-    for (unsigned s = 0; s < B; ++s) {
-        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
-        // A product passes at most ceil(I/32) + 2 roundings inside its cluster rank (an fma
-        // chain, then two adds joining the four partial sums), 7 joining the 8 ranks, and the
-        // bias: at most I + 10 roundings, so gamma(I + 10) bounds the error.
-        dense_bounded(W.data(), b.data(), x.data(), ex.data(), H, I, true, A.v.data() + size_t(s) * H,
-                      A.e.data() + size_t(s) * H, nullptr, 10, act, Z ? Z->v.data() + size_t(s) * H : nullptr,
-                      Z ? Z->e.data() + size_t(s) * H : nullptr);
-    }
+    for_rows(B, double(I) * H, [&](size_t s0, size_t s1) {
+        std::vector<double> x(I), ex(I, 0.0);
+        for (size_t s = s0; s < s1; ++s) {
+            for (unsigned i = 0; i < I; ++i) x[i] = X[s * I + i];
+            // A product passes at most ceil(I/32) + 2 roundings inside its cluster rank (an fma
+            // chain, then two adds joining the four partial sums), 7 joining the 8 ranks, and the
+            // bias: at most I + 10 roundings, so gamma(I + 10) bounds the error.
+            dense_bounded(W.data(), b.data(), x.data(), ex.data(), H, I, true, A.v.data() + s * H, A.e.data() + s * H,
+                          nullptr, 10, act, Z ? Z->v.data() + s * H : nullptr, Z ? Z->e.data() + s * H : nullptr);
+        }
+    });
     return A;
 }
 
@@ -446,17 +472,19 @@ RefFusedOutput ref_fused_output(const std::vector<float>& A, const std::vector<f
     r.Y.resize(size_t(B) * O);
     r.D2.resize(size_t(B) * O);
     r.D1.resize(size_t(B) * H);
-    std::vector<double> a(H), ea(H, 0.0);
-    for (unsigned s = 0; s < B; ++s) {
-        for (unsigned h = 0; h < H; ++h) a[h] = A[size_t(s) * H + h];
-        double* y = r.Y.v.data() + size_t(s) * O;
-        double* ey = r.Y.e.data() + size_t(s) * O;
-        // Lane sums, 5 butterfly levels, the bias: at most 6 roundings more.
-        dense_bounded(W.data(), b.data(), a.data(), ea.data(), O, H, false, y, ey, nullptr, 6);
-        // A is an input here: the mask is exact (no kink).
-        output_deltas(loss, W.data(), y, ey, T.data() + size_t(s) * O, a.data(), nullptr, H, O, r.D2, r.D1, s, act,
-                      Z ? Z->data() + size_t(s) * H : nullptr);
-    }
+    for_rows(B, 2.0 * H * O, [&](size_t s0, size_t s1) {
+        std::vector<double> a(H), ea(H, 0.0);
+        for (size_t s = s0; s < s1; ++s) {
+            for (unsigned h = 0; h < H; ++h) a[h] = A[s * H + h];
+            double* y = r.Y.v.data() + s * O;
+            double* ey = r.Y.e.data() + s * O;
+            // Lane sums, 5 butterfly levels, the bias: at most 6 roundings more.
+            dense_bounded(W.data(), b.data(), a.data(), ea.data(), O, H, false, y, ey, nullptr, 6);
+            // A is an input here: the mask is exact (no kink).
+            output_deltas(loss, W.data(), y, ey, T.data() + s * O, a.data(), nullptr, H, O, r.D2, r.D1, unsigned(s),
+                          act, Z ? Z->data() + s * H : nullptr);
+        }
+    });
     return r;
 }
 
@@ -465,23 +493,26 @@ void ref_fused_grad(Bounded& G, Bounded& Gb, const std::vector<float>& L, const 
     G.resize(size_t(rows) * cols);
     Gb.resize(rows);
     const double sc = scale;
-    for (unsigned r = 0; r < rows; ++r) {
-        for (unsigned c = 0; c <= cols; ++c) {
-            double sum = 0.0, mag = 0.0;
-            for (unsigned s = 0; s < B; ++s) {
-                const double t = double(L[size_t(s) * rows + r]) * (c == cols ? 1.0 : double(R[size_t(s) * cols + c]));
-                sum += t;
-                mag += std::fabs(t);
+    for_rows(rows, double(B) * (cols + 1), [&](size_t r0, size_t r1) {
+        for (size_t r = r0; r < r1; ++r) {
+            for (unsigned c = 0; c <= cols; ++c) {
+                double sum = 0.0, mag = 0.0;
+                for (unsigned s = 0; s < B; ++s) {
+                    const double t =
+                        double(L[size_t(s) * rows + r]) * (c == cols ? 1.0 : double(R[size_t(s) * cols + c]));
+                    sum += t;
+                    mag += std::fabs(t);
+                }
+                // Four fma chains of at most ceil(B/4) roundings, two adds to join them: gamma(B + 2);
+                // then one rounding for the product with the scale.
+                const double esum = gamma(B + 2) * mag, v = sc * sum, ev = std::fabs(sc) * esum;
+                double& out_v = c == cols ? Gb.v[r] : G.v[size_t(r) * cols + c];
+                double& out_e = c == cols ? Gb.e[r] : G.e[size_t(r) * cols + c];
+                out_v = v;
+                out_e = ev + kU * (std::fabs(v) + ev);
             }
-            // Four fma chains of at most ceil(B/4) roundings, two adds to join them: gamma(B + 2);
-            // then one rounding for the product with the scale.
-            const double esum = gamma(B + 2) * mag, v = sc * sum, ev = std::fabs(sc) * esum;
-            double& out_v = c == cols ? Gb.v[r] : G.v[size_t(r) * cols + c];
-            double& out_e = c == cols ? Gb.e[r] : G.e[size_t(r) * cols + c];
-            out_v = v;
-            out_e = ev + kU * (std::fabs(v) + ev);
         }
-    }
+    });
 }
 
 RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
@@ -493,45 +524,49 @@ RefFusedStep ref_fused_step(const NetParams& net, const std::vector<float>& X, c
     Bounded D1, D2;
     D1.resize(size_t(B) * H);
     D2.resize(size_t(B) * O);
-    std::vector<char> kink(H);
-    std::vector<double> x(I), ex(I, 0.0), z(H), ez(H);
-    for (unsigned s = 0; s < B; ++s) {
-        for (unsigned i = 0; i < I; ++i) x[i] = X[size_t(s) * I + i];
-        double* a = r.A.v.data() + size_t(s) * H;
-        double* ea = r.A.e.data() + size_t(s) * H;
-        // A rank's fma chain, 7 adds joining the 8 ranks, the bias: at most I + 8 roundings
-        // (tc_step: the mma chains within tc->z of their products, 15 adds joining 16 ranks).
-        dense_bounded(net.W[0].data(), net.b[0].data(), x.data(), ex.data(), H, I, true, a, ea, &kink, tc ? 17 : 10,
-                      act, z.data(), ez.data(), tc ? tc->z : 0.0);
-        double* y = r.Y.v.data() + size_t(s) * O;
-        double* ey = r.Y.e.data() + size_t(s) * O;
-        // A 16-term chain per tile (tc_step: 8 terms a rank), the tiles added in order, then the bias.
-        dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr,
-                      tc ? (H + 7) / 8 + 1 : (H + 15) / 16 + 1);
-        output_deltas(loss, net.W[1].data(), y, ey, T.data() + size_t(s) * O, a, &kink, H, O, D2, D1, s, act, nullptr,
-                      ea, z.data(), ez.data());
-    }
+    for_rows(B, (double(I) + 2.0 * O) * H, [&](size_t s0, size_t s1) {
+        std::vector<char> kink(H);
+        std::vector<double> x(I), ex(I, 0.0), z(H), ez(H);
+        for (size_t s = s0; s < s1; ++s) {
+            for (unsigned i = 0; i < I; ++i) x[i] = X[s * I + i];
+            double* a = r.A.v.data() + s * H;
+            double* ea = r.A.e.data() + s * H;
+            // A rank's fma chain, 7 adds joining the 8 ranks, the bias: at most I + 8 roundings
+            // (tc_step: the mma chains within tc->z of their products, 15 adds joining 16 ranks).
+            dense_bounded(net.W[0].data(), net.b[0].data(), x.data(), ex.data(), H, I, true, a, ea, &kink, tc ? 17 : 10,
+                          act, z.data(), ez.data(), tc ? tc->z : 0.0);
+            double* y = r.Y.v.data() + s * O;
+            double* ey = r.Y.e.data() + s * O;
+            // A 16-term chain per tile (tc_step: 8 terms a rank), the tiles added in order, then the bias.
+            dense_bounded(net.W[1].data(), net.b[1].data(), a, ea, O, H, false, y, ey, nullptr,
+                          tc ? (H + 7) / 8 + 1 : (H + 15) / 16 + 1);
+            output_deltas(loss, net.W[1].data(), y, ey, T.data() + s * O, a, &kink, H, O, D2, D1, unsigned(s), act,
+                          nullptr, ea, z.data(), ez.data());
+        }
+    });
     // G = scale * sum_s L[s][row] R[s][col], R = nullptr for a bias (R = 1); both factors bounded.
     // rel: the sum's relative bound over its magnitude, gamma_B for an FP32 chain.
     auto grad = [&](Bounded& out, const Bounded& L, const Bounded* R, unsigned rows, unsigned cols, double rel) {
         out.resize(size_t(rows) * cols);
         const double sc = scale;
-        for (unsigned row = 0; row < rows; ++row)
-            for (unsigned col = 0; col < cols; ++col) {
-                double sum = 0.0, mag = 0.0, prop = 0.0;
-                for (unsigned s = 0; s < B; ++s) {
-                    const double l = L.v[size_t(s) * rows + row], el = L.e[size_t(s) * rows + row];
-                    const double rv = R ? R->v[size_t(s) * cols + col] : 1.0;
-                    const double er = R ? R->e[size_t(s) * cols + col] : 0.0;
-                    sum += l * rv;
-                    mag += prod(std::fabs(l) + el, std::fabs(rv) + er);
-                    prop += prod(std::fabs(l), er) + prod(std::fabs(rv), el) + prod(el, er);
+        for_rows(rows, double(B) * cols, [&](size_t row0, size_t row1) {
+            for (size_t row = row0; row < row1; ++row)
+                for (unsigned col = 0; col < cols; ++col) {
+                    double sum = 0.0, mag = 0.0, prop = 0.0;
+                    for (unsigned s = 0; s < B; ++s) {
+                        const double l = L.v[size_t(s) * rows + row], el = L.e[size_t(s) * rows + row];
+                        const double rv = R ? R->v[size_t(s) * cols + col] : 1.0;
+                        const double er = R ? R->e[size_t(s) * cols + col] : 0.0;
+                        sum += l * rv;
+                        mag += prod(std::fabs(l) + el, std::fabs(rv) + er);
+                        prop += prod(std::fabs(l), er) + prod(std::fabs(rv), el) + prod(el, er);
+                    }
+                    const size_t i = row * cols + col;
+                    const double esum = rel * mag + prop, v = sc * sum, ev = std::fabs(sc) * esum;
+                    out.v[i] = v;
+                    out.e[i] = ev + kU * (std::fabs(v) + ev);  // the product with the scale, rounded once
                 }
-                const size_t i = size_t(row) * cols + col;
-                const double esum = rel * mag + prop, v = sc * sum, ev = std::fabs(sc) * esum;
-                out.v[i] = v;
-                out.e[i] = ev + kU * (std::fabs(v) + ev);  // the product with the scale, rounded once
-            }
+        });
     };
     Bounded Xb;
     Xb.resize(size_t(B) * I);

@@ -6,14 +6,21 @@
 // db[O] = scale sum_s G); cluster 0 the launch's own choice (dense_plan), else 1, 2, 4 or 8.
 #include "dense.hpp"
 #include "dense_products.hpp"
+#include "parallel_rows.hpp"
 #include "registry.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ptxlab::verify_detail {
 
 namespace {
 
+// The float64 loops below run on for_rows' threads, over independent output rows. The forward
+// pass interleaves 4 samples' chains (dots4), the backward ones take kGroup rows at a time
+// against one row of the other operand (which then stays in cache); each output's terms are
+// still added one by one in the order of the layer's maths.
+constexpr unsigned kGroup = 8;
 
 double gamma_of(size_t n) {
     const double u = std::ldexp(1.0, -24);
@@ -35,18 +42,20 @@ Harness make_forward(unsigned B, unsigned I, unsigned O, unsigned act, unsigned 
     Harness h;
     Bounded& Y = h.expected["Y"];
     Y.resize(size_t(B) * O);
-    for (unsigned s = 0; s < B; ++s)
-        for (unsigned o = 0; o < O; ++o) {
-            double v = 0, mag = std::fabs(double(b[o]));
-            for (unsigned i = 0; i < I; ++i) {
-                const double p = double(X[size_t(s) * I + i]) * W[size_t(o) * I + i];
-                v += p;
-                mag += std::fabs(p);
+    for_rows(B, double(I) * O, [&](size_t s0, size_t s1) {
+        for (size_t g0 = s0; g0 < s1; g0 += 4)  // 4 samples against each row of W
+            for (unsigned o = 0; o < O; ++o) {
+                const size_t n = std::min<size_t>(s1 - g0, 4);
+                double v[4] = {0, 0, 0, 0}, mag[4];
+                std::fill_n(mag, 4, std::fabs(double(b[o])));
+                dots4(X.data() + g0 * I, I, n, W.data() + size_t(o) * I, I, v, mag);
+                for (size_t k = 0; k < n; ++k) {
+                    const double z = v[k] + b[o];
+                    Y.v[(g0 + k) * O + o] = act == 1 ? std::max(z, 0.0) : z;
+                    Y.e[(g0 + k) * O + o] = dense_bound(I, cl, mag[k]);
+                }
             }
-            v += b[o];
-            Y.v[size_t(s) * O + o] = act == 1 ? std::max(v, 0.0) : v;
-            Y.e[size_t(s) * O + o] = dense_bound(I, cl, mag);
-        }
+    });
     h.tensors = {{"X", {B, I}, Role::In, X}, {"W", {O, I}, Role::In, W}, {"b", {O}, Role::In, b},
                  {"Y", {B, O}, Role::Out, {}}};
     h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -64,17 +73,28 @@ Harness make_deltas(unsigned B, unsigned I, unsigned O, unsigned act, unsigned c
     Harness h;
     Bounded& dX = h.expected["dX"];
     dX.resize(size_t(B) * I);
-    for (unsigned s = 0; s < B; ++s)
-        for (unsigned i = 0; i < I; ++i) {
-            double v = 0, mag = 0;
-            for (unsigned o = 0; o < O; ++o) {
-                const double p = G[size_t(s) * O + o] * W[size_t(o) * I + i];
-                v += p;
-                mag += std::fabs(p);
+    for_rows(B, double(I) * O, [&](size_t s0, size_t s1) {
+        // kGroup samples' dX rows (sums and magnitudes), summed along W's rows.
+        std::vector<double> v(size_t(kGroup) * I), mag(size_t(kGroup) * I);
+        for (size_t g0 = s0; g0 < s1; g0 += kGroup) {
+            const size_t n = std::min<size_t>(s1 - g0, kGroup);
+            std::fill(v.begin(), v.end(), 0.0);
+            std::fill(mag.begin(), mag.end(), 0.0);
+            for (unsigned o = 0; o < O; ++o)
+                for (size_t k = 0; k < n; ++k) {
+                    const double g = G[(g0 + k) * O + o];
+                    for (unsigned i = 0; i < I; ++i) {
+                        const double p = g * W[size_t(o) * I + i];
+                        v[k * I + i] += p;
+                        mag[k * I + i] += std::fabs(p);
+                    }
+                }
+            for (size_t k = 0; k < n * I; ++k) {
+                dX.v[g0 * I + k] = v[k];
+                dX.e[g0 * I + k] = dense_bound(O, cl, mag[k]);
             }
-            dX.v[size_t(s) * I + i] = v;
-            dX.e[size_t(s) * I + i] = dense_bound(O, cl, mag);
         }
+    });
     h.tensors = {{"dX", {B, I}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY}, {"Y", {B, O}, Role::In, Y},
                  {"W", {O, I}, Role::In, W}};
     h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -95,22 +115,35 @@ Harness make_weights(unsigned B, unsigned I, unsigned O, unsigned act, unsigned 
     Bounded& db = h.expected["db"];
     dW.resize(size_t(O) * I);
     db.resize(O);
-    for (unsigned o = 0; o < O; ++o) {
-        double vb = 0, mb = 0;
-        for (unsigned s = 0; s < B; ++s) vb += G[size_t(s) * O + o], mb += std::fabs(G[size_t(s) * O + o]);
-        db.v[o] = sc * vb;
-        db.e[o] = dense_bound(B, cl, std::fabs(sc) * mb);
-        for (unsigned i = 0; i < I; ++i) {
-            double v = 0, mag = 0;
-            for (unsigned s = 0; s < B; ++s) {
-                const double p = G[size_t(s) * O + o] * X[size_t(s) * I + i];
-                v += p;
-                mag += std::fabs(p);
+    for_rows(O, double(B) * I, [&](size_t o0, size_t o1) {
+        // kGroup outputs' dW rows and db (sums and magnitudes), summed along X's rows.
+        std::vector<double> v(size_t(kGroup) * I), mag(size_t(kGroup) * I), vb(kGroup), mb(kGroup);
+        for (size_t g0 = o0; g0 < o1; g0 += kGroup) {
+            const size_t n = std::min<size_t>(o1 - g0, kGroup);
+            std::fill(v.begin(), v.end(), 0.0);
+            std::fill(mag.begin(), mag.end(), 0.0);
+            std::fill(vb.begin(), vb.end(), 0.0);
+            std::fill(mb.begin(), mb.end(), 0.0);
+            for (unsigned s = 0; s < B; ++s)
+                for (size_t k = 0; k < n; ++k) {
+                    const double g = G[size_t(s) * O + g0 + k];
+                    vb[k] += g, mb[k] += std::fabs(g);
+                    for (unsigned i = 0; i < I; ++i) {
+                        const double p = g * X[size_t(s) * I + i];
+                        v[k * I + i] += p;
+                        mag[k * I + i] += std::fabs(p);
+                    }
+                }
+            for (size_t k = 0; k < n; ++k) {
+                db.v[g0 + k] = sc * vb[k];
+                db.e[g0 + k] = dense_bound(B, cl, std::fabs(sc) * mb[k]);
             }
-            dW.v[size_t(o) * I + i] = sc * v;
-            dW.e[size_t(o) * I + i] = dense_bound(B, cl, std::fabs(sc) * mag);
+            for (size_t k = 0; k < n * I; ++k) {
+                dW.v[g0 * I + k] = sc * v[k];
+                dW.e[g0 * I + k] = dense_bound(B, cl, std::fabs(sc) * mag[k]);
+            }
         }
-    }
+    });
     h.tensors = {{"dW", {O, I}, Role::Out, {}}, {"db", {O}, Role::Out, {}}, {"X", {B, I}, Role::In, X},
                  {"dY", {B, O}, Role::In, dY},    {"Y", {B, O}, Role::In, Y}};
     h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {

@@ -5,6 +5,7 @@
 // Y - T, 1 softmax cross-entropy) and the widths {I, H.., O} (3 to 6 of them: 2 to 5 layers),
 // the unused ones 0 at the end.
 #include "densestep.hpp"
+#include "parallel_rows.hpp"
 #include "recipe.hpp"
 #include "registry.hpp"
 
@@ -50,23 +51,25 @@ Mat forward_layer(Mat& in, const std::vector<float>& W, const std::vector<float>
     const unsigned B = in.rows, I = in.cols;
     Mat out(B, O);
     kink.assign(size_t(B) * O, 0);
-    for (unsigned s = 0; s < B; ++s)
-        for (unsigned o = 0; o < O; ++o) {
-            double z = b[o], mag = std::fabs(double(b[o])), prop = 0.0;
-            for (unsigned i = 0; i < I; ++i) {
-                const double w = W[size_t(o) * I + i];
-                z += w * in.v(s, i);
-                mag += prod(std::fabs(w), std::fabs(in.v(s, i)) + in.e(s, i));
-                prop += prod(std::fabs(w), in.e(s, i));
+    for_rows(B, double(I) * O, [&](size_t s0, size_t s1) {  // the samples: independent rows
+        for (unsigned s = unsigned(s0); s < s1; ++s)
+            for (unsigned o = 0; o < O; ++o) {
+                double z = b[o], mag = std::fabs(double(b[o])), prop = 0.0;
+                for (unsigned i = 0; i < I; ++i) {
+                    const double w = W[size_t(o) * I + i];
+                    z += w * in.v(s, i);
+                    mag += prod(std::fabs(w), std::fabs(in.v(s, i)) + in.e(s, i));
+                    prop += prod(std::fabs(w), in.e(s, i));
+                }
+                const double ez = gamma_of(depth(I)) * mag + prop;
+                if (hidden) {
+                    kink[size_t(s) * O + o] = std::fabs(z) <= ez;
+                    z = std::max(z, 0.0);  // ReLU is 1-Lipschitz: the same bound
+                }
+                out.v(s, o) = z;
+                out.e(s, o) = ez;
             }
-            const double ez = gamma_of(depth(I)) * mag + prop;
-            if (hidden) {
-                kink[size_t(s) * O + o] = std::fabs(z) <= ez;
-                z = std::max(z, 0.0);  // ReLU is 1-Lipschitz: the same bound
-            }
-            out.v(s, o) = z;
-            out.e(s, o) = ez;
-        }
+    });
     return out;
 }
 
@@ -85,18 +88,20 @@ Mat masked(Mat& dY, Mat& A, const std::vector<char>& kink) {
 Mat deltas_below(Mat& G, const std::vector<float>& W, unsigned I) {
     const unsigned B = G.rows, O = G.cols;
     Mat dX(B, I);
-    for (unsigned s = 0; s < B; ++s)
-        for (unsigned i = 0; i < I; ++i) {
-            double v = 0.0, mag = 0.0, prop = 0.0;
-            for (unsigned o = 0; o < O; ++o) {
-                const double w = W[size_t(o) * I + i];
-                v += G.v(s, o) * w;
-                mag += prod(std::fabs(w), std::fabs(G.v(s, o)) + G.e(s, o));
-                prop += prod(std::fabs(w), G.e(s, o));
+    for_rows(B, double(I) * O, [&](size_t s0, size_t s1) {  // the samples: independent rows
+        for (unsigned s = unsigned(s0); s < s1; ++s)
+            for (unsigned i = 0; i < I; ++i) {
+                double v = 0.0, mag = 0.0, prop = 0.0;
+                for (unsigned o = 0; o < O; ++o) {
+                    const double w = W[size_t(o) * I + i];
+                    v += G.v(s, o) * w;
+                    mag += prod(std::fabs(w), std::fabs(G.v(s, o)) + G.e(s, o));
+                    prop += prod(std::fabs(w), G.e(s, o));
+                }
+                dX.v(s, i) = v;
+                dX.e(s, i) = gamma_of(depth(O)) * mag + prop;
             }
-            dX.v(s, i) = v;
-            dX.e(s, i) = gamma_of(depth(O)) * mag + prop;
-        }
+    });
     return dX;
 }
 
@@ -105,7 +110,11 @@ Mat deltas_below(Mat& G, const std::vector<float>& W, unsigned I) {
 void weight_grads(Mat& G, Mat& in, double scale, Bounded& out) {
     const unsigned B = G.rows, O = G.cols, I = in.cols;
     const double g = gamma_of(depth(B)), sc = std::fabs(scale);
-    auto one = [&](unsigned o, int i) {
+    const size_t base = out.v.size();
+    out.v.resize(base + size_t(O) * I + O);
+    out.e.resize(base + size_t(O) * I + O);
+    // The value and bound of gW[o][i] (i >= 0) or gb[o] (i = -1), at out[at].
+    auto one = [&](unsigned o, int i, size_t at) {
         double v = 0.0, mag = 0.0, prop = 0.0;
         for (unsigned s = 0; s < B; ++s) {
             const double l = G.v(s, o), el = G.e(s, o);
@@ -114,12 +123,15 @@ void weight_grads(Mat& G, Mat& in, double scale, Bounded& out) {
             mag += prod(std::fabs(l) + el, std::fabs(x) + ex);
             prop += prod(std::fabs(l), ex) + prod(std::fabs(x), el) + prod(el, ex);
         }
-        out.v.push_back(scale * v);
-        out.e.push_back(sc * (g * mag + prop * (1.0 + g)));
+        out.v[at] = scale * v;
+        out.e[at] = sc * (g * mag + prop * (1.0 + g));
     };
-    for (unsigned o = 0; o < O; ++o)
-        for (unsigned i = 0; i < I; ++i) one(o, int(i));
-    for (unsigned o = 0; o < O; ++o) one(o, -1);
+    for_rows(O, double(B) * (I + 1), [&](size_t o0, size_t o1) {  // the outputs: independent rows
+        for (unsigned o = unsigned(o0); o < o1; ++o) {
+            for (unsigned i = 0; i < I; ++i) one(o, int(i), base + size_t(o) * I + i);
+            one(o, -1, base + size_t(O) * I + o);
+        }
+    });
 }
 
 // The flat parameters: per layer W [out][in] then b [out] (model.hpp's order for fc layers).

@@ -7,6 +7,7 @@
 // sum_s G): dense_mm's shape without its cluster.
 #include "densetc.hpp"
 #include "dense_products.hpp"
+#include "parallel_rows.hpp"
 #include "registry.hpp"
 
 #include <algorithm>
@@ -16,7 +17,11 @@ namespace ptxlab::verify_detail {
 
 namespace {
 
-
+// The float64 loops below run on for_rows' threads, over independent output rows. The forward
+// pass interleaves 4 samples' chains (dots4), the backward ones take kGroup rows at a time
+// against one row of the other operand (which then stays in cache); each output's terms are
+// still added one by one in the order of the layer's maths.
+constexpr unsigned kGroup = 8;
 
 // One output: v = scale sum a b + bias (ReLU'd with relu), with densetc_bound over K terms.
 struct Dot {
@@ -37,12 +42,19 @@ Harness make_forward(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng)
     Harness h;
     Bounded& Y = h.expected["Y"];
     Y.resize(size_t(B) * O);
-    for (unsigned s = 0; s < B; ++s)
-        for (unsigned o = 0; o < O; ++o) {
-            Dot d;
-            for (unsigned i = 0; i < I; ++i) d.add(double(X[size_t(s) * I + i]) * W[size_t(o) * I + i]);
-            d.set(Y, size_t(s) * O + o, I, 1.0f, b[o], act == 1);
-        }
+    for_rows(B, double(I) * O, [&](size_t s0, size_t s1) {
+        for (size_t g0 = s0; g0 < s1; g0 += 4)  // 4 samples against each row of W
+            for (unsigned o = 0; o < O; ++o) {
+                const size_t n = std::min<size_t>(s1 - g0, 4);
+                Dot d[4];
+                double sum[4] = {0, 0, 0, 0}, mag[4] = {0, 0, 0, 0};
+                dots4(X.data() + g0 * I, I, n, W.data() + size_t(o) * I, I, sum, mag);
+                for (size_t k = 0; k < n; ++k) {
+                    d[k].sum = sum[k], d[k].mag = mag[k];
+                    d[k].set(Y, (g0 + k) * O + o, I, 1.0f, b[o], act == 1);
+                }
+            }
+    });
     h.tensors = {{"X", {B, I}, Role::In, X}, {"W", {O, I}, Role::In, W}, {"b", {O}, Role::In, b},
                  {"Y", {B, O}, Role::Out, {}}};
     h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -60,16 +72,22 @@ Harness make_deltas(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng) 
     Harness h;
     Bounded& dX = h.expected["dX"];
     dX.resize(size_t(B) * I);
-    std::vector<Dot> row(I);  // a sample's dX row, summed along W's rows (contiguous)
-    for (unsigned s = 0; s < B; ++s) {
-        std::fill(row.begin(), row.end(), Dot{});
-        for (unsigned o = 0; o < O; ++o) {
-            const double g = G[size_t(s) * O + o];
-            if (g != 0.0)
-                for (unsigned i = 0; i < I; ++i) row[i].add(g * W[size_t(o) * I + i]);
+    for_rows(B, double(I) * O, [&](size_t s0, size_t s1) {
+        std::vector<Dot> rows(size_t(kGroup) * I);  // kGroup samples' dX rows, summed along W's rows
+        for (size_t g0 = s0; g0 < s1; g0 += kGroup) {
+            const size_t n = std::min<size_t>(s1 - g0, kGroup);
+            std::fill(rows.begin(), rows.end(), Dot{});
+            for (unsigned o = 0; o < O; ++o)
+                for (size_t k = 0; k < n; ++k) {
+                    const double g = G[(g0 + k) * O + o];
+                    Dot* row = rows.data() + k * I;
+                    if (g != 0.0)
+                        for (unsigned i = 0; i < I; ++i) row[i].add(g * W[size_t(o) * I + i]);
+                }
+            for (size_t k = 0; k < n; ++k)
+                for (unsigned i = 0; i < I; ++i) rows[k * I + i].set(dX, (g0 + k) * I + i, O, 1.0f, 0.0, false);
         }
-        for (unsigned i = 0; i < I; ++i) row[i].set(dX, size_t(s) * I + i, O, 1.0f, 0.0, false);
-    }
+    });
     h.tensors = {{"dX", {B, I}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY}, {"Y", {B, O}, Role::In, Y},
                  {"W", {O, I}, Role::In, W}};
     h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
@@ -89,19 +107,26 @@ Harness make_weights(unsigned B, unsigned I, unsigned O, unsigned act, Rng& rng)
     Bounded& db = h.expected["db"];
     dW.resize(size_t(O) * I);
     db.resize(O);
-    std::vector<Dot> row(I);  // an output's dW row, summed along X's rows (contiguous)
-    for (unsigned o = 0; o < O; ++o) {
-        Dot d1;
-        std::fill(row.begin(), row.end(), Dot{});
-        for (unsigned s = 0; s < B; ++s) {
-            const double g = G[size_t(s) * O + o];
-            d1.add(g);
-            if (g != 0.0)
-                for (unsigned i = 0; i < I; ++i) row[i].add(g * X[size_t(s) * I + i]);
+    for_rows(O, double(B) * I, [&](size_t o0, size_t o1) {
+        std::vector<Dot> rows(size_t(kGroup) * I);  // kGroup outputs' dW rows, summed along X's rows
+        for (size_t g0 = o0; g0 < o1; g0 += kGroup) {
+            const size_t n = std::min<size_t>(o1 - g0, kGroup);
+            std::vector<Dot> d1(n);
+            std::fill(rows.begin(), rows.end(), Dot{});
+            for (unsigned s = 0; s < B; ++s)
+                for (size_t k = 0; k < n; ++k) {
+                    const double g = G[size_t(s) * O + g0 + k];
+                    Dot* row = rows.data() + k * I;
+                    d1[k].add(g);
+                    if (g != 0.0)
+                        for (unsigned i = 0; i < I; ++i) row[i].add(g * X[size_t(s) * I + i]);
+                }
+            for (size_t k = 0; k < n; ++k) {
+                d1[k].set(db, g0 + k, B, scale, 0.0, false);
+                for (unsigned i = 0; i < I; ++i) rows[k * I + i].set(dW, (g0 + k) * I + i, B, scale, 0.0, false);
+            }
         }
-        d1.set(db, o, B, scale, 0.0, false);
-        for (unsigned i = 0; i < I; ++i) row[i].set(dW, size_t(o) * I + i, B, scale, 0.0, false);
-    }
+    });
     h.tensors = {{"dW", {O, I}, Role::Out, {}}, {"db", {O}, Role::Out, {}}, {"X", {B, I}, Role::In, X},
                  {"dY", {B, O}, Role::In, dY},    {"Y", {B, O}, Role::In, Y}};
     h.launch = [=](const Kernel& k, const DevicePtrs& m, CUstream s) {
