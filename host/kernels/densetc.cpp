@@ -57,8 +57,8 @@ void launch_dense_tc(const Kernel& k, const DenseArgs& a, CUstream s, bool overl
         PTXLAB_THROW(InputError, "dense_tc splits K over 1 .. {} blocks (0: its own choice), not {}", kDenseTcMaxSplit,
                      split);
     const DenseTcPlan p = densetc_plan(a.M, a.N, a.K, a.db != 0, split ? 1u : dense_sm_count(), split);
-    k.launch_cluster(p.grid, kDenseTcBlock, p.split, overlap, s, a.C, a.db, a.A, a.Am, a.Bo, a.bias, a.M, a.N, a.K,
-                     a.a_sm, a.a_sk, a.b_sn, a.b_sk, a.relu, a.scale);
+    k.launch_cluster_smem(p.grid, kDenseTcBlock, p.split, kDenseTcSmem, overlap, s, a.C, a.db, a.A, a.Am, a.Bo,
+                          a.bias, a.M, a.N, a.K, a.a_sm, a.a_sk, a.b_sn, a.b_sk, a.relu, a.scale);
 }
 
 double densetc_sum_bound(unsigned K, unsigned split) {

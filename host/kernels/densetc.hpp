@@ -28,7 +28,10 @@ namespace ptxlab {
 inline constexpr unsigned kDenseTcBlock = 256;  // threads a block: 8 warps of 64 x 32 outputs
 inline constexpr unsigned kDenseTcTile = 128;   // outputs a tile side
 inline constexpr unsigned kDenseTcKTile = 16;   // k a staged chunk (two k8 mma steps)
-inline constexpr unsigned kDenseTcSmem = 40960; // static: 2 buffers x (As, Bs) [128][20] floats
+// Dynamic shared memory a block: the cp.async path's 3 stages x (As, Bs) [128][36] floats (the
+// register-staged path takes 2 buffers x (As, Bs) [128][20] of it, 40,960 bytes); above 48 KB,
+// so the launch raises the function's opt-in. Two blocks an SM still fit (2 x 109 KB < 227 KB).
+inline constexpr unsigned kDenseTcSmem = 3 * 2 * 128 * 36 * 4;
 inline constexpr unsigned kDenseTcMaxSize = 0x7fffffffu;  // M, N, K: the PTX's signed k arithmetic
 inline constexpr unsigned kDenseTcMaxSplit = 8;  // ranks of a cluster (the portable cluster size)
 inline constexpr unsigned kDenseTcBlocksPerSm = 2;  // .minnctapersm 2: 128 registers, 40 KB each

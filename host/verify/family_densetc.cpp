@@ -148,7 +148,10 @@ void validate_densetc(const VerifyCase& c) {
 // length, empty ranks at 8) at sizes whose k strides are multiples of 4 (260, 132, 196: the
 // row-wise 16-byte loads of the deltas' W and the weight gradient's dY, Y and X; the ones column
 // at the start of a 4-row unit) and odd ones (259, 131, 197: their scalar fallback, the ones
-// column inside a unit); 1 x 1 x 1 at split 8 (one chunk, seven empty ranks).
+// column inside a unit); 1 x 1 x 1 at split 8 (one chunk, seven empty ranks). Last, forward
+// passes on the cp.async path (I a multiple of 4, no mask, no ones column) at its edges: K = 4
+// (one chunk, a pair whose second chunk is past K), K = 36 at split 2 (rank 1's one chunk of
+// 4 k), K = 68 at split 3 with M, N one past a tile.
 std::vector<VerifyCase> densetc_default_cases() {
     std::vector<VerifyCase> v;
     const std::vector<std::vector<unsigned>> shapes = {
@@ -165,6 +168,9 @@ std::vector<VerifyCase> densetc_default_cases() {
                                           unsigned((i + split) % 2), split}});
         v.push_back({"dense_tc", {op, 1, 1, 1, 1, 8}});
     }
+    const std::vector<std::vector<unsigned>> fast = {
+        {kOpForward, 3, 4, 5, 1}, {kOpForward, 1, 36, 1, 0, 2}, {kOpForward, 130, 68, 129, 1, 3}};
+    for (const auto& z : fast) v.push_back({"dense_tc", z});
     return v;
 }
 
