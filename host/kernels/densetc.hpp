@@ -34,7 +34,7 @@ inline constexpr unsigned kDenseTcKTile = 16;   // k a staged chunk (two k8 mma 
 inline constexpr unsigned kDenseTcSmem = 3 * 2 * 128 * 36 * 4;
 inline constexpr unsigned kDenseTcMaxSize = 0x7fffffffu;  // M, N, K: the PTX's signed k arithmetic
 inline constexpr unsigned kDenseTcMaxSplit = 8;  // ranks of a cluster (the portable cluster size)
-inline constexpr unsigned kDenseTcBlocksPerSm = 2;  // .minnctapersm 2: 128 registers, 40 KB each
+inline constexpr unsigned kDenseTcBlocksPerSm = 2;  // .minnctapersm 2: 128 registers, 108 KB each
 
 // The grid of a dense_tc launch: tiles of 128 x 128 outputs over M x (N + [db]), each computed by
 // a cluster of `split` blocks that split the chunks = ceil(K/16) chunks of 16 k: rank r takes
