@@ -136,10 +136,17 @@ struct Kernel {
     template <class... A>
     void launch_cluster(unsigned grid, unsigned block, unsigned cluster, bool overlapped, CUstream stream,
                         A... args) const {
+        launch_cluster_smem(grid, block, cluster, 0, overlapped, stream, args...);
+    }
+    // The same with `smem` bytes of dynamic shared memory, the opt-in raised above 48 KB as in
+    // launch_smem (dense_tc's three stages).
+    template <class... A>
+    void launch_cluster_smem(unsigned grid, unsigned block, unsigned cluster, unsigned smem, bool overlapped,
+                             CUstream stream, A... args) const {
         static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
         check_args(kinds, sizeof...(A));
         void* params[] = {static_cast<void*>(&args)...};
-        launch_raw(grid, block, 0, stream, params, overlapped, cluster);
+        launch_raw(grid, block, smem, stream, params, overlapped, cluster);
     }
 
 private:

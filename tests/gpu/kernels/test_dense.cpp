@@ -116,8 +116,9 @@ TEST_CASE("dense: dense_tc equals its twin bit for bit and float64 within its TF
 }
 
 TEST_CASE("dense: a dense_tc that skips its last k chunk is caught by verify") {
-    // densetc_skips_last_chunk.patch: the loop stops before the last chunk's mma, so with K > 16
-    // every output misses its last chunk (all still written); with K <= 16 it is right.
+    // densetc_skips_last_chunk.patch: each rank's loop (both paths) stops before its last chunk's
+    // (pair's) mma, so with K = 130 .. 300 every output misses some products (all still
+    // written); with K <= 16 (one chunk, one pair, one rank) it is right.
     const PlantedKernel planted = plant("densetc_skips_last_chunk");
     const unsigned seed = std::random_device{}();
     INFO("seed ", seed);
