@@ -196,7 +196,9 @@ void setup_sass(CLI::App& app, Command& chosen) {
         "ptxas kept apart (an edit inside a called .func shows there, not in its callers). nvdisasm is looked for in $PTXLAB_NVDISASM, else "
         "$CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, the toolkit ptxlab was built with, then $PATH; "
         "without it sass says where it looked and exits 1. The file is checked first: a missing file, an unknown "
-        "ENTRY (the entries are listed) or a PTX error (the same file:line diagnostics as check) exits 2.");
+        "ENTRY (the entries are listed) or a PTX error (the same file:line diagnostics as check) exits 2. This is the "
+        "toolkit's offline compile; the driver JIT-compiles the PTX it loads itself and may schedule it differently "
+        "(on an H100 with driver 580 fused_step's SASS differed): `ptxlab profile` lists the code the driver loaded.");
     sub->add_option("target", o->target, "FILE.ptx, or FILE.ptx:ENTRY for one entry point")->required();
     sub->add_option("--arch", o->arch, "target architecture (sm_NN; those this nvJitLink accepts)")->capture_default_str();
     sub->add_option("--diff", o->diff,
