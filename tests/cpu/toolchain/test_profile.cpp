@@ -340,7 +340,8 @@ TEST_CASE("profile: no barrier, no marker and no legend") {
     CHECK(format_profile_html(p).find("after-barrier\"") == std::string::npos);
     // The same SASS with barrier stalls: the top reason decides, and an FFMA is no barrier.
     for (auto& r : f.recs) r.stalls = {{"barrier", 9}};
-    for (const auto& l : f.profile().kernels[0].lines) CHECK_FALSE(l.after_barrier);
+    const Profile q = f.profile();  // kept: a range-for over a temporary's member would dangle
+    for (const auto& l : q.kernels[0].lines) CHECK_FALSE(l.after_barrier);
 }
 
 TEST_CASE("profile: which stall reasons, SASS instructions and PTX statements are barriers") {
