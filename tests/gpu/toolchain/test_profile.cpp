@@ -112,3 +112,15 @@ TEST_CASE("profile --train: a short run's kernels are sampled") {
     for (const auto& k : j["kernels"]) step |= k["name"] == "fused_step" && k["samples"].get<uint64_t>() > 0;
     CHECK(step);
 }
+
+TEST_CASE("profile: a run that takes no sample says so (exit 1) and writes no file") {
+    // One sample every 2^31 cycles per SM (over a second) of a kernel that runs microseconds:
+    // no sample at all, which profile must report rather than print an empty listing.
+    TempDir t;
+    const std::string k = std::string(PTXLAB_FIXTURES) + "/contract/big_shared.ptx";
+    RunResult r = profile_run(k + " --period 31 --repeat 1 --json " + t.file("p.json"));
+    CAPTURE(r.output);
+    CHECK(r.code == 1);
+    CHECK(r.output.find("no PC samples were taken") != std::string::npos);
+    CHECK_FALSE(std::ifstream(t.file("p.json")).good());
+}
