@@ -224,8 +224,13 @@ std::vector<VerifyCase> densetc_default_cases() {
     return v;
 }
 
+// The quick set (compute-sanitizer's): each product on the register-staged path (odd strides)
+// and on the cp.async path (the deltas' W and the weight gradient's operands along rows, the
+// mask on, the weight gradient's ones column at split 3).
 std::vector<VerifyCase> densetc_quick_cases() {
-    return {{"dense_tc", {0, 129, 127, 17, 1}}, {"dense_tc", {1, 129, 127, 17, 1}}, {"dense_tc", {2, 129, 127, 17, 1}}};
+    return {{"dense_tc", {0, 129, 127, 17, 1}},  {"dense_tc", {1, 129, 127, 17, 1}},
+            {"dense_tc", {2, 129, 127, 17, 1}},  {"dense_tc", {0, 130, 68, 129, 1}},
+            {"dense_tc", {1, 130, 68, 100, 1}}, {"dense_tc", {2, 130, 132, 196, 1, 3}}};
 }
 
 // bench: the MNIST net's hidden layer forward (784 -> 128, ReLU) at batch B.
