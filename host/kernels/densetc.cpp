@@ -38,6 +38,12 @@ DenseTcRange densetc_rank_range(const DenseTcPlan& p, unsigned rank) {
     return {first, std::max(first, std::min(first + p.per_rank, p.chunks))};
 }
 
+bool densetc_cp_async(const DenseArgs& a) {
+    const auto units = [](unsigned sr, unsigned sk) { return sk == 1 ? sr % 4 == 0 : sr == 1 && sk % 4 == 0; };
+    const bool aligned = a.A % 16 == 0 && a.Am % 16 == 0 && a.Bo % 16 == 0;
+    return aligned && units(a.a_sm, a.a_sk) && units(a.b_sn, a.b_sk);
+}
+
 std::string densetc_unfit(const DenseArgs& a) {
     if (a.M == 0 || a.N == 0 || a.K == 0)
         return fmt::format("dense_tc takes M, N, K >= 1, got M={} N={} K={}", a.M, a.N, a.K);

@@ -28,8 +28,9 @@ namespace ptxlab {
 inline constexpr unsigned kDenseTcBlock = 256;  // threads a block: 8 warps of 64 x 32 outputs
 inline constexpr unsigned kDenseTcTile = 128;   // outputs a tile side
 inline constexpr unsigned kDenseTcKTile = 16;   // k a staged chunk (two k8 mma steps)
-// Dynamic shared memory a block: the cp.async path's 3 stages x (As, Bs) [128][36] floats (the
-// register-staged path takes 2 buffers x (As, Bs) [128][20] of it, 40,960 bytes); above 48 KB,
+// Dynamic shared memory a block: the cp.async path's 3 stages x (As, Bs) [128][36] floats (an
+// operand along rows takes [32][136] of its 18,432 bytes; the register-staged path takes 2
+// buffers x (As, Bs) [128][20], 40,960 bytes); above 48 KB,
 // so the launch raises the function's opt-in. Two blocks an SM still fit (2 x 109 KB < 227 KB).
 inline constexpr unsigned kDenseTcSmem = 3 * 2 * 128 * 36 * 4;
 inline constexpr unsigned kDenseTcMaxSize = 0x7fffffffu;  // M, N, K: the PTX's signed k arithmetic
@@ -56,6 +57,11 @@ struct DenseTcRange {
     unsigned first = 0, end = 0;
 };
 DenseTcRange densetc_rank_range(const DenseTcPlan& p, unsigned rank);
+
+// The staging path the PTX takes (its veca, vecb): the cp.async path where both operands take
+// 16-byte units, each k-major (k stride 1, row stride % 4 == 0) or along rows (row stride 1,
+// k stride % 4 == 0), with A, Am and Bop 16-byte aligned; else the register-staged path.
+bool densetc_cp_async(const DenseArgs& a);
 
 // Why dense_tc cannot take these arguments (empty when it can): M, N, K in 1 .. 2^31 - 1, C, A
 // and Bop given, the grid (at the largest split) within the launch limit.

@@ -167,6 +167,27 @@ void validate_densetc(const VerifyCase& c) {
         PTXLAB_THROW(InputError, "kernel 'dense_tc': split must be 0 (the launch's choice) or 1 .. 8, got {}", z[5]);
 }
 
+}  // namespace
+
+// The cp.async path with operands along rows (W in the deltas: A k-major, Bop along rows; dY,
+// Y and X in the weight gradient: both along rows, the mask and the ones column applied in
+// shared memory): each product with the mask on and off, M and N not multiples of 128 (the
+// deltas' N = I = 68 in one part-tile; the weight gradient's N + 1 = 133 and 129: the ones
+// column inside a unit's tile and alone in a tile of its own), K not a multiple of 32 (100,
+// 36) and for the weight gradient not of 4 (K = B = 130, 33, 1, 70), at split 1 and above
+// (3: unequal ranks; 8 with K = 70: 5 chunks, three empty ranks). Last, strides that must fall
+// back to the register-staged path: I = 66 (W's and X's k stride 66) and O = 70 (dY's).
+std::vector<VerifyCase> densetc_fast_cases() {
+    return {{"dense_tc", {kOpDeltas, 130, 68, 100, 1, 1}},  {"dense_tc", {kOpDeltas, 257, 260, 36, 0, 2}},
+            {"dense_tc", {kOpDeltas, 129, 132, 196, 1, 3}}, {"dense_tc", {kOpWeights, 130, 132, 196, 1, 1}},
+            {"dense_tc", {kOpWeights, 33, 128, 68, 0, 3}},  {"dense_tc", {kOpWeights, 1, 4, 4, 1, 1}},
+            {"dense_tc", {kOpWeights, 70, 256, 124, 1, 8}}, {"dense_tc", {kOpWeights, 260, 132, 196, 0, 2}},
+            {"dense_tc", {kOpDeltas, 130, 66, 100, 1, 1}},  {"dense_tc", {kOpWeights, 130, 132, 70, 1, 2}},
+            {"dense_tc", {kOpWeights, 130, 66, 132, 0, 3}}};
+}
+
+namespace {
+
 // Each op at: 1x1x1; sizes that leave a 128 x 128 tile and a 16-k chunk part-empty (3, 9, 5;
 // 5, 257, 33; 130, 1, 3; 129, 127, 17; 257, 131, 255: odd, one past and one short of a tile);
 // the ones column alone in a tile of its own (weights: O rows, I = 128 columns + db); the MLP
@@ -178,7 +199,8 @@ void validate_densetc(const VerifyCase& c) {
 // column inside a unit); 1 x 1 x 1 at split 8 (one chunk, seven empty ranks). Last, forward
 // passes on the cp.async path (I a multiple of 4, no mask, no ones column) at its edges: K = 4
 // (one chunk, a pair whose second chunk is past K), K = 36 at split 2 (rank 1's one chunk of
-// 4 k), K = 68 at split 3 with M, N one past a tile.
+// 4 k), K = 68 at split 3 with M, N one past a tile. Then the cp.async path's along-rows
+// operands (densetc_fast_cases).
 std::vector<VerifyCase> densetc_default_cases() {
     std::vector<VerifyCase> v;
     const std::vector<std::vector<unsigned>> shapes = {
@@ -198,11 +220,17 @@ std::vector<VerifyCase> densetc_default_cases() {
     const std::vector<std::vector<unsigned>> fast = {
         {kOpForward, 3, 4, 5, 1}, {kOpForward, 1, 36, 1, 0, 2}, {kOpForward, 130, 68, 129, 1, 3}};
     for (const auto& z : fast) v.push_back({"dense_tc", z});
+    for (const VerifyCase& c : densetc_fast_cases()) v.push_back(c);
     return v;
 }
 
+// The quick set (compute-sanitizer's): each product on the register-staged path (odd strides)
+// and on the cp.async path (the deltas' W and the weight gradient's operands along rows, the
+// mask on, the weight gradient's ones column at split 3).
 std::vector<VerifyCase> densetc_quick_cases() {
-    return {{"dense_tc", {0, 129, 127, 17, 1}}, {"dense_tc", {1, 129, 127, 17, 1}}, {"dense_tc", {2, 129, 127, 17, 1}}};
+    return {{"dense_tc", {0, 129, 127, 17, 1}},  {"dense_tc", {1, 129, 127, 17, 1}},
+            {"dense_tc", {2, 129, 127, 17, 1}},  {"dense_tc", {0, 130, 68, 129, 1}},
+            {"dense_tc", {1, 130, 68, 100, 1}}, {"dense_tc", {2, 130, 132, 196, 1, 3}}};
 }
 
 // bench: the MNIST net's hidden layer forward (784 -> 128, ReLU) at batch B.

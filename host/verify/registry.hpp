@@ -78,6 +78,8 @@ const KernelFamily& tcstep_family();
 const KernelFamily& bn_family();
 const KernelFamily& dense_family();
 const KernelFamily& densetc_family();
+// dense_tc's default cases on the cp.async path with operands along rows, and its fallbacks.
+std::vector<VerifyCase> densetc_fast_cases();
 const KernelFamily& densestep_family();
 const KernelFamily& act_family();
 

@@ -147,10 +147,50 @@ TEST_CASE("densetc: verify's shapes: op,B,I,O,act[,split]") {
         }
     CHECK(big == 3);
     CHECK(one == 6);
-    CHECK(split[1] == 6);
-    CHECK(split[2] == 1);
-    CHECK(split[3] == 7);
-    CHECK(split[8] == 9);
+    CHECK(split[1] == 10);
+    CHECK(split[2] == 4);
+    CHECK(split[3] == 10);
+    CHECK(split[8] == 10);
+}
+
+TEST_CASE("densetc: the cp.async path takes operands k-major or along rows; verify's cases reach each") {
+    // the rule on its own: 16-byte units along k (row stride % 4 == 0) or along rows
+    DenseArgs a;
+    a.A = 256, a.Bo = 512, a.a_sm = 8, a.a_sk = 1, a.b_sn = 1, a.b_sk = 12;
+    CHECK(densetc_cp_async(a));
+    a.b_sk = 10;
+    CHECK_FALSE(densetc_cp_async(a));  // W's k stride not a multiple of 4
+    a.b_sk = 12, a.a_sm = 1, a.a_sk = 4;
+    CHECK(densetc_cp_async(a));
+    a.Am = 260;
+    CHECK_FALSE(densetc_cp_async(a));  // the mask's base not 16-byte aligned
+    a.Am = 0, a.a_sm = 2, a.a_sk = 4;
+    CHECK_FALSE(densetc_cp_async(a));  // neither k-major nor along rows
+    // the verify cases: each product with the mask on and off reaches the cp.async path (at
+    // device pointers, 256-byte aligned), the ones column and a split above 1 among them; the
+    // last three fall back
+    const std::vector<VerifyCase> cases = verify_detail::densetc_fast_cases();
+    REQUIRE(cases.size() == 11);
+    std::map<std::pair<unsigned, unsigned>, int> reached;  // (op, act) -> cases on the path
+    int split_many = 0, k_odd = 0, fallback = 0;
+    for (const VerifyCase& c : cases) {
+        const unsigned op = c.shape[0], B = c.shape[1], I = c.shape[2], O = c.shape[3], act = c.shape[4];
+        const CUdeviceptr p = 1 << 20;
+        const DenseArgs d = op == 1 ? dense_bwd_data_args(B, I, O, p, p, act ? p : 0, p, act)
+                                    : dense_bwd_weights_args(B, I, O, p, p, p, p, act ? p : 0, act, 1.0f);
+        if (!densetc_cp_async(d)) {
+            ++fallback;
+            continue;
+        }
+        ++reached[{op, act}];
+        split_many += c.shape[5] > 1;
+        k_odd += d.K % 4 != 0;
+        CHECK((d.M % 128 != 0 || (d.N + (d.db ? 1 : 0)) % 128 != 0));
+    }
+    CHECK(reached.size() == 4);
+    CHECK(split_many >= 4);
+    CHECK(k_odd >= 3);
+    CHECK(fallback == 3);
 }
 
 TEST_CASE("densetc: densetc.ptx assembles for sm_90: no spills, its shared memory all dynamic") {

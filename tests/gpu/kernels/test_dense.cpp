@@ -117,20 +117,23 @@ TEST_CASE("dense: dense_tc equals its twin bit for bit and float64 within its TF
 
 TEST_CASE("dense: a dense_tc that skips its last k chunk is caught by verify") {
     // densetc_skips_last_chunk.patch: each rank's loop (both paths) stops before its last chunk's
-    // (pair's) mma, so with K = 130 .. 300 every output misses some products (all still
-    // written); with K <= 16 (one chunk, one pair, one rank) it is right.
+    // (pair's) mma, so with K = 130 .. 301 every output misses some products (all still
+    // written); with K <= 16 (one chunk, one pair, one rank) it is right. I = 300: every product
+    // on the cp.async path; I = 301 (W's and X's strides odd): on the register-staged path.
     const PlantedKernel planted = plant("densetc_skips_last_chunk");
     const unsigned seed = std::random_device{}();
     INFO("seed ", seed);
-    for (unsigned op = 0; op < 3; ++op) {
-        const CaseResult r = verify_densetc({op, 130, 300, 200, 1}, KernelDirs::from_ptx_dir(planted.dir()), seed);
-        INFO(format_result(r));
-        CHECK_FALSE(r.pass());
-        CHECK(r.unwritten_ptx == 0);
-        CHECK(r.differing > 0);
-        CHECK(r.f64_fail_ptx > 0);
-        CHECK(r.f64_fail_ref == 0);
-    }
+    for (unsigned I : {300u, 301u})
+        for (unsigned op = 0; op < 3; ++op) {
+            INFO("op ", op, " I ", I);
+            const CaseResult r = verify_densetc({op, 130, I, 200, 1}, KernelDirs::from_ptx_dir(planted.dir()), seed);
+            INFO(format_result(r));
+            CHECK_FALSE(r.pass());
+            CHECK(r.unwritten_ptx == 0);
+            CHECK(r.differing > 0);
+            CHECK(r.f64_fail_ptx > 0);
+            CHECK(r.f64_fail_ref == 0);
+        }
     const CaseResult one = verify_densetc({0, 64, 16, 200, 1}, KernelDirs::from_ptx_dir(planted.dir()), seed);
     INFO(format_result(one));
     CHECK(one.pass());
