@@ -119,14 +119,16 @@ TEST_CASE("dense: a dense_tc that skips its last k chunk is caught by verify") {
     // densetc_skips_last_chunk.patch: each rank's loop (both paths) stops before its last chunk's
     // (pair's) mma, so with K = 130 .. 301 every output misses some products (all still
     // written); with K <= 16 (one chunk, one pair, one rank) it is right. I = 300: every product
-    // on the cp.async path; I = 301 (W's and X's strides odd): on the register-staged path.
+    // on the cp.async path; I = 301 (W's and X's strides odd): on the register-staged path. The
+    // split is forced to 2: the launch's own choice, 8 ranks for these few tiles, leaves a rank one
+    // pair of the cp.async path (K = 130 or 200), whose loop has no step to skip.
     const PlantedKernel planted = plant("densetc_skips_last_chunk");
     const unsigned seed = std::random_device{}();
     INFO("seed ", seed);
     for (unsigned I : {300u, 301u})
         for (unsigned op = 0; op < 3; ++op) {
             INFO("op ", op, " I ", I);
-            const CaseResult r = verify_densetc({op, 130, I, 200, 1}, KernelDirs::from_ptx_dir(planted.dir()), seed);
+            const CaseResult r = verify_densetc({op, 130, I, 200, 1, 2}, KernelDirs::from_ptx_dir(planted.dir()), seed);
             INFO(format_result(r));
             CHECK_FALSE(r.pass());
             CHECK(r.unwritten_ptx == 0);
