@@ -61,6 +61,7 @@
 #include "kernels.hpp"
 #include "model.hpp"
 #include "step_program.hpp"
+#include "tcconv.hpp"
 #include "train.hpp"
 
 #include <array>
@@ -175,6 +176,14 @@ struct CnnOps {
     virtual bool pools_in_conv(const ConvDims& d) const = 0;
     virtual void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                                unsigned act) = 0;
+    // The conv's deltas and the backward pass of the 2x2 max-pool below it in one launch
+    // (tc_conv_bwd_data's epilogue, launch_tc_conv_bwd_data's PoolBelow): dX the pool's input
+    // deltas, bit for bit conv_bwd_data then pool_bwd(P = d.N*d.C, pool.PH, pool.PW, dX, the
+    // deltas, pool.idx, pool.Yp). cnn_backward takes it where pools_in_conv_bwd says the kernels
+    // can; by default they cannot (the float64 data flow keeps the two passes).
+    virtual bool pools_in_conv_bwd(const ConvDims&) const { return false; }
+    virtual void conv_bwd_data_pool(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                                    unsigned act, const PoolBelow& pool);
     virtual void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                                   CUdeviceptr Y, unsigned act, float scale) = 0;
     virtual void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) = 0;
@@ -272,7 +281,8 @@ void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
                          ConvKernels conv = ConvKernels::Fp32, bool train = true);
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false);
+                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false,
+                          bool pool_in_conv = true);
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s);
 
