@@ -477,6 +477,11 @@ TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
     CHECK(fp.find("bwd_data+pool") == std::string::npos);
     CHECK(cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64).find("pool_bwd") != std::string::npos);  // pool2's
     CHECK(cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64).find("pool_bwd x2") == std::string::npos);
+    // Every conv over a pool over a conv (the GPU test's net: conv3 on 7x7 under the last fc).
+    const std::string three = cnn_step_kernels(parse_model("conv8,pool,conv16,pool,conv16,fc10"), ConvKernels::Tc, 5);
+    MESSAGE(three);
+    CHECK(three.find("tc_conv_bwd_data+pool x2") != std::string::npos);
+    CHECK(three.find("pool_bwd") == std::string::npos);
     // 3136 x 128 (401K weights) is under kDenseMin: fc1 keeps the older kernels, 116 against 132 us a step.
     CHECK(row(cnn, "fc1").find("fused_forward") != std::string::npos);
     CHECK(row(cnn, "fc1").find("fused_grad (with fc2)") != std::string::npos);
