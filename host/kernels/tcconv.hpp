@@ -1,5 +1,6 @@
 // The convolution kernels on the tensor cores (ptx/tcconv.ptx): tc_conv_fwd and
-// tc_conv_bwd_data, with conv_fwd's and conv_bwd_data's signatures and meaning (conv.hpp), their
+// tc_conv_bwd_data, with conv_fwd's and conv_bwd_data's meaning (conv.hpp; tc_conv_bwd_data can also
+// run the backward pass of the 2x2 max-pool below in its epilogue: PoolBelow), their
 // launch shapes, and the float64 reference of what they compute with a bound for TF32 inputs.
 //
 // Both are one implicit GEMM over the pixels of a strip of rows (conv_strips) and 32 output

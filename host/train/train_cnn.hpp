@@ -18,7 +18,10 @@
 //             on a 1x1 image (act 0); then down the layers: conv and the other fc layers ->
 //             conv_bwd_weights (act 1: dY masked by the layer's output Y > 0) and, above the
 //             first layer, conv_bwd_data (conv) or fc_bwd_data (fc, ptx/fc.ptx); pool ->
-//             pool_bwd. A conv under a pool gets its ReLU mask from the pool's backward
+//             pool_bwd, or for a pool between two convs, where the upper conv's deltas run on
+//             tc_conv_bwd_data (the tc set), in that launch's epilogue (conv_bwd_data_pool: the
+//             same bits, no pool_bwd launch; TrainConfig::pool_bwd_in_conv false turns it off).
+//             A conv under a pool gets its ReLU mask from the pool's backward
 //             (pool_bwd with Yp: a window's maximum <= 0 routes 0) and runs its backward passes
 //             with act 0, without reading its output Y. Every gradient lands in its place of the flat gradient (model.hpp's
 //             layout), written (not accumulated) every step. (A dense layer is a 1x1 conv of a

@@ -1,6 +1,7 @@
 // CUDA C twin of ptx/tcconv.ptx, compiled at run time by NVRTC: 2-D convolution on the tensor
 // cores, the forward pass (tc_conv_fwd) and the backward pass to the input (tc_conv_bwd_data),
-// with conv_fwd's and conv_bwd_data's signatures (ptx/conv.ptx).
+// with conv_fwd's and conv_bwd_data's meaning (ptx/conv.ptx); tc_conv_bwd_data with idx also runs
+// the backward pass of the 2x2 max-pool below in its epilogue (tcconv_pool_bwd).
 //
 // The same launch shape as the PTX (512 threads a block; block = (n * ceil(OC/32) + group) *
 // strips + strip, strips read back from the grid; warp w takes the strip's pixels 16w .. 16w+15,

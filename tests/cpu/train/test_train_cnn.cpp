@@ -237,6 +237,23 @@ namespace {
 
 // The trainer's cnn_forward and cnn_backward (the same code the GPU runs, with HostOps for the
 // launches) on `spec` at B = 3 on 8x8 images, against model_loss_grad64's logits and gradient.
+// act.ptx's passes: none with ReLU; else after a conv with the activation, or a bn with tanh,
+// sigmoid or GELU (ReLU and leaky-ReLU in bn's own epilogue); act_bwd for an fc but the one under the last.
+void check_act_passes(const Model& m, const HostOps& ops, Activation act) {
+    if (act == Activation::Relu) {
+        CHECK(ops.act_launches == 0);
+        return;
+    }
+    const bool bn_own = act == Activation::LeakyRelu;
+    bool act_pass = false;
+    for (size_t l = 0; l + 1 < m.layers.size(); ++l) {
+        const LayerSpec& ly = m.layers[l];
+        act_pass |= ly.activation && (ly.kind == LayerKind::Conv || (ly.is_bn() && !bn_own) ||
+                                      (ly.kind == LayerKind::Fc && l + 2 != m.layers.size()));
+    }
+    CHECK((ops.act_launches > 0) == act_pass);
+}
+
 std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
     CAPTURE(spec);
     CAPTURE(to_string(loss));
@@ -289,17 +306,7 @@ std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activ
     // A conv over a pool over a conv: the pool's backward in the upper conv's deltas pass (any
     // activation; the pool's output deltas stay NaN, unread).
     CHECK(ops.pooled_bwd == (fuse && sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 1 : 0));
-    if (act == Activation::Relu) CHECK(ops.act_launches == 0);
-    // act.ptx's passes: after a conv with the activation, or a bn with tanh, sigmoid or GELU
-    // (ReLU and leaky-ReLU in bn's own epilogue); act_bwd for an fc but the one under the last.
-    const bool bn_own = act == Activation::Relu || act == Activation::LeakyRelu;
-    bool act_pass = false;
-    for (size_t l = 0; l + 1 < m.layers.size(); ++l) {
-        const LayerSpec& ly = m.layers[l];
-        act_pass |= ly.activation && (ly.kind == LayerKind::Conv || (ly.is_bn() && !bn_own) ||
-                                      (ly.kind == LayerKind::Fc && l + 2 != m.layers.size()));
-    }
-    if (act != Activation::Relu) CHECK((ops.act_launches > 0) == act_pass);
+    check_act_passes(m, ops, act);
 
     Recipe r;
     r.loss = loss;
