@@ -202,7 +202,8 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "rows,cols,src_rows (gather), B,I,H,act (fused_forward), B,H,O,loss,act (fused_output), B,I,H,O "
                     "(fused_grad), B,I,H,O,loss,optim,act (fused_step; optim " + optim_code_list() +
                     "; nadam with weight decay for loss 1, without for loss 0), B,R,C (outer), N,C,H,W,K,KS,act,pool (conv_fwd, tc_conv_fwd; pool 1: with their 2x2 max-pool, "
-                    "Y and idx the pool's), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
+                    "Y and idx the pool's), N,C,H,W,K,KS,act,pool (tc_conv_bwd_data; pool 1..8: the backward pass of the 2x2 max-pool below "
+                    "in its epilogue, pool - 1 = 1 (input height odd) + 2 (width odd) + 4 (no ReLU mask)), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
                     "conv_bwd_weights, tc_conv_bwd_weights: act 0 none, 1 ReLU), B,I,O,act (fc_bwd_data: act 0 none, 1 ReLU), N,C,H,W "
                     "(pool_fwd), N,C,H,W,mask (pool_bwd: mask 1 with the ReLU mask from pool_fwd's Y, 0 without), B,I,H,act (tc_forward, tc_forward_bf16: act 0 none, 1 ReLU), "
                     "B,I,O,act (tc_grad_input, tc_grad_weights and their _bf16 versions: act 0 none, 1 ReLU), B,I,H,O,loss,optim (tc_step: ReLU; B <= 64, I <= 896, "

@@ -89,7 +89,7 @@ const std::vector<KernelSpec>& kernel_specs() {
         {"bn_bwd", "bn", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
         // The convolutions on the tensor cores (tcconv.hpp): conv_fwd's and conv_bwd_data's signatures.
         {"tc_conv_fwd", "tcconv", {P, P, P, P, P, U, U, U, U, U, U, U}},
-        {"tc_conv_bwd_data", "tcconv", {P, P, P, P, U, U, U, U, U, U, U}},
+        {"tc_conv_bwd_data", "tcconv", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, U}},  // + the pool below
         // The tensor-core kernels (tc.hpp). X W b A | B I H act   (a dense layer's forward pass, TF32 mma.sync)
         {"tc_forward", "tc", {P, P, P, P, U, U, U, U}},
         // dX dY Y W | B I O act   (dX = G W, G = dY masked by ReLU: fc_bwd_data's signature)

@@ -3,6 +3,8 @@
 
 #include "error.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace ptxlab {
@@ -54,11 +56,20 @@ void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdev
                   d.C, d.H, d.W, d.K, d.KS, act);
 }
 
+std::string pool_below_unfit(const ConvDims& d, const PoolBelow& p) {
+    if (p.PH / 2 != d.H || p.PW / 2 != d.W)
+        return fmt::format("a 2x2 pool of {}x{} inputs gives {}x{}, not the conv's {}x{}", p.PH, p.PW, p.PH / 2,
+                           p.PW / 2, d.H, d.W);
+    return {};
+}
+
 void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
-                             CUdeviceptr Wt, unsigned act, CUstream s) {
+                             CUdeviceptr Wt, unsigned act, CUstream s, const PoolBelow& pool) {
     require_fit(d);
-    k.launch_smem(tcconv_grid(d, d.C), kTcConvThreads, tcconv_smem(d, d.C), s, dX, dY, Y, Wt, d.N, d.C, d.H, d.W, d.K, d.KS,
-                  act);
+    if (pool.idx)
+        if (std::string why = pool_below_unfit(d, pool); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
+    k.launch_smem(tcconv_grid(d, d.C), kTcConvThreads, tcconv_smem(d, d.C), s, dX, dY, Y, Wt, pool.idx, pool.Yp, d.N,
+                  d.C, d.H, d.W, d.K, d.KS, act, pool.PH, pool.PW);
 }
 
 }  // namespace ptxlab

@@ -1,5 +1,6 @@
 // The convolution kernels on the tensor cores (ptx/tcconv.ptx): tc_conv_fwd and
-// tc_conv_bwd_data, with conv_fwd's and conv_bwd_data's signatures and meaning (conv.hpp), their
+// tc_conv_bwd_data, with conv_fwd's and conv_bwd_data's meaning (conv.hpp; tc_conv_bwd_data can also
+// run the backward pass of the 2x2 max-pool below in its epilogue: PoolBelow), their
 // launch shapes, and the float64 reference of what they compute with a bound for TF32 inputs.
 //
 // Both are one implicit GEMM over the pixels of a strip of rows (conv_strips) and 32 output
@@ -51,8 +52,22 @@ std::string tcconv_unfit(const ConvDims& d);
 // idx the pool's; conv_pool_unfit's limits.
 void launch_tc_conv_fwd(const Kernel& k, const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b,
                         CUdeviceptr Y, unsigned act, CUstream s, CUdeviceptr idx = 0);
+// The 2x2 max-pool (stride 2) whose output is a conv's input, for tc_conv_bwd_data's epilogue:
+// idx its argmax (pool_fwd's, [N][C][H][W], the index in the PH x PW plane), Yp its maxima
+// (pool_fwd's Y: the ReLU mask of the layer under the pool, as launch_pool_bwd's Yp; 0: none),
+// PH x PW its input (H = PH/2, W = PW/2, floor). idx 0: no pool.
+struct PoolBelow {
+    CUdeviceptr idx = 0, Yp = 0;
+    unsigned PH = 0, PW = 0;
+};
+// Why the pool `p` cannot be the one below d's input (empty when it can): its output must be H x W.
+std::string pool_below_unfit(const ConvDims& d, const PoolBelow& p);
+
+// With pool.idx (not 0) tc_conv_bwd_data runs the pool's backward pass in its epilogue:
+// dX is then the pool's input deltas [N][C][PH][PW], bit for bit launch_pool_bwd(P = N*C, PH, PW,
+// dX, the deltas it writes without the pool, idx, Yp) (ptx/tcconv.ptx's header); pool_below_unfit's limits.
 void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
-                             CUdeviceptr Wt, unsigned act, CUstream s);
+                             CUdeviceptr Wt, unsigned act, CUstream s, const PoolBelow& pool = {});
 
 // The float64 references with the TF32 bounds above: ref_conv_fwd and ref_conv_bwd_data
 // (ref_conv.hpp) with ConvArith::Tf32.

@@ -31,6 +31,14 @@ public:
     void conv_bwd_data(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
         record(kDeltas, conv_bwd_data_kernel(d, tc_));
     }
+    // KernelOps' rule (train_cnn.cpp): tc_conv_bwd_data takes the pool below into its epilogue.
+    bool pools_in_conv_bwd(const ConvDims& d) const override {
+        return std::string(conv_bwd_data_kernel(d, tc_)) == "tc_conv_bwd_data";
+    }
+    void conv_bwd_data_pool(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
+                            const PoolBelow&) override {
+        record(kDeltas, std::string(conv_bwd_data_kernel(d, tc_)) + "+pool");
+    }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
                           float) override {
         record(kWeights, conv_bwd_weights_kernel(d, tc_));
@@ -88,7 +96,7 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
 
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act) {
     const RecordingOps ops = record_step(m, conv, B, act);
-    std::string out = fmt::format("  {:<7} {:<28} {:<20} {}\n", "layer", "forward", "deltas to its input",
+    std::string out = fmt::format("  {:<7} {:<28} {:<22} {}\n", "layer", "forward", "deltas to its input",
                                   "weight gradient");
     const size_t L = m.layers.size();
     for (size_t l = 0; l < L; ++l) {
@@ -100,11 +108,15 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
             wgt = fmt::format("{} (with {})", ops.layers[l + 1][2], m.layers[l + 1].name);
         if (wgt.empty() && m.layers[l].is_bn()) wgt = "in bn_bwd";
         std::string back = k[RecordingOps::kDeltas];
+        // A pool whose backward runs in the deltas launch of the conv above (conv_bwd_data_pool).
+        if (back.empty() && l > 0 && l + 1 < L && m.layers[l].kind == LayerKind::Pool &&
+            ops.layers[l + 1][RecordingOps::kDeltas].ends_with("+pool"))
+            back = fmt::format("in {}'s epilogue", m.layers[l + 1].name);
         if (l + 1 == L) {
             fwd += " (logits, loss)";
             if (back.empty()) back = "in fused_output";  // else fc_bwd_data: a pool below, no ReLU
         }
-        out += fmt::format("  {:<7} {:<28} {:<20} {}\n", m.layers[l].name, fwd, back.empty() ? "-" : back,
+        out += fmt::format("  {:<7} {:<28} {:<22} {}\n", m.layers[l].name, fwd, back.empty() ? "-" : back,
                            wgt.empty() ? "-" : wgt);
     }
     return out;

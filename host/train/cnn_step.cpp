@@ -162,6 +162,11 @@ void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X
     ops.fused_output(f);
 }
 
+void CnnOps::conv_bwd_data_pool(const ConvDims&, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
+                                const PoolBelow&) {
+    PTXLAB_THROW(Error, "internal error: conv_bwd_data_pool where pools_in_conv_bwd is false");
+}
+
 namespace {
 
 // The last layer's weight gradient: with the fc under it, both in one fused_grad (from
@@ -215,6 +220,15 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     auto masked_by_pool = [&](size_t l) {
         return l + 1 < L && m.layers[l].kind == LayerKind::Conv && m.layers[l + 1].kind == LayerKind::Pool;
     };
+    // A conv over a pool over a conv (the CNN's conv2 over pool1): where the kernels can, the
+    // pool's backward runs in the upper conv's deltas launch (conv_bwd_data_pool), which writes
+    // the pool's input deltas delta[l-2] directly (the same bits as pool_bwd of its deltas), and
+    // the pool's own pass is skipped (pool_done).
+    auto pool_in_conv_bwd = [&](size_t l, const ConvDims& d) {
+        return l >= 2 && m.layers[l].kind == LayerKind::Conv && m.layers[l - 1].kind == LayerKind::Pool &&
+               m.layers[l - 2].kind == LayerKind::Conv && ops.pools_in_conv_bwd(d);
+    };
+    size_t pool_done = L;  // the pool whose backward a conv's launch ran (L: none)
     ops.begin_layer(L - 1);
     backward_last(ops, m, b, X, scale, fc_pair);
     for (size_t l = L - 1; l-- > 0;) {
@@ -222,7 +236,7 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
         ops.begin_layer(l);
         const CUdeviceptr dY = b.delta[l], dX = l > 0 ? b.delta[l - 1] : 0;
         if (ly.kind == LayerKind::Pool) {
-            if (l > 0)
+            if (l > 0 && l != pool_done)
                 ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l],
                              relu && masked_by_pool(l - 1) ? b.out[l] : 0);
         } else if (ly.is_bn()) {  // never the first layer: dX is the deltas of the layer below
@@ -237,10 +251,16 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
             if (!(fc_pair && l == L - 2))
                 ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
                                      b.out[l], act, scale);
-            if (l > 0 && ly.kind == LayerKind::Fc)
+            if (l > 0 && ly.kind == LayerKind::Fc) {
                 ops.fc_bwd_data(b.B, d.C, d.K, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
-            else if (l > 0)
+            } else if (pool_in_conv_bwd(l, d)) {  // the pool's Yp as its own pass would take it
+                const LayerSpec& pool = m.layers[l - 1];
+                const PoolBelow pb{b.idx[l - 1], relu && masked_by_pool(l - 2) ? b.out[l - 1] : 0, pool.in.h, pool.in.w};
+                ops.conv_bwd_data_pool(d, b.delta[l - 2], dY, b.out[l], b.params + ly.weight_offset * 4, act, pb);
+                pool_done = l - 1;
+            } else if (l > 0) {
                 ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
+            }
         }
     }
 }

@@ -141,8 +141,9 @@ using namespace cnn_detail;
 // join() makes the main stream wait for them.
 class KernelOps : public CnnOps {
 public:
-    KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr)
-        : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc), side_(side) {}
+    KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr,
+              bool pool_in_conv = true)
+        : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc), side_(side), pool_in_conv_(pool_in_conv) {}
     void join() {
         for (unsigned i = 0; i < CnnSideStream::kStreams; ++i) {
             if (!used_[i]) continue;
@@ -166,6 +167,14 @@ public:
         const std::string k = conv_bwd_data_kernel(d, tc_);
         if (k == "tc_conv_bwd_data") launch_tc_conv_bwd_data(ks_.get(k), d, dX, dY, Y, Wt, act, s_);
         else launch_conv_bwd_data(ks_.get(k), d, dX, dY, Y, Wt, act, s_);
+    }
+    // tc_conv_bwd_data runs the pool's backward in its epilogue (pool_in_conv: cfg.pool_bwd_in_conv).
+    bool pools_in_conv_bwd(const ConvDims& d) const override {
+        return pool_in_conv_ && std::string(conv_bwd_data_kernel(d, tc_)) == "tc_conv_bwd_data";
+    }
+    void conv_bwd_data_pool(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                            unsigned act, const PoolBelow& pool) override {
+        launch_tc_conv_bwd_data(ks_.get("tc_conv_bwd_data"), d, dX, dY, Y, Wt, act, s_, pool);
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                           CUdeviceptr Y, unsigned act, float scale) override {
@@ -242,6 +251,7 @@ private:
     CUstream s_;
     bool tc_;
     CnnSideStream* side_;
+    bool pool_in_conv_;
     unsigned next_ = 0;
     bool used_[CnnSideStream::kStreams] = {};
 };
@@ -274,8 +284,8 @@ void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p
 }
 
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s, ConvKernels conv, bool concurrent) {
-    KernelOps ops(ks, s, conv, concurrent ? &a.side : nullptr);
+                          float scale, CUstream s, ConvKernels conv, bool concurrent, bool pool_in_conv) {
+    KernelOps ops(ks, s, conv, concurrent ? &a.side : nullptr, pool_in_conv);
     cnn_backward(ops, m, buffers_of(p, a), X, scale);
     ops.join();
 }
@@ -287,7 +297,8 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
     std::optional<ScopedLaunchPriority> first;
     if (cfg.overlap) first.emplace(ScopedLaunchPriority::greatest());
     enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s, conv);
-    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s, conv, cfg.overlap);
+    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s, conv, cfg.overlap,
+                         cfg.pool_bwd_in_conv);
     launch_optimizer(ks, cfg.optim, p.params.ptr(), p.grads.ptr(), p.m_ptr(cfg.optim), p.v_ptr(cfg.optim), hyp,
                      static_cast<unsigned>(p.count), s);
 }
@@ -447,6 +458,13 @@ public:
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
         add(conv_bwd_data_kernel(d, tc_), {dX}, [=](KernelOps& k) { k.conv_bwd_data(d, dX, dY, Y, Wt, act); });
+    }
+    bool pools_in_conv_bwd(const ConvDims& d) const override {
+        return prog_.cfg().pool_bwd_in_conv && std::string(conv_bwd_data_kernel(d, tc_)) == "tc_conv_bwd_data";
+    }
+    void conv_bwd_data_pool(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                            unsigned act, const PoolBelow& pool) override {
+        add("tc_conv_bwd_data", {dX}, [=](KernelOps& k) { k.conv_bwd_data_pool(d, dX, dY, Y, Wt, act, pool); });
     }
     void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                           CUdeviceptr Y, unsigned act, float scale) override {

@@ -18,7 +18,10 @@
 //             on a 1x1 image (act 0); then down the layers: conv and the other fc layers ->
 //             conv_bwd_weights (act 1: dY masked by the layer's output Y > 0) and, above the
 //             first layer, conv_bwd_data (conv) or fc_bwd_data (fc, ptx/fc.ptx); pool ->
-//             pool_bwd. A conv under a pool gets its ReLU mask from the pool's backward
+//             pool_bwd, or for a pool between two convs, where the upper conv's deltas run on
+//             tc_conv_bwd_data (the tc set), in that launch's epilogue (conv_bwd_data_pool: the
+//             same bits, no pool_bwd launch; TrainConfig::pool_bwd_in_conv false turns it off).
+//             A conv under a pool gets its ReLU mask from the pool's backward
 //             (pool_bwd with Yp: a window's maximum <= 0 routes 0) and runs its backward passes
 //             with act 0, without reading its output Y. Every gradient lands in its place of the flat gradient (model.hpp's
 //             layout), written (not accumulated) every step. (A dense layer is a 1x1 conv of a
@@ -61,6 +64,7 @@
 #include "kernels.hpp"
 #include "model.hpp"
 #include "step_program.hpp"
+#include "tcconv.hpp"
 #include "train.hpp"
 
 #include <array>
@@ -175,6 +179,14 @@ struct CnnOps {
     virtual bool pools_in_conv(const ConvDims& d) const = 0;
     virtual void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                                unsigned act) = 0;
+    // The conv's deltas and the backward pass of the 2x2 max-pool below it in one launch
+    // (tc_conv_bwd_data's epilogue, launch_tc_conv_bwd_data's PoolBelow): dX the pool's input
+    // deltas, bit for bit conv_bwd_data then pool_bwd(P = d.N*d.C, pool.PH, pool.PW, dX, the
+    // deltas, pool.idx, pool.Yp). cnn_backward takes it where pools_in_conv_bwd says the kernels
+    // can; by default they cannot (the float64 data flow keeps the two passes).
+    virtual bool pools_in_conv_bwd(const ConvDims&) const { return false; }
+    virtual void conv_bwd_data_pool(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                                    unsigned act, const PoolBelow& pool);
     virtual void conv_bwd_weights(const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X, CUdeviceptr dY,
                                   CUdeviceptr Y, unsigned act, float scale) = 0;
     virtual void pool_fwd(unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx, CUdeviceptr X) = 0;
@@ -272,7 +284,8 @@ void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
                          ConvKernels conv = ConvKernels::Fp32, bool train = true);
 void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false);
+                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false,
+                          bool pool_in_conv = true);
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s);
 

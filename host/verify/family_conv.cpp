@@ -127,6 +127,34 @@ Harness make_conv_bwd_data(const ConvDims& d, unsigned act, ConvArith arith, Rng
     return h;
 }
 
+// tc_conv_bwd_data with the 2x2 max-pool below in its epilogue (shape N,C,H,W,K,KS,act,pool,
+// pool >= 1; pool - 1 = 1 PH odd + 2 PW odd + 4 no mask): the pool's input PH x PW (2H or 2H+1,
+// 2W or 2W+1) of tied values, its argmax and maxima from maxpool2_forward (every place of the
+// argmax in a window, ties among them); the reference is pool_bwd's (maxpool2_backward, with the
+// mask unless bit 4) of conv_bwd_data's float64 sums, their bounds routed the same way (the pool
+// only copies: +0 elsewhere exactly).
+std::vector<float> as_floats(const std::vector<uint32_t>& v);
+
+Harness make_tc_conv_bwd_data_pooled(const ConvDims& d, unsigned act, unsigned pool, Rng& rng) {
+    const unsigned code = pool - 1, PH = 2 * d.H + (code & 1), PW = 2 * d.W + (code >> 1 & 1), P = d.N * d.C;
+    const bool mask = (code & 4) == 0;
+    Harness h = make_conv_bwd_data(d, act, ConvArith::Tf32, rng);
+    const std::vector<float> X = tied_values(rng, size_t(P) * PH * PW);
+    const PoolResult r = maxpool2_forward(P, PH, PW, {X.begin(), X.end()});
+    const Bounded sums = h.expected["dX"];
+    Bounded& dX = h.expected["dX"];
+    dX.v = maxpool2_backward(P, PH, PW, sums.v, r.idx, mask ? &r.Y : nullptr);
+    dX.e = maxpool2_backward(P, PH, PW, sums.e, r.idx, mask ? &r.Y : nullptr);
+    h.tensors[0].dims = {d.N, d.C, PH, PW};  // dX: the pool's input deltas
+    h.tensors.push_back({"idx", {d.N, d.C, d.H, d.W}, Role::In, as_floats(r.idx), true});
+    h.tensors.push_back({"Yp", {d.N, d.C, d.H, d.W}, Role::In, {r.Y.begin(), r.Y.end()}});
+    h.launch = [d, act, PH, PW, mask](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch_tc_conv_bwd_data(k, d, m.at("dX"), m.at("dY"), m.at("Y"), m.at("Wt"), act, s,
+                                {m.at("idx"), mask ? m.at("Yp") : 0, PH, PW});
+    };
+    return h;
+}
+
 // conv_bwd_weights, and tc_conv_bwd_weights (tc: the same inputs and signature, its TF32
 // reference and bound from tcwgrad.hpp).
 Harness make_conv_bwd_weights(const ConvDims& d, unsigned act, bool tc, Rng& rng) {
@@ -235,6 +263,19 @@ void validate_conv(const VerifyCase& c, std::string (*unfit)(const ConvDims&)) {
         PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
 
+// tc_conv_bwd_data: N,C,H,W,K,KS,act[,pool], pool 0 (none) or 1..8 (make_tc_conv_bwd_data_pooled).
+void validate_tc_conv_bwd_data(const VerifyCase& c) {
+    check_count(c, 4);
+    if (c.shape[6] > 1)
+        PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[6]);
+    if (c.shape.size() == 8 && c.shape[7] > 8)
+        PTXLAB_THROW(InputError,
+                     "kernel '{}': pool must be 0 (none) or 1 + (1: PH odd) + (2: PW odd) + (4: no mask), got {}",
+                     c.entry, c.shape[7]);
+    if (std::string why = tcconv_unfit(dims_of(c)); !why.empty())
+        PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
+}
+
 void validate_fc(const VerifyCase& c) {
     check_count(c, 3);
     if (c.shape[2] > kFcMaxOut)
@@ -298,6 +339,15 @@ std::vector<VerifyCase> conv_default_cases() {
              {64, 32, 14, 14, 64, 3, 1, 1}, {1, 32, 14, 14, 64, 3, 1, 1}, {3, 32, 28, 28, 64, 3, 1, 1},
              {2, 33, 9, 9, 40, 5, 0, 1}, {3, 9, 2, 2, 17, 3, 1, 1}, {2, 33, 16, 16, 40, 3, 1, 0}})
         v.push_back({"tc_conv_fwd", s});
+    // tc_conv_bwd_data with the pool below in its epilogue: conv2 back to pool1's 28x28 at batch
+    // 64 (the CNN, with the mask) and 1; without the mask; odd pool inputs (PH, PW or both odd:
+    // the last row and column in no window); a part-empty channel group (C 33, 40) and chunk,
+    // 13 x 11 (a part-empty pixel tile), 5x5 taps, 1x1 images, pool 0.
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 32, 14, 14, 64, 3, 0, 1}, {1, 32, 14, 14, 64, 3, 0, 1}, {3, 32, 14, 14, 64, 3, 1, 5},
+             {2, 9, 7, 7, 17, 3, 0, 4}, {3, 33, 9, 9, 40, 3, 1, 2}, {2, 40, 13, 11, 33, 5, 0, 3},
+             {3, 17, 6, 5, 9, 1, 1, 8}, {1, 3, 1, 1, 8, 3, 0, 4}, {2, 33, 16, 16, 40, 3, 1, 0}})
+        v.push_back({"tc_conv_bwd_data", s});
     // tc_conv_bwd_weights: conv_bwd_weights' shapes, and images of one pixel (a single part-empty
     // k-step, every tap but the centre in the halo), 1x1x1, C*T past one 64-column group (17 x 9,
     // 3 x 25), K past a tile of 16 (17, 64), batches that leave ranks without images (1, 3).
@@ -323,7 +373,7 @@ std::vector<VerifyCase> conv_quick_cases() {
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
             {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7, 1}},
             {"fc_bwd_data", {5, 257, 33, 1}},             {"tc_conv_fwd", {3, 3, 9, 9, 17, 3, 1}},
-            {"tc_conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},
+            {"tc_conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},   {"tc_conv_bwd_data", {3, 9, 7, 7, 17, 3, 0, 4}},
             {"tc_conv_bwd_weights", {3, 17, 9, 9, 5, 3, 1}}};
 }
 
@@ -337,8 +387,14 @@ std::pair<double, double> conv_work(const VerifyCase& c, Pass pass) {
     const double N = z[0], C = z[1], H = z[2], W = z[3];
     const double K = z[4], T = double(z[5]) * z[5], x = N * C * H * W, y = N * K * H * W, w = K * C * T;
     const double macs = 2 * N * K * C * H * W * T, ry = z[6] == 1 ? 2 : 1;  // dY, and Y for the mask
-    if (z.size() == 8 && z[7] == 1) return {4 * (x + w + K + y / 2), macs + y};  // (tc_)conv_fwd: Y, idx pooled
+    const bool pool = z.size() == 8 && z[7] >= 1;
+    if (pass == Pass::Fwd && pool) return {4 * (x + w + K + y / 2), macs + y};  // (tc_)conv_fwd: Y, idx pooled
     if (pass == Pass::Fwd) return {4 * (x + w + K + y), macs + y};
+    if (pass == Pass::BwdData && pool) {  // tc_conv_bwd_data with the pool below: dX 4x, idx and Yp
+        const unsigned code = z[7] - 1;
+        const double px = N * C * (2 * H + (code & 1)) * (2 * W + (code >> 1 & 1));
+        return {4 * (ry * y + w + px + (code & 4 ? 1 : 2) * x), macs};
+    }
     if (pass == Pass::BwdData) return {4 * (ry * y + w + x), macs};
     return {4 * (x + ry * y + w + K), macs + y};  // (tc_)conv_bwd_weights: dW and db
 }
@@ -406,9 +462,14 @@ std::vector<KernelRow> conv_rows() {
         },
         Pass::Fwd));
     rows.push_back(conv_row(
-        "tc_conv_bwd_data", false, [](const VerifyCase& c) { validate_conv(c, tcconv_unfit); },
-        [](const VerifyCase& c, Rng& rng) { return make_conv_bwd_data(dims_of(c), c.shape[6], ConvArith::Tf32, rng); },
+        "tc_conv_bwd_data", false, validate_tc_conv_bwd_data,
+        [](const VerifyCase& c, Rng& rng) {
+            if (c.shape.size() == 8 && c.shape[7] >= 1)
+                return make_tc_conv_bwd_data_pooled(dims_of(c), c.shape[6], c.shape[7], rng);
+            return make_conv_bwd_data(dims_of(c), c.shape[6], ConvArith::Tf32, rng);
+        },
         Pass::BwdData));
+    rows.back().shape_alt = "N,C,H,W,K,KS,act,pool";  // pool: the 2x2 max-pool below (make_tc_conv_bwd_data_pooled)
     rows.push_back(conv_row(
         "tc_conv_bwd_weights", false, [](const VerifyCase& c) { validate_conv(c, tcwgrad_unfit); },
         [](const VerifyCase& c, Rng& rng) { return make_conv_bwd_weights(dims_of(c), c.shape[6], true, rng); },

@@ -1,6 +1,7 @@
 // CUDA C twin of ptx/tcconv.ptx, compiled at run time by NVRTC: 2-D convolution on the tensor
 // cores, the forward pass (tc_conv_fwd) and the backward pass to the input (tc_conv_bwd_data),
-// with conv_fwd's and conv_bwd_data's signatures (ptx/conv.ptx).
+// with conv_fwd's and conv_bwd_data's meaning (ptx/conv.ptx); tc_conv_bwd_data with idx also runs
+// the backward pass of the 2x2 max-pool below in its epilogue (tcconv_pool_bwd).
 //
 // The same launch shape as the PTX (512 threads a block; block = (n * ceil(OC/32) + group) *
 // strips + strip, strips read back from the grid; warp w takes the strip's pixels 16w .. 16w+15,
@@ -157,9 +158,29 @@ extern "C" __global__ void tc_conv_fwd(const float* X, const float* Wt, const fl
     tcconv_store(acc, Y, n, K, H, W, y0, npx, o0, warp, lane, z_of);
 }
 
+// With idx: pool_bwd of the 2x2 max-pool below (ptx/pool.ptx) on the block's values, as the PTX:
+// dX [N][C][PH][PW] the pool's input deltas, the window (y, x) of value c (+0 where Yp is given
+// and Yp <= 0) gives c at its index idx[n][o][y][x] and +0 at its other inputs; an odd PH's
+// last row and an odd PW's last column get +0. Copies and selects only.
+__device__ void tcconv_pool_bwd(float c, float* dX, const unsigned* idx, const float* Yp, unsigned n, unsigned C,
+                                unsigned H, unsigned W, unsigned PH, unsigned PW, unsigned o, unsigned y, unsigned x)
+{
+    const size_t w = (((size_t)n * C + o) * H + y) * W + x;
+    const unsigned at = idx[w];
+    if (Yp && !(Yp[w] > 0.0f)) c = 0.0f;
+    float* plane = dX + ((size_t)n * C + o) * PH * PW;
+    const unsigned ye = y == H - 1 && PH > 2 * H ? 3 : 2, xe = x == W - 1 && PW > 2 * W ? 3 : 2;
+    for (unsigned dy = 0; dy < ye; ++dy)
+        for (unsigned dx = 0; dx < xe; ++dx) {
+            const unsigned pos = (2 * y + dy) * PW + 2 * x + dx;
+            plane[pos] = dy < 2 && dx < 2 && pos == at ? c : 0.0f;
+        }
+}
+
 extern "C" __global__ void tc_conv_bwd_data(float* dX, const float* dY, const float* Y, const float* Wt,
-                                            unsigned N, unsigned C, unsigned H, unsigned W, unsigned K, unsigned KS,
-                                            unsigned act)
+                                            const unsigned* idx, const float* Yp, unsigned N, unsigned C, unsigned H,
+                                            unsigned W, unsigned K, unsigned KS, unsigned act, unsigned PH,
+                                            unsigned PW)
 {
     unsigned n, o0, y0, npx;
     if (!tcconv_block(N, H, W, C, n, o0, y0, npx)) return;
@@ -177,5 +198,15 @@ extern "C" __global__ void tc_conv_bwd_data(float* dX, const float* dY, const fl
     };
     float acc[4][4];
     tcconv_sums(acc, in_at, w_at, K, H, W, KS, y0, npx, o0, warp, lane);
+    if (idx) {
+        const unsigned g = lane / 4, q = lane % 4;
+        for (unsigned j = 0; j < 4; ++j)
+            for (unsigned r = 0; r < 4; ++r) {
+                const unsigned p = 16 * warp + g + (r >= 2 ? 8 : 0), o = o0 + 8 * j + 2 * q + r % 2;
+                if (p < npx && o < C)
+                    tcconv_pool_bwd(acc[j][r], dX, idx, Yp, n, C, H, W, PH, PW, o, y0 + p / W, p % W);
+            }
+        return;
+    }
     tcconv_store(acc, dX, n, C, H, W, y0, npx, o0, warp, lane, [](float c, unsigned) { return c; });
 }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 using namespace ptxlab;
@@ -52,8 +53,20 @@ struct HostOps : CnnOps {
         std::copy(r.idx.begin(), r.idx.end(), host<uint32_t>(idx));
     }
     bool pools_in_conv(const ConvDims&) const override { return fuse; }
-    bool fuse = false;  // conv_fwd pools where it can
+    bool fuse = false;  // conv_fwd pools where it can, and conv_bwd_data_pool takes the pool below
     int pooled = 0;     // conv_fwd calls with the pool
+    int pooled_bwd = 0; // conv_bwd_data_pool calls
+    // The deltas (rounded to float, as a kernel's buffer would hold them) through pool_bwd.
+    bool pools_in_conv_bwd(const ConvDims&) const override { return fuse; }
+    void conv_bwd_data_pool(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
+                            unsigned act, const PoolBelow& p) override {
+        ++pooled_bwd;
+        REQUIRE(p.PH / 2 == d.H);
+        REQUIRE(p.PW / 2 == d.W);
+        std::vector<float> sums(d.x_size());
+        conv_bwd_data(d, addr(sums.data()), dY, Y, Wt, act);
+        pool_bwd(d.N * d.C, p.PH, p.PW, dX, addr(sums.data()), p.idx, p.Yp);
+    }
     void conv_bwd_data(const ConvDims& d, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr Wt,
                        unsigned act) override {
         put(dX, conv2d_backward_input(d, masked(dY, Y, d.y_size(), act), get(Wt, d.w_size())));
@@ -224,7 +237,24 @@ namespace {
 
 // The trainer's cnn_forward and cnn_backward (the same code the GPU runs, with HostOps for the
 // launches) on `spec` at B = 3 on 8x8 images, against model_loss_grad64's logits and gradient.
-void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
+// act.ptx's passes: none with ReLU; else after a conv with the activation, or a bn with tanh,
+// sigmoid or GELU (ReLU and leaky-ReLU in bn's own epilogue); act_bwd for an fc but the one under the last.
+void check_act_passes(const Model& m, const HostOps& ops, Activation act) {
+    if (act == Activation::Relu) {
+        CHECK(ops.act_launches == 0);
+        return;
+    }
+    const bool bn_own = act == Activation::LeakyRelu;
+    bool act_pass = false;
+    for (size_t l = 0; l + 1 < m.layers.size(); ++l) {
+        const LayerSpec& ly = m.layers[l];
+        act_pass |= ly.activation && (ly.kind == LayerKind::Conv || (ly.is_bn() && !bn_own) ||
+                                      (ly.kind == LayerKind::Fc && l + 2 != m.layers.size()));
+    }
+    CHECK((ops.act_launches > 0) == act_pass);
+}
+
+std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
     CAPTURE(spec);
     CAPTURE(to_string(loss));
     CAPTURE(fuse);
@@ -273,17 +303,10 @@ void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
     const std::string sp = spec;
     const int pools = sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv4,pool,fc10" || sp == "pool,conv2,pool,fc10" ? 1 : 0;
     CHECK(ops.pooled == (fuse && act == Activation::Relu ? pools : 0));
-    if (act == Activation::Relu) CHECK(ops.act_launches == 0);
-    // act.ptx's passes: after a conv with the activation, or a bn with tanh, sigmoid or GELU
-    // (ReLU and leaky-ReLU in bn's own epilogue); act_bwd for an fc but the one under the last.
-    const bool bn_own = act == Activation::Relu || act == Activation::LeakyRelu;
-    bool act_pass = false;
-    for (size_t l = 0; l + 1 < m.layers.size(); ++l) {
-        const LayerSpec& ly = m.layers[l];
-        act_pass |= ly.activation && (ly.kind == LayerKind::Conv || (ly.is_bn() && !bn_own) ||
-                                      (ly.kind == LayerKind::Fc && l + 2 != m.layers.size()));
-    }
-    if (act != Activation::Relu) CHECK((ops.act_launches > 0) == act_pass);
+    // A conv over a pool over a conv: the pool's backward in the upper conv's deltas pass (any
+    // activation; the pool's output deltas stay NaN, unread).
+    CHECK(ops.pooled_bwd == (fuse && sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 1 : 0));
+    check_act_passes(m, ops, act);
 
     Recipe r;
     r.loss = loss;
@@ -305,6 +328,7 @@ void check_host_step(const char* spec, Loss loss, bool fuse, Activation act) {
             if (bad++ < 5) CHECK_MESSAGE(false, "parameter ", i, ": ", grads[i], " vs ", g[i]);
         }
     CHECK(bad == 0);
+    return grads;
 }
 
 // The last three with bn: after each conv and a hidden fc (the running statistics checked too),
@@ -320,8 +344,12 @@ TEST_CASE("train_cnn: the step's data flow, run on host memory, gives the float6
     // first; a 1x1 conv; a conv straight into the last fc; fc only, 3 and 1 hidden layers), each
     // with and without the pools in conv_fwd (ops.fuse); three of them with bn.
     for (const char* spec : kHostSpecs)
-        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse})
-            for (bool fuse : {false, true}) check_host_step(spec, loss, fuse, Activation::Relu);
+        for (Loss loss : {Loss::Ce, Loss::Mse, Loss::HalfSse}) {
+            // The pools in the conv kernels (forward and backward) change no bit of the gradient.
+            const std::vector<float> g0 = check_host_step(spec, loss, false, Activation::Relu);
+            const std::vector<float> g1 = check_host_step(spec, loss, true, Activation::Relu);
+            CHECK(std::memcmp(g0.data(), g1.data(), g0.size() * 4) == 0);
+        }
 }
 
 TEST_CASE("train_cnn: every activation's data flow (act.ptx's passes, conv -> act -> pool) gives the float64 step") {
@@ -447,6 +475,20 @@ TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_data") != std::string::npos);
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_weights") != std::string::npos);
     CHECK(row(cnn, "pool2").find("pool_bwd") != std::string::npos);
+    // pool1's backward in conv2's tc_conv_bwd_data (its epilogue); the FP32 set keeps pool_bwd.
+    CHECK(row(cnn, "conv2").find("tc_conv_bwd_data+pool") != std::string::npos);
+    CHECK(row(cnn, "pool1").find("in conv2's epilogue") != std::string::npos);
+    CHECK(row(cnn, "pool1").find("pool_bwd") == std::string::npos);
+    const std::string fp = cnn_layer_kernels(parse_model("cnn"), ConvKernels::Fp32, 64);
+    CHECK(row(fp, "pool1").find("pool_bwd") != std::string::npos);
+    CHECK(fp.find("bwd_data+pool") == std::string::npos);
+    CHECK(cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64).find("pool_bwd") != std::string::npos);  // pool2's
+    CHECK(cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64).find("pool_bwd x2") == std::string::npos);
+    // Every conv over a pool over a conv (the GPU test's net: conv3 on 7x7 under the last fc).
+    const std::string three = cnn_step_kernels(parse_model("conv8,pool,conv16,pool,conv16,fc10"), ConvKernels::Tc, 5);
+    MESSAGE(three);
+    CHECK(three.find("tc_conv_bwd_data+pool x2") != std::string::npos);
+    CHECK(three.find("pool_bwd") == std::string::npos);
     // 3136 x 128 (401K weights) is under kDenseMin: fc1 keeps the older kernels, 116 against 132 us a step.
     CHECK(row(cnn, "fc1").find("fused_forward") != std::string::npos);
     CHECK(row(cnn, "fc1").find("fused_grad (with fc2)") != std::string::npos);
@@ -510,7 +552,9 @@ TEST_CASE("train_cnn: another activation than ReLU shows act.ptx's launches, and
     CHECK(row(t, "conv2").find("act_bwd, tc_conv_bwd_data") != std::string::npos);
     CHECK(row(t, "conv1").find("act_bwd") != std::string::npos);
     CHECK(row(t, "fc1").find("act_bwd") == std::string::npos);  // fused_output applies fc1's derivative
-    CHECK(t.find("+pool") == std::string::npos);
+    CHECK(t.find("fwd+pool") == std::string::npos);
+    // The pool's backward has no mask to give up: pool1's still runs in conv2's deltas pass.
+    CHECK(row(t, "conv2").find("tc_conv_bwd_data+pool") != std::string::npos);
     // A pool under the last fc: fc_bwd_data redoes its deltas without ReLU's mask.
     const std::string p = cnn_layer_kernels(parse_model("conv8,pool,fc10"), ConvKernels::Tc, 64, Activation::Tanh);
     CHECK(row(p, "fc1").find("fc_bwd_data") != std::string::npos);

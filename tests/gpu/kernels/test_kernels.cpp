@@ -327,6 +327,14 @@ TEST_CASE("kernels: tc_conv_fwd, tc_conv_bwd_data, both sets") {
         check_both_sets(e, {3, 9, 9, 9, 17, 5, 0});      // odd everything, 5x5
         check_both_sets(e, {2, 33, 16, 16, 40, 3, 1});
     }
+    // tc_conv_bwd_data with the backward pass of the 2x2 max-pool below in its epilogue (pool
+    // 1 + (1: PH odd) + (2: PW odd) + (4: no mask)): conv2 back to pool1's 28x28 in the CNN
+    // (mask, act 0), odd pool inputs, no mask, part-empty channel groups and pixel tiles.
+    check_both_sets("tc_conv_bwd_data", {64, 32, 14, 14, 64, 3, 0, 1});
+    check_both_sets("tc_conv_bwd_data", {3, 9, 9, 9, 17, 5, 0, 4});
+    check_both_sets("tc_conv_bwd_data", {2, 40, 13, 11, 33, 3, 1, 2});
+    check_both_sets("tc_conv_bwd_data", {2, 33, 7, 7, 40, 3, 0, 3});
+    check_both_sets("tc_conv_bwd_data", {3, 17, 6, 5, 9, 1, 1, 8});
 }
 // tc_conv_bwd_weights (tcwgrad.ptx): conv_bwd_weights' sums on TF32 mma.sync, the same shapes.
 TEST_CASE("kernels: tc_conv_bwd_weights, both sets") {
@@ -509,6 +517,27 @@ TEST_CASE("kernels: a tc_conv_fwd with a wrong fragment layout is caught by veri
     // pixels g and g+8 of each tile swap patch columns; every output is written, the sums are
     // wrong. tc_conv_bwd_data is intact.
     check_planted_conv_fwd("tcconv_forward_fragment", "tc_conv_fwd", "tc_conv_bwd_data", {3, 3, 9, 9, 17, 3, 0}, "3,3,9,9,17,3,0");
+}
+
+TEST_CASE("kernels: a tc_conv_bwd_data whose pooled epilogue writes the wrong cell position is caught by verify") {
+    // tcconv_pool_bwd_position.patch: the window's second row is tested against the first row's
+    // indices: every element is written, dX (the pool's input deltas) is wrong where the argmax
+    // lies in either row. The plain pass (no pool below) is intact.
+    const PlantedKernel planted = plant("tcconv_pool_bwd_position");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
+    for (const std::vector<unsigned>& shape : std::vector<std::vector<unsigned>>{{3, 9, 7, 7, 17, 3, 0, 1},
+                                                                                 {2, 9, 7, 7, 17, 3, 1, 4}}) {
+        CaseResult r = verify_one("tc_conv_bwd_data", shape, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("dX[") == 0);
+    }
+    CaseResult ok = verify_one("tc_conv_bwd_data", {3, 9, 7, 7, 17, 3, 0}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    check_cli_fails("tc_conv_bwd_data", "3,9,7,7,17,3,0,1", planted);
 }
 
 TEST_CASE("kernels: a tc_conv_bwd_weights with a wrong fragment layout is caught by verify") {
