@@ -17,7 +17,7 @@ using namespace cnn_detail;
 
 class RecordingOps : public CnnOps {
 public:
-    explicit RecordingOps(bool tc, size_t n_layers = 0) : layers(n_layers), tc_(tc) {}
+    RecordingOps(bool tc, size_t n_layers, bool pool_in_conv) : layers(n_layers), tc_(tc), pool_in_conv_(pool_in_conv) {}
     std::vector<std::string> names;
     // By layer: the kernels of its forward pass, of its deltas to its input, of its weight gradient.
     enum Role { kForward, kDeltas, kWeights };
@@ -31,9 +31,10 @@ public:
     void conv_bwd_data(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
         record(kDeltas, conv_bwd_data_kernel(d, tc_));
     }
-    // KernelOps' rule (train_cnn.cpp): tc_conv_bwd_data takes the pool below into its epilogue.
+    // KernelOps' rule (train_cnn.cpp): tc_conv_bwd_data takes the pool below into its epilogue
+    // when TrainConfig::pool_bwd_in_conv asks for it.
     bool pools_in_conv_bwd(const ConvDims& d) const override {
-        return std::string(conv_bwd_data_kernel(d, tc_)) == "tc_conv_bwd_data";
+        return pool_in_conv_ && std::string(conv_bwd_data_kernel(d, tc_)) == "tc_conv_bwd_data";
     }
     void conv_bwd_data_pool(const ConvDims& d, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned,
                             const PoolBelow&) override {
@@ -70,12 +71,13 @@ private:
         if (cur_ < layers.size()) layers[cur_][r] += (layers[cur_][r].empty() ? "" : ", ") + name;
     }
     bool tc_;
+    bool pool_in_conv_;
     size_t cur_ = 0;
 };
 // One step of `m` recorded (RecordingOps), with addresses that are never read but not 0 (0
 // means "none": a conv without its pool).
-RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activation act) {
-    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size());
+RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv) {
+    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size(), pool_in_conv);
     CnnBuffers b;
     b.B = B;
     b.act = act;
@@ -94,8 +96,8 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
 
 }  // namespace
 
-std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act) {
-    const RecordingOps ops = record_step(m, conv, B, act);
+std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv) {
+    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv);
     std::string out = fmt::format("  {:<7} {:<28} {:<22} {}\n", "layer", "forward", "deltas to its input",
                                   "weight gradient");
     const size_t L = m.layers.size();
@@ -122,8 +124,8 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
     return out;
 }
 
-std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act) {
-    const RecordingOps ops = record_step(m, conv, B, act);
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv) {
+    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv);
     // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
     std::vector<std::pair<std::string, unsigned>> seen;
     for (const auto& n : ops.names) {

@@ -82,8 +82,10 @@ struct TrainConfig {
     double step_every_epochs = 0; // Step schedule: epochs between decays (0: a third of the epochs)
     KernelChoice kernels;       // default: fused PTX
     bool graphs = true;         // replay chunks of steps as CUDA graphs (false: plain launches)
-    bool pool_bwd_in_conv = true;  // tc set: a pool's backward in the conv above's tc_conv_bwd_data
-                                   // (false: its own pool_bwd launch; the same bits either way)
+    bool pool_bwd_in_conv = false; // tc set: a pool's backward in the conv above's tc_conv_bwd_data
+                                   // epilogue (false: its own pool_bwd launch; the same bits either
+                                   // way). Off: the CNN's tc step took 117.67 us with it against
+                                   // 117.11 without (H100, bench, medians of 3 in one run)
     bool overlap = true;        // fused set: programmatic dependent launches (each kernel is scheduled
                                 // while the previous one drains; griddepcontrol in fused.ptx; fused_step
                                 // is always launched plainly, see step.ptx)

@@ -19,8 +19,9 @@
 //             conv_bwd_weights (act 1: dY masked by the layer's output Y > 0) and, above the
 //             first layer, conv_bwd_data (conv) or fc_bwd_data (fc, ptx/fc.ptx); pool ->
 //             pool_bwd, or for a pool between two convs, where the upper conv's deltas run on
-//             tc_conv_bwd_data (the tc set), in that launch's epilogue (conv_bwd_data_pool: the
-//             same bits, no pool_bwd launch; TrainConfig::pool_bwd_in_conv false turns it off).
+//             tc_conv_bwd_data (the tc set) and TrainConfig::pool_bwd_in_conv is on (off by
+//             default: measured 0.5 us slower), in that launch's epilogue (conv_bwd_data_pool:
+//             the same bits, no pool_bwd launch).
 //             A conv under a pool gets its ReLU mask from the pool's backward
 //             (pool_bwd with Yp: a window's maximum <= 0 routes 0) and runs its backward passes
 //             with act 0, without reading its output Y. Every gradient lands in its place of the flat gradient (model.hpp's
@@ -228,11 +229,13 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
 // same either way.
 // The kernels one training step of `m` launches at batch B, each named once in the order of its
 // first launch with its count ("fused_forward x2, fused_output, fused_grad, ..."), and then the
-// optimizer's (what `train` prints).
-std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu);
+// optimizer's (what `train` prints); pool_in_conv: TrainConfig::pool_bwd_in_conv.
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu,
+                             bool pool_in_conv = false);
 // The same by layer, one line each: the kernels of its forward pass, of its deltas to its input
 // and of its weight gradient (a table, what `train` prints under its first line).
-std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu);
+std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu,
+                              bool pool_in_conv = false);
 
 // ---- An fc-only model's step in one launch (cnn_densestep.cpp) ----
 // Why the training loop does not run `m`'s step as dense_program (ptx/densestep.ptx: the forward

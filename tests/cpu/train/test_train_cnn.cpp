@@ -475,17 +475,24 @@ TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_data") != std::string::npos);
     CHECK(row(cnn, "conv2").find("tc_conv_bwd_weights") != std::string::npos);
     CHECK(row(cnn, "pool2").find("pool_bwd") != std::string::npos);
-    // pool1's backward in conv2's tc_conv_bwd_data (its epilogue); the FP32 set keeps pool_bwd.
-    CHECK(row(cnn, "conv2").find("tc_conv_bwd_data+pool") != std::string::npos);
-    CHECK(row(cnn, "pool1").find("in conv2's epilogue") != std::string::npos);
-    CHECK(row(cnn, "pool1").find("pool_bwd") == std::string::npos);
-    const std::string fp = cnn_layer_kernels(parse_model("cnn"), ConvKernels::Fp32, 64);
+    // By default pool1's backward is its own pool_bwd (TrainConfig::pool_bwd_in_conv off).
+    CHECK(row(cnn, "pool1").find("pool_bwd") != std::string::npos);
+    CHECK(cnn.find("bwd_data+pool") == std::string::npos);
+    CHECK(cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64).find("pool_bwd x2") != std::string::npos);
+    // Asked for: pool1's backward in conv2's tc_conv_bwd_data (its epilogue); the FP32 set keeps pool_bwd.
+    const std::string fused = cnn_layer_kernels(parse_model("cnn"), ConvKernels::Tc, 64, Activation::Relu, true);
+    CHECK(row(fused, "conv2").find("tc_conv_bwd_data+pool") != std::string::npos);
+    CHECK(row(fused, "pool1").find("in conv2's epilogue") != std::string::npos);
+    CHECK(row(fused, "pool1").find("pool_bwd") == std::string::npos);
+    const std::string fp = cnn_layer_kernels(parse_model("cnn"), ConvKernels::Fp32, 64, Activation::Relu, true);
     CHECK(row(fp, "pool1").find("pool_bwd") != std::string::npos);
     CHECK(fp.find("bwd_data+pool") == std::string::npos);
-    CHECK(cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64).find("pool_bwd") != std::string::npos);  // pool2's
-    CHECK(cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64).find("pool_bwd x2") == std::string::npos);
+    const std::string steps = cnn_step_kernels(parse_model("cnn"), ConvKernels::Tc, 64, Activation::Relu, true);
+    CHECK(steps.find("pool_bwd") != std::string::npos);  // pool2's
+    CHECK(steps.find("pool_bwd x2") == std::string::npos);
     // Every conv over a pool over a conv (the GPU test's net: conv3 on 7x7 under the last fc).
-    const std::string three = cnn_step_kernels(parse_model("conv8,pool,conv16,pool,conv16,fc10"), ConvKernels::Tc, 5);
+    const std::string three =
+        cnn_step_kernels(parse_model("conv8,pool,conv16,pool,conv16,fc10"), ConvKernels::Tc, 5, Activation::Relu, true);
     MESSAGE(three);
     CHECK(three.find("tc_conv_bwd_data+pool x2") != std::string::npos);
     CHECK(three.find("pool_bwd") == std::string::npos);
@@ -544,7 +551,7 @@ TEST_CASE("train_cnn: another activation than ReLU shows act.ptx's launches, and
         return table.substr(at + 1, table.find('\n', at + 1) - at - 1);
     };
     const Model cnn = parse_model("cnn");
-    const std::string t = cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Gelu);
+    const std::string t = cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Gelu, true);
     MESSAGE(t);
     CHECK(row(t, "conv1").find("conv_fwd, act_fwd") != std::string::npos);
     CHECK(row(t, "pool1").find("pool_fwd") != std::string::npos);
