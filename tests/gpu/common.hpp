@@ -18,4 +18,7 @@ TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsi
                               unsigned batch = 0, bool one_launch = true);
 // One verify case of `entry` at `shape`: the PTX from ptx_dirs against the tree's twins, inputs from `seed`.
 CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed);
+// A planted bug: the case fails, the PTX differs from its twin and misses the float64
+// reference, while the twin does not.
+void check_planted_caught(const CaseResult& r);
 }

@@ -63,3 +63,10 @@ ptxlab::CaseResult ptxlab::test::verify_one(const std::string& entry, std::vecto
     opt.ptx_dirs = ptx_dirs;
     return run_verify(gpu(), {{entry, std::move(shape)}}, opt).at(0);
 }
+
+void ptxlab::test::check_planted_caught(const CaseResult& r) {
+    CHECK_FALSE(r.pass());
+    CHECK(r.differing > 0);
+    CHECK(r.f64_fail_ptx > 0);
+    CHECK(r.f64_fail_ref == 0);
+}

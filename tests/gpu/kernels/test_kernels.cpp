@@ -31,15 +31,6 @@ CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, con
     return r.at(0);
 }
 
-// A planted bug: the case fails, the PTX differs from its twin and misses the float64
-// reference, while the twin does not.
-void check_planted_caught(const CaseResult& r) {
-    CHECK_FALSE(r.pass());
-    CHECK(r.differing > 0);
-    CHECK(r.f64_fail_ptx > 0);
-    CHECK(r.f64_fail_ref == 0);
-}
-
 // A planted kernel in directory `dir` on the command line: verify exits 1, its one case failed.
 RunResult check_cli_fails_in(const std::string& entry, const std::string& shape, const std::string& dir) {
     RunResult run = run_command(ptxlab_cmd("verify --kernel " + entry + " --shape " + shape + " --ptx-dir " + dir));
