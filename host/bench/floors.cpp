@@ -112,13 +112,21 @@ std::vector<Floor> measure_floors(const Context& ctx, const KernelDirs& dirs, CU
         std::string name, what;
         std::function<std::vector<void*>(unsigned&)> params;  // the kernel's arguments around `rounds`
     };
-    unsigned peer = 1, self = 0;
+    unsigned peer = 1, self = 0, release = 0, shared_only = 1;
+    DeviceBuffer stores(size_t(128) * 128 * 4, "barrier probe stores");
+    CUdeviceptr pstores = stores.ptr();
     const std::vector<Probe> probes = {
         {"floor_grid_barrier", sms, 128, 0, true, 2000, 1, "grid barrier",
          fmt::format("a grid-wide barrier of {} blocks (one an SM) on a 64-bit counter", sms),
          [&](unsigned& r) { return std::vector<void*>{&psync, &r}; }},
         {"floor_cluster_barrier", 128, 128, 8, false, 20000, 1, "cluster barrier",
          "barrier.cluster arrive + wait, 16 clusters of 8 blocks", [&](unsigned& r) { return std::vector<void*>{&r}; }},
+        {"floor_cluster_barrier_store", 128, 128, 8, false, 20000, 1, "cluster barrier after a store",
+         "a global store, then barrier.cluster arrive.release + wait.acquire (waits for the store)",
+         [&](unsigned& r) { return std::vector<void*>{&pstores, &r, &release}; }},
+        {"floor_cluster_barrier_store", 128, 128, 8, false, 20000, 1, "cluster barrier after a store, shared-only",
+         "a global store, then the sync_restrict::shared fences + arrive.relaxed + wait (fused.ptx's join)",
+         [&](unsigned& r) { return std::vector<void*>{&pstores, &r, &shared_only}; }},
         {"floor_dsmem_chain", 2, 32, 2, false, 20000, 8, "DSMEM load",
          "a dependent ld.shared::cluster from the other block of a 2-block cluster",
          [&](unsigned& r) { return std::vector<void*>{&pout, &r, &peer}; }},

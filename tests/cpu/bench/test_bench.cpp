@@ -65,8 +65,8 @@ TEST_CASE("bench: the floor probes assemble for sm_90 and hold the entries measu
     for (const auto& d : res.diagnostics) MESSAGE(d.message);
     REQUIRE(res.ok);
     const PtxInfo info = parse_ptx(src.text);
-    for (const char* e : {"floor_empty", "floor_grid_barrier", "floor_cluster_barrier", "floor_dsmem_chain",
-                          "floor_mma_chain", "floor_l2_chain"}) {
+    for (const char* e : {"floor_empty", "floor_grid_barrier", "floor_cluster_barrier", "floor_cluster_barrier_store",
+                          "floor_dsmem_chain", "floor_mma_chain", "floor_l2_chain"}) {
         CAPTURE(e);
         CHECK(info.find(e) != nullptr);
     }
