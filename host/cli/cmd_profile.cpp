@@ -174,13 +174,15 @@ Workload train_workload(ProfileOptions& o) {
         PTXLAB_THROW(InputError, "profile --train: train's flags{}: {}", line.substr(6), e.what());
     }
     if (!*prepare) PTXLAB_THROW(Error, "profile --train: train's flags were parsed, but no run was set up");
-    const Command run = (*prepare)();  // InputError here, as train gives it, before the GPU
+    const TrainRun run = (*prepare)();  // InputError here, as train gives it, before the GPU
     Workload w;
     w.what = fmt::format("ptxlab{}: every kernel of the run", line);
     w.mode = SamplingMode::Continuous;
+    // One range a chunk of steps: CUPTI's buffers are read out after each chunk (train waits for
+    // the GPU there anyway), so that a long run of many kernels does not fill them.
     w.run = [app, chosen, prepare, run](const Context&, PcSampler& sampler) {
         sampler.start();
-        const int code = run();
+        const int code = run([&sampler] { sampler.drain(); });
         sampler.stop();
         if (code != kExitOk) PTXLAB_THROW(Error, "the training run under the profiler ended with exit code {}", code);
     };
@@ -248,8 +250,9 @@ void setup_profile(CLI::App& app, Command& chosen) {
         "reads (nvdisasm of the cubin the driver loaded), on its PTX line. `profile FILE.ptx[:ENTRY]` runs a kernel "
         "with a contract header at its contract's shapes, or ptxlab's own kernels (ptx/NAME.ptx) at verify's "
         "shapes, --repeat times each, one launch at a time; `profile --train [train's flags]` samples every kernel "
-        "of a short training run (the train flags listed below, as train takes them; --max-steps 200 unless given). Printed: the PTX lines with their "
-        "samples, share and top stall reasons, the sampled SASS under each (the `sass` layout), then per kernel "
+        "of a training run (the train flags listed below, as train takes them; --max-steps 200 unless given; the "
+        "samples are read out after each chunk of steps). Printed: the PTX lines with their samples, share and top "
+        "stall reasons, the sampled SASS under each (the `sass` layout), then per kernel "
         "the hottest lines and blocks (the PTX label a line falls under) and the samples by stall reason. A warp "
         "waiting at a barrier is sampled on the instruction after it (as in Nsight Compute): a line whose top "
         "stall reason is `barrier` and that follows a barrier is marked `^ barrier, line N` (N: the barrier's "
@@ -258,7 +261,8 @@ void setup_profile(CLI::App& app, Command& chosen) {
         "SASS folded under each line). Needs a GPU, nvdisasm (as sass) and CUPTI (libcupti.so.13 of the CUDA "
         "toolkit: $PTXLAB_CUPTI_LIB, else the loader's path, $CUDA_HOME, /usr/local/cuda, under extras/CUPTI/lib64, "
         "lib64 or lib); without CUPTI, or where the driver does not permit profiling to this user, it says so and "
-        "how to enable it (exit 1). A missing file, an unknown ENTRY, an output that cannot be written, or (with "
+        "how to enable it (exit 1), as it does when the GPU samples faster than CUPTI reads them out (raise "
+        "--period, or profile less). A missing file, an unknown ENTRY, an output that cannot be written, or (with "
         "--train) anything train itself refuses before the GPU (its flags, --data, the network against the data) "
         "exits 2 before the GPU is touched; outputs are written whole or not at all.");
     o->sub = sub;

@@ -375,8 +375,9 @@ std::shared_ptr<PreparedRun> prepare_run(const TrainOptions& o) {
     return p;
 }
 
-// The run itself, on the GPU.
-int run_prepared(const TrainOptions& o, PreparedRun& p) {
+// The run itself, on the GPU; `between_chunks`: TrainConfig::between_chunks.
+int run_prepared(const TrainOptions& o, PreparedRun& p, const std::function<void()>& between_chunks = {}) {
+    p.cfg.between_chunks = between_chunks;
     const TrainConfig& cfg = p.cfg;
     Context ctx(o.device);
     print_header(cfg, ctx, p.data, p.dir, p.note);
@@ -579,7 +580,9 @@ void setup_train(CLI::App& app, Command& chosen, PrepareCommand* prepare) {
         if (prepare)
             *prepare = [o] {
                 std::shared_ptr<PreparedRun> p = prepare_run(*o);
-                return Command([o, p] { return run_prepared(*o, *p); });
+                return TrainRun([o, p](const std::function<void()>& between_chunks) {
+                    return run_prepared(*o, *p, between_chunks);
+                });
             };
     });
 }

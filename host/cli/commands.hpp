@@ -16,8 +16,11 @@ void setup_data(CLI::App& app, Command& chosen);
 void setup_verify(CLI::App& app, Command& chosen);
 // `prepare` (profile --train): set by the parse, as `chosen` is, to the first half of train's
 // command: every check train makes before the GPU is touched (the same code: the flags, the
-// outputs, --resume's checkpoint, the data), which returns the second half, the run itself.
-using PrepareCommand = std::function<Command()>;
+// outputs, --resume's checkpoint, the data), which returns the second half, the run itself. The
+// run calls `between_chunks` after each chunk of steps, once the GPU has finished it
+// (TrainConfig::between_chunks; empty: nothing).
+using TrainRun = std::function<int(const std::function<void()>& between_chunks)>;
+using PrepareCommand = std::function<TrainRun()>;
 void setup_train(CLI::App& app, Command& chosen, PrepareCommand* prepare = nullptr);
 void setup_eval(CLI::App& app, Command& chosen);
 void setup_bench(CLI::App& app, Command& chosen);

@@ -85,6 +85,8 @@ Profile build_profile(const SampleRun& run, const std::string& nvdisasm, const s
     p.period = run.period;
     p.dropped = run.dropped_samples;
     p.non_user = run.non_user_samples;
+    p.cupti_total = run.total_samples;
+    p.ranges = run.ranges;
     p.hardware_buffer_full = run.hardware_buffer_full;
     std::map<std::pair<uint64_t, std::string>, std::vector<const PcRecord*>> groups;
     for (const auto& r : run.records) groups[{r.cubin_crc, r.function}].push_back(&r);

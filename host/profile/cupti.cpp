@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <string_view>
 
 namespace ptxlab {
 
@@ -44,6 +45,12 @@ std::string profiling_permission_help() {
            "user: put `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in a file under /etc/modprobe.d/, "
            "then reload the nvidia module or reboot (https://developer.nvidia.com/ERR_NVGPUCTRPERM). In a "
            "container the host's driver decides.";
+}
+
+std::string sample_overflow_help() {
+    return "Take fewer samples: raise --period (one sample every 2^period cycles per SM: each step up halves "
+           "them; the default is 8), or profile less: fewer --max-steps with --train, a smaller --repeat with "
+           "FILE.ptx.";
 }
 
 #if PTXLAB_HAVE_CUPTI_HEADERS
@@ -118,6 +125,9 @@ std::string cupti_failure_message(CUptiResult r, const char* call, const std::st
     std::string msg = fmt::format("{} failed: {}", call, result_text);
     if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
         return fmt::format("PC sampling is not permitted for this user ({}).\n{}", msg, profiling_permission_help());
+    if (r == CUPTI_ERROR_OUT_OF_MEMORY && std::string_view(call) == "cuptiPCSamplingGetData")
+        return fmt::format("the GPU took PC samples faster than CUPTI could read them out: its hardware buffer filled "
+                           "and samples were lost ({}).\n{}", msg, sample_overflow_help());
     if (r == CUPTI_ERROR_NOT_SUPPORTED)
         msg += " (PC sampling needs a GPU of compute capability 7.0 or newer, not under MIG or vGPU without "
                "profiling, and no other profiler attached)";

@@ -58,7 +58,8 @@ const Cupti& cupti();
 std::string cupti_result_text(CUptiResult r);
 void cupti_check(CUptiResult r, const char* call, const char* file, int line);
 // cupti_check's message for `r` (`result_text`: cupti_result_text's), with what to do where there
-// is something to do (not permitted: profiling_permission_help()).
+// is something to do (not permitted: profiling_permission_help(); cuptiPCSamplingGetData's
+// CUPTI_ERROR_OUT_OF_MEMORY, CUPTI's hardware buffer full: sample_overflow_help()).
 std::string cupti_failure_message(CUptiResult r, const char* call, const std::string& result_text);
 
 #else
@@ -68,6 +69,9 @@ void cupti_unavailable();
 
 // What to do when the driver refuses profiling to this user (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES).
 std::string profiling_permission_help();
+// What to do when CUPTI's hardware buffer filled and samples were lost (cuptiPCSamplingGetData's
+// CUPTI_ERROR_OUT_OF_MEMORY): sample less often, or a shorter run.
+std::string sample_overflow_help();
 
 }  // namespace ptxlab
 

@@ -69,6 +69,8 @@ struct Profile {
     std::string device;
     unsigned period = 0;
     uint64_t samples = 0, dropped = 0, non_user = 0;
+    uint64_t cupti_total = 0;  // CUPTI's count of every sample: kernels', dropped, driver's (SampleRun::total_samples)
+    unsigned ranges = 0;       // sampled ranges, each read out at its end (SampleRun::ranges)
     bool hardware_buffer_full = false;
     StallCounts stalls;
     std::vector<KernelProfile> kernels;  // most samples first

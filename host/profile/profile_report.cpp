@@ -64,6 +64,8 @@ std::string format_profile_json(const Profile& p) {
     j["samples"] = p.samples;
     j["dropped"] = p.dropped;
     j["non_user"] = p.non_user;
+    j["cupti_total"] = p.cupti_total;
+    j["ranges"] = p.ranges;
     j["hardware_buffer_full"] = p.hardware_buffer_full;
     j["stalls"] = stalls_json(p.stalls);
     j["notes"] = p.notes;

@@ -24,7 +24,13 @@ bool is_not_issued_reason(const std::string& name) { return name.find("not_issue
 
 namespace {
 constexpr size_t kConfigPcs = 20000, kDrainPcs = 10000;
+// CUPTI's scratch buffer holds a record per PC (about 16 bytes a stall reason, 1 MB for about
+// 5500 PCs with all of them, cupti_pcsampling.h): 64 MiB is room for some 350 000 PCs, more than
+// every kernel of a run has. The hardware buffer keeps CUPTI's default (512 MB); its worker threads
+// move the samples out of it every kWorkerSleepMs instead of every 100 ms (the default), which the
+// header names as a remedy for a hardware buffer that fills.
 constexpr size_t kScratchBytes = size_t(64) << 20;
+constexpr uint32_t kWorkerSleepMs = 10;
 
 // A CUpti_PCSamplingData with room for `pcs` records of `reasons` stall reasons each.
 struct DataBuffer {
@@ -56,10 +62,10 @@ struct PcSampler::Impl {
     DataBuffer config, drain;
     std::mutex cubin_mutex;
     std::vector<std::string> cubins;  // as loaded, in order
-    std::map<std::tuple<uint64_t, std::string, uint64_t>, PcRecord> records;
+    PcRecordMap records;
     SampleRun run;
 
-    void absorb(const CUpti_PCSamplingData& d);
+    void absorb_configured();
     void drain_all();
     void configure(unsigned period);
 };
@@ -76,8 +82,8 @@ void CUPTIAPI on_resource(void* user, CUpti_CallbackDomain domain, CUpti_Callbac
 }
 }  // namespace
 
-void PcSampler::Impl::absorb(const CUpti_PCSamplingData& d) {
-    if (d.totalNumPcs == 0) return;
+void add_pc_data(const CUpti_PCSamplingData& d, const std::map<uint32_t, std::string>& reason_names, SampleRun& run,
+                 PcRecordMap& records) {
     run.total_samples += d.totalSamples;
     run.dropped_samples += d.droppedSamples;
     run.non_user_samples += d.nonUsrKernelsTotalSamples;
@@ -100,22 +106,39 @@ void PcSampler::Impl::absorb(const CUpti_PCSamplingData& d) {
     }
 }
 
+namespace {
+// The read-out fields of `d`, cleared before CUPTI writes them again: a read counts only what it was given.
+void clear_counts(CUpti_PCSamplingData& d) {
+    d.totalNumPcs = 0;
+    d.remainingNumPcs = 0;
+    d.totalSamples = 0;
+    d.droppedSamples = 0;
+    d.nonUsrKernelsTotalSamples = 0;
+    d.hardwareBufferFull = 0;
+}
+}  // namespace
+
+// What CUPTI put into the configured buffer on its own (at a range's end, or on disable), once.
+void PcSampler::Impl::absorb_configured() {
+    if (config.data.totalNumPcs > 0) add_pc_data(config.data, reason_names, run, records);
+    clear_counts(config.data);
+}
+
 // Reads every record CUPTI holds: GetData until nothing remains, and whatever CUPTI flushed
-// into the configured buffer on its own.
+// into the configured buffer on its own. CUPTI_ERROR_OUT_OF_MEMORY here: the hardware buffer
+// filled (cupti_failure_message says what to do).
 void PcSampler::Impl::drain_all() {
     for (int round = 0; round < 100000; ++round) {
-        drain.data.totalNumPcs = 0;
-        drain.data.remainingNumPcs = 0;
+        clear_counts(drain.data);
         CUpti_PCSamplingGetDataParams p{};
         p.size = CUpti_PCSamplingGetDataParamsSize;
         p.ctx = ctx;
         p.pcSamplingData = &drain.data;
         CUPTI_CALL(cuptiPCSamplingGetData, &p);
-        absorb(drain.data);
+        if (drain.data.totalNumPcs > 0) add_pc_data(drain.data, reason_names, run, records);  // none: nothing read
         if (drain.data.remainingNumPcs == 0) break;
     }
-    absorb(config.data);
-    config.data.totalNumPcs = 0;
+    absorb_configured();
 }
 
 void PcSampler::Impl::configure(unsigned period) {
@@ -140,7 +163,7 @@ void PcSampler::Impl::configure(unsigned period) {
     config.allocate(kConfigPcs, n);
     drain.allocate(kDrainPcs, n);
 
-    std::vector<CUpti_PCSamplingConfigurationInfo> a(7);
+    std::vector<CUpti_PCSamplingConfigurationInfo> a(8);
     a[0].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
     a[0].attributeData.samplingPeriodData.samplingPeriod = period;
     a[1].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SCRATCH_BUFFER_SIZE;
@@ -158,6 +181,8 @@ void PcSampler::Impl::configure(unsigned period) {
     a[6].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_STALL_REASON;
     a[6].attributeData.stallReasonData.stallReasonCount = n;
     a[6].attributeData.stallReasonData.pStallReasonIndex = indices.data();
+    a[7].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_WORKER_THREAD_PERIODIC_SLEEP_SPAN;
+    a[7].attributeData.workerThreadPeriodicSleepSpanData.workerThreadPeriodicSleepSpan = kWorkerSleepMs;
     CUpti_PCSamplingConfigurationInfoParams cp{};
     cp.size = CUpti_PCSamplingConfigurationInfoParamsSize;
     cp.ctx = ctx;
@@ -227,7 +252,14 @@ void PcSampler::stop() {
     p.ctx = impl_->ctx;
     impl_->running = false;
     CUPTI_CALL(cuptiPCSamplingStop, &p);
+    ++impl_->run.ranges;
     impl_->drain_all();
+}
+
+void PcSampler::drain() {
+    if (!impl_->running) return;
+    stop();
+    start();
 }
 
 SampleRun PcSampler::take() {
@@ -239,8 +271,7 @@ SampleRun PcSampler::take() {
         p.ctx = m.ctx;
         m.enabled = false;
         CUPTI_CALL(cuptiPCSamplingDisable, &p);
-        m.absorb(m.config.data);
-        m.config.data.totalNumPcs = 0;
+        m.absorb_configured();
     }
     SampleRun out = m.run;
     for (auto& [key, r] : m.records)
@@ -266,6 +297,7 @@ PcSampler::PcSampler(const Context&, SamplingMode, unsigned) { cupti_unavailable
 PcSampler::~PcSampler() = default;
 void PcSampler::start() {}
 void PcSampler::stop() {}
+void PcSampler::drain() {}
 SampleRun PcSampler::take() { return {}; }
 uint64_t cubin_crc(const std::string&) { return 0; }
 

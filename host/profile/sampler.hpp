@@ -9,16 +9,25 @@
 // Two ways to collect (CUpti_PCSamplingCollectionMode):
 //   Serialized  kernels run one at a time; each sampled range is start() .. stop(), and the
 //               records are drained after every stop (as CUPTI asks in that mode).
-//   Continuous  kernels run as they would (a training run: graphs, overlapping launches); one
-//               range, drained at stop(). Needs no module unload in between (train has none).
+//   Continuous  kernels run as they would (a training run: graphs, overlapping launches). Needs
+//               no module unload in between (train has none). A long run is cut into ranges:
+//               drain() ends the range, reads every record and starts the next (profile --train
+//               calls it after each chunk of train's steps, TrainConfig::between_chunks), so that
+//               CUPTI's buffers hold one chunk's samples, not the whole run's.
+// CUPTI's hardware buffer takes the samples as the GPU makes them; CUPTI's worker threads decode
+// them into its scratch buffer (PC records), from which cuptiPCSamplingGetData hands them out.
+// Samples the hardware buffer has no room for are lost, and cuptiPCSamplingGetData then fails
+// with CUPTI_ERROR_OUT_OF_MEMORY (cupti_failure_message says what to do).
 #pragma once
 
 #include "cuda.hpp"
+#include "cupti.hpp"
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ptxlab {
@@ -42,6 +51,7 @@ struct SampleRun {
     uint64_t non_user_samples = 0;           // in the driver's own kernels
     bool hardware_buffer_full = false;
     unsigned period = 0;                     // log2 of the cycles between samples
+    unsigned ranges = 0;                     // start() .. stop() ranges sampled, each drained at its end
 };
 
 // "smsp__pcsamp_warps_issue_stalled_long_scoreboard" -> "long_scoreboard"; "..._selected" -> "selected".
@@ -52,6 +62,20 @@ bool is_not_issued_reason(const std::string& cupti_name);
 uint64_t cubin_crc(const std::string& cubin);
 
 enum class SamplingMode { Serialized, Continuous };
+
+#if PTXLAB_HAVE_CUPTI_HEADERS
+// The records read so far, by (cubin CRC, function, PC offset): a PC that two reads both return
+// (two ranges of a run) is one record holding the sum of its counts.
+using PcRecordMap = std::map<std::tuple<uint64_t, std::string, uint64_t>, PcRecord>;
+
+// Adds one read of CUPTI's records (cuptiPCSamplingGetData's, or the configured buffer's) to
+// `records`, and its totals (samples, dropped, non-user, hardware buffer full) to `run`: its
+// first min(totalNumPcs, collectNumPcs) records, each stall reason named by `reason_names`
+// (CUPTI's index -> name; "reason_N" when unknown), the "_not_issued" reasons and zero counts
+// left out. Call it once per read: every count it is given is added.
+void add_pc_data(const CUpti_PCSamplingData& d, const std::map<uint32_t, std::string>& reason_names, SampleRun& run,
+                 PcRecordMap& records);
+#endif
 
 class PcSampler {
 public:
@@ -64,6 +88,9 @@ public:
 
     void start();
     void stop();  // waits for the device, ends the range and drains the records
+    // Between two parts of a sampled run: stop() and start() again, when a range is open (a no-op
+    // otherwise). Every sample stays counted, once; CUPTI's buffers are emptied.
+    void drain();
     SampleRun take();  // ends sampling (disables it) and returns every record and cubin
 
     struct Impl;

@@ -631,6 +631,7 @@ TrainResult Trainer::run() {
             epoch_ms += chunk_ms;
             res_.chunk_gpu_ms.push_back(ev_end_.since(ev_start_));
             res_.chunk_steps.push_back(end - k);
+            if (cfg_.between_chunks) cfg_.between_chunks();
             if (!take_losses(k, end, epoch)) {
                 // The position after the failing step, where step_ stands: a checkpoint of a
                 // diverged run holds a position that adds up (check_checkpoint_metadata).

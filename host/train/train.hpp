@@ -28,6 +28,7 @@
 #include <atomic>
 #include <map>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -103,6 +104,11 @@ struct TrainConfig {
     std::string log_csv;        // one row per evaluation
     std::string log_steps_csv;  // one row per step (its batch loss and lr)
     const ResumeState* resume = nullptr;  // continue this run (train --resume)
+    // Called after each chunk of steps, once the host has waited for the GPU to finish it, before
+    // the chunk's losses are read; not part of the timed training, and it must leave the run's
+    // buffers and streams alone (what the run computes does not change). profile --train reads
+    // CUPTI's PC samples there (PcSampler::drain), so that a long run's do not pile up.
+    std::function<void()> between_chunks;
     void validate_flags() const;              // checks that need no data; throws InputError with the reason
     void validate_model_flags() const;        // those of *model and its kernels (train_cnn.cpp)
     void validate(const Split& train) const;  // validate_flags() plus the checks against the data

@@ -2,9 +2,10 @@
 // (tests/fixtures/sass/scale.{ptx,sass}, the stand-in's canned nvdisasm output) give the sums
 // per SASS instruction, PTX line, block and stall reason; the text, JSON and HTML views carry
 // the same numbers; a barrier's waits, sampled on the instruction after it, are marked there; the
-// CUPTI loader pointed at a missing library says so, and a refusal to profile says how to allow
-// it. The bad inputs of the command line are in tests/cli/bad_inputs.sh, the real sampling in
-// tests/gpu/toolchain/test_profile.cpp.
+// CUPTI loader pointed at a missing library says so, a refusal to profile says how to allow it,
+// and a full hardware buffer what to do; CUPTI's reads of a run drained range by range merge into
+// one record a PC. The bad inputs of the command line are in tests/cli/bad_inputs.sh, the real
+// sampling in tests/gpu/toolchain/test_profile.cpp.
 #include "../../helpers.hpp"
 #include "collect.hpp"
 #include "cupti.hpp"
@@ -15,6 +16,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <type_traits>
 
@@ -137,11 +139,16 @@ TEST_CASE("profile: the text view, hottest lines first") {
 
 TEST_CASE("profile: the JSON view's keys and numbers") {
     Fixture f;
-    const auto j = nlohmann::json::parse(format_profile_json(f.profile()));
-    for (const char* key : {"what", "device", "period", "samples", "dropped", "non_user", "hardware_buffer_full", "stalls",
-                            "notes", "kernels"})
+    Profile p = f.profile();
+    p.cupti_total = 131;
+    p.ranges = 3;
+    const auto j = nlohmann::json::parse(format_profile_json(p));
+    for (const char* key : {"what", "device", "period", "samples", "dropped", "non_user", "cupti_total", "ranges",
+                            "hardware_buffer_full", "stalls", "notes", "kernels"})
         CHECK_MESSAGE(j.contains(key), key);
     CHECK(j["samples"] == 104);
+    CHECK(j["cupti_total"] == 131);
+    CHECK(j["ranges"] == 3);
     const auto& k = j["kernels"][0];
     CHECK(k["name"] == "scale");
     CHECK(k["unmapped"] == 4);
@@ -377,10 +384,92 @@ TEST_CASE("profile: CUPTI's refusal to profile says how to allow it; other failu
           std::string::npos);
     CHECK(cupti_failure_message(CUPTI_ERROR_UNKNOWN, "cuptiSubscribe", "CUPTI_ERROR_UNKNOWN (999)") ==
           "cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN (999)");
+    // cuptiPCSamplingGetData's OUT_OF_MEMORY is CUPTI's hardware buffer full (cupti_pcsampling.h):
+    // samples were lost, and the way out is fewer of them.
+    const std::string full = cupti_failure_message(CUPTI_ERROR_OUT_OF_MEMORY, "cuptiPCSamplingGetData",
+                                                   "CUPTI_ERROR_OUT_OF_MEMORY (8)");
+    CHECK(full.rfind("the GPU took PC samples faster than CUPTI could read them out: its hardware buffer filled and "
+                     "samples were lost (cuptiPCSamplingGetData failed: CUPTI_ERROR_OUT_OF_MEMORY (8)).\n", 0) == 0);
+    CHECK(full.find("raise --period") != std::string::npos);
+    CHECK(full.find("fewer --max-steps with --train") != std::string::npos);
+    CHECK(full.find("a smaller --repeat") != std::string::npos);
+    CHECK(full.substr(full.find('\n') + 1) == sample_overflow_help());
+    // Elsewhere OUT_OF_MEMORY is not that buffer: the plain message.
+    CHECK(cupti_failure_message(CUPTI_ERROR_OUT_OF_MEMORY, "cuptiPCSamplingEnable", "CUPTI_ERROR_OUT_OF_MEMORY (8)") ==
+          "cuptiPCSamplingEnable failed: CUPTI_ERROR_OUT_OF_MEMORY (8)");
     // A CuptiError is neither bad input (exit 2) nor a missing GPU (exit 3): main() answers 1.
     CHECK(std::is_base_of_v<Error, CuptiError>);
     CHECK_FALSE(std::is_base_of_v<InputError, CuptiError>);
     CHECK_FALSE(std::is_base_of_v<NoGpuError, CuptiError>);
+}
+
+namespace {
+// One read of CUPTI's records as cuptiPCSamplingGetData fills it: a PC record for each of `given`
+// (its PC offset, and its (stall reason index, count) pairs), all of function `fn` in cubin 7.
+struct Read {
+    std::vector<std::vector<CUpti_PCSamplingStallReason>> reasons;
+    std::vector<CUpti_PCSamplingPCData> pcs;
+    CUpti_PCSamplingData data{};
+    Read(const char* fn, const std::vector<std::pair<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>>>& given,
+         uint64_t total, uint64_t dropped, uint64_t non_user) {
+        for (const auto& [offset, counts] : given) {
+            reasons.emplace_back();
+            for (const auto& [index, n] : counts) reasons.back().push_back({index, n});
+        }
+        pcs.resize(given.size());
+        for (size_t i = 0; i < given.size(); ++i) {
+            pcs[i].size = sizeof(CUpti_PCSamplingPCData);
+            pcs[i].cubinCrc = 7;
+            pcs[i].pcOffset = given[i].first;
+            pcs[i].functionName = const_cast<char*>(fn);
+            pcs[i].stallReasonCount = reasons[i].size();
+            pcs[i].stallReason = reasons[i].data();
+        }
+        data.size = sizeof(CUpti_PCSamplingData);
+        data.collectNumPcs = pcs.size();
+        data.totalNumPcs = pcs.size();
+        data.pPcData = pcs.data();
+        data.totalSamples = total;
+        data.droppedSamples = dropped;
+        data.nonUsrKernelsTotalSamples = non_user;
+    }
+};
+}  // namespace
+
+TEST_CASE("profile: the reads of a run drained range by range add up to one record a PC, every count once") {
+    const std::map<uint32_t, std::string> names = {{1, "smsp__pcsamp_warps_issue_stalled_long_scoreboard"},
+                                                   {2, "smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued"},
+                                                   {3, "smsp__pcsamp_warps_issue_stalled_selected"}};
+    SampleRun run;
+    PcRecordMap merged;
+    // Range 1 (one chunk of train's steps): PCs 0x10 and 0x20 of scale.
+    const Read a("scale", {{0x10, {{1, 5}, {2, 4}, {3, 2}}}, {0x20, {{3, 7}, {1, 0}}}}, 20, 1, 3);
+    add_pc_data(a.data, names, run, merged);
+    // Range 2: 0x10 again, a new PC, and a reason this table does not name.
+    const Read b("scale", {{0x10, {{1, 6}}}, {0x30, {{9, 2}}}}, 12, 0, 4);
+    add_pc_data(b.data, names, run, merged);
+    REQUIRE(merged.size() == 3);
+    const PcRecord& pc10 = merged.at({7, "scale", 0x10});
+    CHECK(pc10.stalls == StallCounts{{"long_scoreboard", 11}, {"selected", 2}});  // 5 + 6; not_issued left out
+    CHECK(pc10.samples() == 13);
+    CHECK(merged.at({7, "scale", 0x20}).stalls == StallCounts{{"selected", 7}});  // the zero count left out
+    CHECK(merged.at({7, "scale", 0x30}).stalls == StallCounts{{"reason_9", 2}});
+    CHECK(merged.at({7, "scale", 0x30}).function == "scale");
+    CHECK(merged.at({7, "scale", 0x30}).pc_offset == 0x30);
+    CHECK(run.total_samples == 32);
+    CHECK(run.dropped_samples == 1);
+    CHECK(run.non_user_samples == 7);
+    CHECK_FALSE(run.hardware_buffer_full);
+    // A read says more PCs than its buffer holds: only those it holds are read; a full hardware
+    // buffer is kept in the totals.
+    Read c("scale", {{0x40, {{3, 1}}}, {0x50, {{3, 1}}}}, 2, 0, 0);
+    c.data.collectNumPcs = 1;
+    c.data.totalNumPcs = 5;
+    c.data.hardwareBufferFull = 1;
+    add_pc_data(c.data, names, run, merged);
+    CHECK(merged.size() == 4);
+    CHECK(merged.count({7, "scale", 0x40}) == 1);
+    CHECK(run.hardware_buffer_full);
 }
 
 TEST_CASE("profile: CUPTI at a path that does not exist is named, with how to get it") {

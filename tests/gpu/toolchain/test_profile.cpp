@@ -113,6 +113,31 @@ TEST_CASE("profile --train: a short run's kernels are sampled") {
     CHECK(step);
 }
 
+TEST_CASE("profile --train: a long run of the CNN is read out chunk by chunk, every sample counted once") {
+    // 300 steps of the CNN, about 12 kernels a step: read out only at the end, CUPTI's hardware
+    // buffer filled and cuptiPCSamplingGetData failed with CUPTI_ERROR_OUT_OF_MEMORY (H100).
+    TempDir t;
+    RunResult r = profile_run("--train --model cnn --max-steps 300 --top 20 --no-progress --json " + t.file("p.json"));
+    CAPTURE(r.output);
+    if (r.output.find("Fetch MNIST with") != std::string::npos) {
+        MESSAGE("no MNIST here: " << r.output);
+        return;
+    }
+    REQUIRE(r.code == 0);
+    std::ifstream jf(t.file("p.json"));
+    const auto j = nlohmann::json::parse(jf);
+    const auto samples = j["samples"].get<uint64_t>(), dropped = j["dropped"].get<uint64_t>();
+    const auto non_user = j["non_user"].get<uint64_t>(), total = j["cupti_total"].get<uint64_t>();
+    MESSAGE("samples " << samples << ", dropped " << dropped << ", non-user " << non_user << ", CUPTI's total "
+                       << total << ", ranges " << j["ranges"].get<unsigned>());
+    CHECK(samples > 0);
+    // One range a chunk of train's steps (32 for a --model, cut at the evaluations), and the last.
+    CHECK(j["ranges"].get<unsigned>() >= 300 / 32 + 1);
+    // No record read twice: the samples on PCs never exceed what CUPTI counted.
+    CHECK(samples + dropped + non_user <= total);
+    CHECK(j["kernels"].size() >= 5);
+}
+
 TEST_CASE("profile: a run that takes no sample says so (exit 1) and writes no file") {
     // One sample every 2^31 cycles per SM (over a second) of a kernel that runs microseconds:
     // no sample at all, which profile must report rather than print an empty listing.

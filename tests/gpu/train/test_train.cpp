@@ -91,6 +91,30 @@ TEST_CASE("train: the same seed gives bit-identical loss curves run after run") 
     CHECK(a.step_losses == b.step_losses);
 }
 
+TEST_CASE("train: between_chunks is called once after each chunk, and the run computes the same bits") {
+    // profile --train reads CUPTI's samples there (PcSampler::drain); here a CUDA context
+    // synchronisation stands in for it, the GPU wait that the sampler's stop() and start() make.
+    auto both = [](const Tweak& tweak) {
+        unsigned calls = 0;
+        const TrainResult plain = run(config(kFusedPtx, 300, 3, tweak));
+        TrainConfig cfg = config(kFusedPtx, 300, 3, tweak);
+        cfg.between_chunks = [&calls] {
+            ++calls;
+            CU(cuCtxSynchronize);
+        };
+        const TrainResult hooked = run(cfg);
+        REQUIRE(hooked.step_losses.size() == 300);
+        CHECK(calls == hooked.chunk_steps.size());
+        CHECK(calls >= 3);  // chunks of at most 128 steps (32 for a --model), cut at the evaluations
+        CHECK(hooked.step_losses == plain.step_losses);
+        CHECK(hooked.model.W == plain.model.W);
+        CHECK(hooked.params == plain.params);
+        CHECK(hooked.accuracy == plain.accuracy);
+    };
+    both({});
+    both([](TrainConfig& c) { c.model = parse_model("conv8,pool,fc10"); });
+}
+
 TEST_CASE("train: eval of a saved checkpoint gives the accuracy train reported") {
     TrainResult r = run(kSeedPtx, 120, 5, steady);
     TempDir t;
