@@ -114,13 +114,28 @@ void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW,
     k.launch_smem(p.grid, kConvBlock, p.smem, s, dW, db, X, dY, Y, d.N, d.C, d.H, d.W, d.K, d.KS, act, scale);
 }
 
+FcPlan fc_plan(unsigned B, unsigned I, unsigned O, unsigned act) {
+    FcPlan p;
+    const size_t tiles = (size_t(I) + kFcCols - 1) / kFcCols;
+    auto blocks = [&](unsigned warps) { return (size_t(B) + 4 * warps - 1) / (4 * warps) * tiles; };
+    p.warps = 8;
+    while (p.warps > 1 && blocks(p.warps) < kFcMinBlocks) p.warps /= 2;
+    p.grid = blocks(p.warps);
+    p.block = 32 * p.warps;
+    const unsigned buffers = O > kFcChunk ? 2 : 1;
+    const unsigned rows = act == 1 ? 2 : 1;  // G, and Y for the mask
+    p.smem = buffers * (kFcChunk * kFcCols * 4 + rows * 4 * p.warps * kFcChunk * 4);
+    return p;
+}
+
 void launch_fc_bwd_data(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
                         CUdeviceptr Y, CUdeviceptr W, unsigned act, CUstream s) {
-    if (B == 0 || I == 0 || O == 0 || O > kFcMaxOut)
-        PTXLAB_THROW(InputError, "fc_bwd_data takes B, I >= 1 and 1 <= O <= {} (its shared memory), got B={} I={} O={}",
-                     kFcMaxOut, B, I, O);
-    // Blocks of 256 columns x 4 samples (ptx/fc.ptx).
-    k.launch(div_up(B, 4u) * div_up(I, 256u), 256, s, dX, dY, Y, W, B, I, O, act);
+    if (B == 0 || I == 0 || O == 0)
+        PTXLAB_THROW(InputError, "fc_bwd_data takes B, I, O >= 1, got B={} I={} O={}", B, I, O);
+    const FcPlan p = fc_plan(B, I, O, act);
+    if (p.grid > 0x7fffffffu)
+        PTXLAB_THROW(InputError, "fc_bwd_data: B={} I={} need {} blocks, more than a grid takes", B, I, p.grid);
+    k.launch_smem(static_cast<unsigned>(p.grid), p.block, p.smem, s, dX, dY, Y, W, B, I, O, act);
 }
 
 void launch_pool_fwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdeviceptr Y, CUdeviceptr idx,

@@ -68,8 +68,18 @@ void launch_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX, CU
                           CUdeviceptr Wt, unsigned act, CUstream s);
 void launch_conv_bwd_weights(const Kernel& k, const ConvDims& d, CUdeviceptr dW, CUdeviceptr db, CUdeviceptr X,
                              CUdeviceptr dY, CUdeviceptr Y, unsigned act, float scale, CUstream s);
-// A dense layer (W[O][I]) back to its input: dX[B][I] from dY and Y ([B][O]); O <= kFcMaxOut.
-inline constexpr unsigned kFcMaxOut = 1024;
+// A dense layer (W[O][I]) back to its input: dX[B][I] from dY and Y ([B][O]); any B, I, O >= 1.
+// fc_bwd_data's launch (ptx/fc.ptx): blocks of kFcCols columns by 4 warps samples (warps = 8,
+// 4, 2 or 1: the most that leave kFcMinBlocks blocks, else 1); W's and G's rows (and Y's, act 1)
+// staged in chunks of kFcChunk outputs, one buffer each, two where O > kFcChunk.
+inline constexpr unsigned kFcCols = 32, kFcChunk = 128, kFcMinBlocks = 256;
+struct FcPlan {
+    unsigned warps = 0;  // a block's warps; 4 samples each
+    size_t grid = 0;     // ceil(B / (4 warps)) * ceil(I / kFcCols) blocks
+    unsigned block = 0;  // 32 warps threads
+    unsigned smem = 0;   // dynamic shared memory, bytes: buffers * (16384 + (1 + act) * 2048 warps)
+};
+FcPlan fc_plan(unsigned B, unsigned I, unsigned O, unsigned act);
 void launch_fc_bwd_data(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY,
                         CUdeviceptr Y, CUdeviceptr W, unsigned act, CUstream s);
 // P = N * C planes of H x W. pool_bwd with Yp (pool_fwd's Y; 0: none) applies the ReLU mask of

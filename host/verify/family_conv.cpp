@@ -278,9 +278,6 @@ void validate_tc_conv_bwd_data(const VerifyCase& c) {
 
 void validate_fc(const VerifyCase& c) {
     check_count(c, 3);
-    if (c.shape[2] > kFcMaxOut)
-        PTXLAB_THROW(InputError, "kernel '{}': O must be <= {} (its shared memory), got {}", c.entry, kFcMaxOut,
-                     c.shape[2]);
     if (c.shape[3] > 1)
         PTXLAB_THROW(InputError, "kernel '{}': act must be 0 (none) or 1 (ReLU), got {}", c.entry, c.shape[3]);
 }
@@ -356,12 +353,17 @@ std::vector<VerifyCase> conv_default_cases() {
              {3, 17, 1, 1, 5, 3, 1}, {1, 1, 1, 1, 1, 1, 0}, {3, 17, 9, 9, 64, 3, 1}, {9, 3, 14, 14, 17, 5, 1},
              {1, 3, 28, 28, 1, 1, 0}, {64, 32, 14, 14, 64, 3, 0}})
         v.push_back({"tc_conv_bwd_weights", s});
-    // fc_bwd_data: the CNN's fc1 (3136 -> 128) at batch 64 and 500, both act codes; batch 1 and
-    // 1x1x1; batches and widths that leave a group of 4 samples or a tile of 256 columns part-empty;
-    // the widest O the shared memory takes.
+    // fc_bwd_data (conv.hpp fc_plan: blocks of 32 columns by 4 warps samples, chunks of 128 o):
+    // the CNN's fc1 (3136 -> 128) at batch 64 (4 warps a block) and 500 (8), both act codes, and
+    // at batch 1; the MLP's 128 -> 256 at batch 64 (1 warp); 1x1x1; batches and widths that leave
+    // a sample group or a column tile part-empty (2 warps at 64 x 1000); eight chunks; O past a
+    // chunk by 1 (the second chunk one step), by 4 (one 4-step) and by 45 with O and I not
+    // multiples of 4 (4-byte copies of W and G, three chunks); two buffers of W, G and Y at 8
+    // warps (96 KB of shared memory).
     for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
-             {64, 3136, 128, 1}, {64, 3136, 128, 0}, {500, 3136, 128, 1}, {1, 1, 1, 0}, {3, 9, 5, 1},
-             {5, 257, 33, 1}, {2, 300, 1024, 0}, {7, 1000, 10, 1}})
+             {64, 3136, 128, 1}, {64, 3136, 128, 0}, {500, 3136, 128, 1}, {1, 3136, 128, 1}, {64, 256, 128, 1},
+             {1, 1, 1, 0}, {3, 9, 5, 1}, {5, 257, 33, 1}, {7, 1000, 10, 1}, {64, 1000, 10, 0}, {2, 300, 1024, 0},
+             {4, 64, 129, 1}, {6, 96, 132, 0}, {9, 70, 301, 1}, {256, 1024, 300, 1}})
         v.push_back({"fc_bwd_data", s});
     return v;
 }
@@ -372,7 +374,8 @@ std::vector<VerifyCase> conv_quick_cases() {
             {"conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},     {"conv_bwd_data", {1, 3, 7, 7, 17, 5, 0}},
             {"conv_bwd_weights", {3, 3, 9, 9, 5, 3, 1}},  {"conv_bwd_weights", {1, 2, 7, 7, 3, 5, 0}},
             {"pool_fwd", {3, 3, 9, 9}},                   {"pool_bwd", {3, 3, 7, 7, 1}},
-            {"fc_bwd_data", {5, 257, 33, 1}},             {"tc_conv_fwd", {3, 3, 9, 9, 17, 3, 1}},
+            {"fc_bwd_data", {5, 257, 33, 1}},             {"fc_bwd_data", {9, 70, 301, 1}},
+            {"tc_conv_fwd", {3, 3, 9, 9, 17, 3, 1}},
             {"tc_conv_bwd_data", {3, 9, 9, 9, 5, 3, 1}},   {"tc_conv_bwd_data", {3, 9, 7, 7, 17, 3, 0, 4}},
             {"tc_conv_bwd_weights", {3, 17, 9, 9, 5, 3, 1}}};
 }

@@ -250,15 +250,47 @@ TEST_CASE("conv: launch shapes and the sizes the kernels take") {
     CHECK(tcconv_strips({1, 32, 14, 14, 64, 3}, 64, true).rows % 2 == 0);
     CHECK(tcconv_strips({1, 32, 14, 14, 64, 3}, 64, false).rows == 1);
     CHECK(tcconv_strips({3, 32, 28, 28, 64, 3}, 64, true).rows % 2 == 0);
-    // fc_bwd_data: B,I,O,act with O up to the 1024 its shared memory holds.
+    // fc_bwd_data: B,I,O,act, any sizes >= 1 (it stages O in chunks of 128).
     CHECK_NOTHROW(validate_case({"fc_bwd_data", {64, 3136, 128, 1}}));
     CHECK_NOTHROW(validate_case({"fc_bwd_data", {1, 1, 1024, 0}}));
-    CHECK_THROWS_WITH_AS(validate_case({"fc_bwd_data", {1, 1, 1025, 0}}), doctest::Contains("O must be <= 1024"),
-                         InputError);
+    CHECK_NOTHROW(validate_case({"fc_bwd_data", {1, 1, 1025, 0}}));
+    CHECK_NOTHROW(validate_case({"fc_bwd_data", {3, 5, 100000, 1}}));
     CHECK_THROWS_WITH_AS(validate_case({"fc_bwd_data", {1, 1, 8, 2}}), doctest::Contains("act must be 0"), InputError);
     CHECK_THROWS_AS(validate_case({"fc_bwd_data", {0, 1, 8, 0}}), InputError);
     CHECK_THROWS_AS(validate_case({"fc_bwd_data", {1, 1, 8}}), InputError);
     CHECK(shape_text({"fc_bwd_data", {64, 3136, 128, 1}}) == "B=64 I=3136 O=128 act=1");
+}
+
+TEST_CASE("conv: fc_bwd_data's launch plan (ptx/fc.ptx's header)") {
+    // The most warps (4 samples each) a block of 32 columns that leave 256 blocks, else 1; shared
+    // memory: a buffer (two where O > 128) of 128 W rows (16 KB), 4 warps G rows and, with act 1,
+    // as many Y rows (2 KB a warp each).
+    auto check = [](unsigned B, unsigned I, unsigned O, unsigned act, unsigned warps, size_t grid, unsigned smem) {
+        CAPTURE(B);
+        CAPTURE(I);
+        CAPTURE(O);
+        CAPTURE(act);
+        const FcPlan p = fc_plan(B, I, O, act);
+        CHECK(p.warps == warps);
+        CHECK(p.block == 32 * warps);
+        CHECK(p.grid == grid);
+        CHECK(p.smem == smem);
+    };
+    check(64, 256, 128, 1, 1, 8 * 16, 16384 + 2 * 2048);         // the MLP's 128 -> 256 at batch 64
+    check(64, 256, 128, 0, 1, 8 * 16, 16384 + 2048);
+    check(64, 3136, 128, 1, 4, 98 * 4, 16384 + 2 * 8192);       // the CNN's fc1
+    check(500, 3136, 128, 1, 8, 98 * 16, 16384 + 2 * 16384);
+    check(64, 1000, 10, 0, 2, 32 * 8, 16384 + 4096);
+    check(1, 1, 1, 0, 1, 1, 16384 + 2048);
+    check(9, 70, 301, 1, 1, 3 * 3, 2 * (16384 + 2 * 2048));       // three chunks: two buffers
+    check(256, 1024, 300, 1, 8, 32 * 8, 2 * (16384 + 2 * 16384));  // 96 KB, the most it takes
+    check(1, 3136, 129, 1, 1, 98, 2 * (16384 + 2 * 2048));
+    // The launch refuses empty sizes and a grid past 2^31 - 1 blocks before it touches the kernel.
+    check(0xffffffffu, 0xffffffffu, 1, 0, 8, size_t(1) << 54, 16384 + 16384);
+    CHECK_THROWS_WITH_AS(launch_fc_bwd_data(Kernel{}, 0xffffffffu, 0xffffffffu, 1, 0, 0, 0, 0, 0, nullptr),
+                         doctest::Contains("more than a grid takes"), InputError);
+    CHECK_THROWS_WITH_AS(launch_fc_bwd_data(Kernel{}, 1, 1, 0, 0, 0, 0, 0, 0, nullptr),
+                         doctest::Contains("B, I, O >= 1"), InputError);
 }
 
 TEST_CASE("conv: conv_bwd_weights' launch plan for the CNN's layers and the verify shapes") {

@@ -336,8 +336,12 @@ TEST_CASE("kernels: tc_conv_bwd_weights, both sets") {
     check_both_sets("tc_conv_bwd_weights", {2, 3, 9, 9, 8, 1, 1});       // 1x1 kernels
 }
 TEST_CASE("kernels: fc_bwd_data, both sets") {
-    check_both_sets("fc_bwd_data", {64, 3136, 128, 1});  // the CNN's fc1
-    check_both_sets("fc_bwd_data", {5, 257, 33, 0});     // part-empty sample group and column tile
+    check_both_sets("fc_bwd_data", {64, 3136, 128, 1});   // the CNN's fc1: 4 warps a block, 392 blocks
+    check_both_sets("fc_bwd_data", {64, 256, 128, 1});    // the MLP's 128 -> 256: 1 warp a block, 128 blocks
+    check_both_sets("fc_bwd_data", {5, 257, 33, 0});      // part-empty sample group and column tile
+    check_both_sets("fc_bwd_data", {9, 70, 301, 1});      // three chunks, the last of 45; 4-byte copies
+    check_both_sets("fc_bwd_data", {256, 1024, 300, 1});  // 8 warps, two buffers of W, G and Y (96 KB)
+    check_both_sets("fc_bwd_data", {1, 1, 1, 1});
 }
 // The tensor-core kernels (tc.ptx): TF32 mma.sync; shape B,I,H,act (act 0 none, 1 ReLU).
 TEST_CASE("kernels: tc_forward, both sets") {
@@ -614,6 +618,25 @@ TEST_CASE("kernels: a deliberately wrong PTX kernel is caught by verify") {
     REQUIRE_FALSE(r.mismatches.empty());
     CHECK(r.mismatches[0].find("G[") == 0);
     check_cli_fails("batch_mean", "1000,64", planted);
+}
+
+TEST_CASE("kernels: an fc_bwd_data that sums its second chunk from the first chunk's buffer is caught by verify") {
+    // fc_chunk_wrong_buffer.patch: every chunk of 128 outputs is summed from buffer 0, so with
+    // 129 <= O <= 256 the second chunk repeats the first one's rows. One chunk is intact.
+    const PlantedKernel planted = plant("fc_chunk_wrong_buffer");
+    KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
+    for (const std::vector<unsigned>& shape : std::vector<std::vector<unsigned>>{{6, 96, 200, 1}, {5, 33, 129, 0}}) {
+        CaseResult r = verify_one("fc_bwd_data", shape, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("dX[") == 0);
+    }
+    CaseResult ok = verify_one("fc_bwd_data", {5, 257, 128, 1}, bad);
+    INFO(format_result(ok));
+    CHECK(ok.pass());
+    check_cli_fails("fc_bwd_data", "6,96,200,1", planted);
 }
 
 TEST_CASE("kernels: a softmax that does not subtract the max is caught by verify with loss code 1") {
