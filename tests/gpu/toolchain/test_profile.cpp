@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -43,6 +44,20 @@ RunResult profile_run(const std::string& args) {
         std::this_thread::sleep_for(std::chrono::seconds(3));
     }
     return r;
+}
+
+// profile --train with `args`, its JSON written to p.json in `t`; nullopt (with a message) where
+// this machine has no MNIST. The run must succeed.
+std::optional<nlohmann::json> train_profile(const TempDir& t, const std::string& args) {
+    RunResult r = profile_run("--train " + args + " --json " + t.file("p.json"));
+    CAPTURE(r.output);
+    if (r.output.find("Fetch MNIST with") != std::string::npos) {
+        MESSAGE("no MNIST here: " << r.output);
+        return std::nullopt;
+    }
+    REQUIRE(r.code == 0);
+    std::ifstream jf(t.file("p.json"));
+    return nlohmann::json::parse(jf);
 }
 }  // namespace
 
@@ -98,15 +113,9 @@ TEST_CASE("profile: fused_step's samples land on its PTX lines, in the text, the
 
 TEST_CASE("profile --train: a short run's kernels are sampled") {
     TempDir t;
-    RunResult r = profile_run("--train --max-steps 64 --json " + t.file("p.json"));
-    CAPTURE(r.output);
-    if (r.output.find("Fetch MNIST with") != std::string::npos) {
-        MESSAGE("no MNIST here: " << r.output);
-        return;
-    }
-    REQUIRE(r.code == 0);
-    std::ifstream jf(t.file("p.json"));
-    const auto j = nlohmann::json::parse(jf);
+    const auto run = train_profile(t, "--max-steps 64");
+    if (!run) return;
+    const auto& j = *run;
     CHECK(j["samples"].get<uint64_t>() > 0);
     bool step = false;
     for (const auto& k : j["kernels"]) step |= k["name"] == "fused_step" && k["samples"].get<uint64_t>() > 0;
@@ -117,15 +126,9 @@ TEST_CASE("profile --train: a long run of the CNN is read out chunk by chunk, ev
     // 300 steps of the CNN, about 12 kernels a step: read out only at the end, CUPTI's hardware
     // buffer filled and cuptiPCSamplingGetData failed with CUPTI_ERROR_OUT_OF_MEMORY (H100).
     TempDir t;
-    RunResult r = profile_run("--train --model cnn --max-steps 300 --top 20 --no-progress --json " + t.file("p.json"));
-    CAPTURE(r.output);
-    if (r.output.find("Fetch MNIST with") != std::string::npos) {
-        MESSAGE("no MNIST here: " << r.output);
-        return;
-    }
-    REQUIRE(r.code == 0);
-    std::ifstream jf(t.file("p.json"));
-    const auto j = nlohmann::json::parse(jf);
+    const auto run = train_profile(t, "--model cnn --max-steps 300 --top 20 --no-progress");
+    if (!run) return;
+    const auto& j = *run;
     const auto samples = j["samples"].get<uint64_t>(), dropped = j["dropped"].get<uint64_t>();
     const auto non_user = j["non_user"].get<uint64_t>(), total = j["cupti_total"].get<uint64_t>();
     MESSAGE("samples " << samples << ", dropped " << dropped << ", non-user " << non_user << ", CUPTI's total "
