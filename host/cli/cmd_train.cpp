@@ -4,6 +4,7 @@
 #include "files.hpp"
 #include "model.hpp"
 #include "optim.hpp"
+#include "optimizers.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
 #include "train_cnn.hpp"
@@ -429,16 +430,17 @@ void add_recipe_flags(CLI::App* sub, TrainOptions& opts) {
                     "notebook's 3-layer kernels and the model trainer (--model, 3 fc layers or more: ReLU in the "
                     "kernels' epilogues, any other as its own pass, ptx/act.ptx, conv -> act -> pool). A checkpoint "
                     "records it and eval uses it")->capture_default_str();
+    // The optimizers' lines come from the optimizer table (optimizers.hpp).
     sub->add_option("--optimizer", o->optimizer,
-                    "sgd, momentum, nesterov (torch.optim.SGD), adam, adamw, nadam (torch.optim.NAdam, momentum "
-                    "decay 0.004), rmsprop: PyTorch's update rules; the state buffers start at zero. Every one runs "
+                    optimizer_help() + ": PyTorch's update rules; the state buffers start at zero. Every one runs "
                     "in the one-launch steps (fused_step, tc_step) and as the optimizer kernel's launch")->capture_default_str();
-    sub->add_option("--momentum", o->momentum, "momentum and nesterov: the momentum")->capture_default_str();
-    sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay (adamw: decoupled)")->capture_default_str();
-    sub->add_option("--beta1", o->beta1, "adam, adamw, nadam")->capture_default_str();
-    sub->add_option("--beta2", o->beta2, "adam, adamw, nadam")->capture_default_str();
-    sub->add_option("--eps", o->eps, "adam, adamw, nadam, rmsprop")->capture_default_str();
-    sub->add_option("--alpha", o->alpha, "rmsprop: the smoothing constant")->capture_default_str();
+    sub->add_option("--momentum", o->momentum, optimizers_with(kFlagMomentum) + ": the momentum")->capture_default_str();
+    sub->add_option("--weight-decay", o->weight_decay,
+                    fmt::format("L2 weight decay ({}: decoupled)", optimizers_with(0, true)))->capture_default_str();
+    sub->add_option("--beta1", o->beta1, optimizers_with(kFlagBetas))->capture_default_str();
+    sub->add_option("--beta2", o->beta2, optimizers_with(kFlagBetas))->capture_default_str();
+    sub->add_option("--eps", o->eps, optimizers_with(kFlagEps))->capture_default_str();
+    sub->add_option("--alpha", o->alpha, optimizers_with(kFlagAlpha) + ": the smoothing constant")->capture_default_str();
     sub->add_option("--schedule", o->schedule,
                     "the learning rate of each step: const; cosine (to 0 at the end); onecycle (linear warm-up "
                     "from 0 to --lr, then linear decay to 0); step (times --gamma every --step-every epochs)")

@@ -1,57 +1,73 @@
 #include "optim.hpp"
 
 #include "error.hpp"
+#include "optimizers.hpp"
 
 namespace ptxlab {
 
-const char* optimizer_entry(OptimKind k) {
-    switch (k) {
-        case OptimKind::Sgd:
-        case OptimKind::Momentum:
-        case OptimKind::Nesterov: return "optim_sgd";
-        case OptimKind::Adam:
-        case OptimKind::AdamW:
-        case OptimKind::NAdam: return "optim_adam";
-        case OptimKind::RmsProp: return "optim_rmsprop";
-    }
-    PTXLAB_THROW(Error, "internal error: unknown optimizer kind {}", static_cast<int>(k));
+namespace {
+
+// The buffers of one launch and its shape.
+struct OptimLaunch {
+    CUdeviceptr P, G, M, V, hyp;
+    unsigned N, grid, block;
+    CUstream s;
+};
+
+// One row an entry of ptx/optim.ptx: its parameter list. The optimizer's row (optimizers.cpp)
+// gives the entry, which state it passes, optim_sgd's momentum and the entry's last flag
+// (optimizer_kernel_args).
+//   optim_sgd      P G M hyp | N | momentum weight_decay | nesterov
+//   optim_adam     P G M V hyp | N | beta1 beta2 eps weight_decay | rule
+//   optim_rmsprop  P G V hyp | N | alpha eps weight_decay
+struct EntryLaunch {
+    const char* entry;
+    void (*launch)(const Kernel& k, const OptimConfig& o, const OptimKernelArgs& a, const OptimLaunch& l);
+};
+constexpr EntryLaunch kEntryLaunches[] = {
+    {"optim_sgd",
+     [](const Kernel& k, const OptimConfig& o, const OptimKernelArgs& a, const OptimLaunch& l) {
+         // No momentum (plain SGD): M is never read, and momentum 0 would leave it untouched.
+         k.launch(l.grid, l.block, l.s, l.P, l.G, a.m ? l.M : CUdeviceptr(0), l.hyp, l.N, a.momentum, o.weight_decay,
+                  a.flag);
+     }},
+    {"optim_adam",
+     [](const Kernel& k, const OptimConfig& o, const OptimKernelArgs& a, const OptimLaunch& l) {
+         k.launch(l.grid, l.block, l.s, l.P, l.G, l.M, l.V, l.hyp, l.N, o.beta1, o.beta2, o.eps, o.weight_decay, a.flag);
+     }},
+    {"optim_rmsprop",
+     [](const Kernel& k, const OptimConfig& o, const OptimKernelArgs&, const OptimLaunch& l) {
+         k.launch(l.grid, l.block, l.s, l.P, l.G, l.V, l.hyp, l.N, o.alpha, o.eps, o.weight_decay);
+     }},
+};
+
+const EntryLaunch& entry_launch(const char* entry) {
+    for (const EntryLaunch& e : kEntryLaunches)
+        if (std::string(e.entry) == entry) return e;
+    PTXLAB_THROW(Error, "internal error: no launch for the optimizer entry '{}'", entry);
+}
+
+}  // namespace
+
+const char* optimizer_entry(OptimKind k) { return optimizer_row(k).entry; }
+
+void launch_optimizer_kernel(const Kernel& k, const OptimConfig& o, CUdeviceptr P, CUdeviceptr G, CUdeviceptr M,
+                             CUdeviceptr V, CUdeviceptr hyp, unsigned N, CUstream s) {
+    const OptimKernelArgs a = optimizer_kernel_args(o);
+    auto need = [&](bool used, CUdeviceptr buf, const char* name) {
+        if (used && buf == 0)
+            PTXLAB_THROW(Error, "internal error: '{}' (optimizer kind {}) launched without its buffer {}", a.entry,
+                         static_cast<int>(o.kind), name);
+    };
+    need(true, hyp, "hyp");
+    need(a.m, M, "M");
+    need(a.v, V, "V");
+    entry_launch(a.entry).launch(k, o, a, {P, G, M, V, hyp, N, grid_for(N), 256, s});
 }
 
 void launch_optimizer(const KernelSet& ks, const OptimConfig& o, CUdeviceptr P, CUdeviceptr G, CUdeviceptr M,
                       CUdeviceptr V, CUdeviceptr hyp, unsigned N, CUstream s) {
-    const Kernel& k = ks.get(optimizer_entry(o.kind));
-    const unsigned grid = grid_for(N), block = 256;
-    auto need = [&](CUdeviceptr buf, const char* name) {
-        if (buf == 0)
-            PTXLAB_THROW(Error, "internal error: '{}' (optimizer kind {}) launched without its buffer {}",
-                         optimizer_entry(o.kind), static_cast<int>(o.kind), name);
-    };
-    need(hyp, "hyp");
-    switch (o.kind) {
-        case OptimKind::Sgd:  // no momentum: M is never read (momentum 0)
-            k.launch(grid, block, s, P, G, CUdeviceptr(0), hyp, N, 0.0f, o.weight_decay, 0u);
-            break;
-        case OptimKind::Momentum:
-        case OptimKind::Nesterov:
-            need(M, "M");
-            // A momentum of 0 would leave M untouched: the same as plain SGD.
-            k.launch(grid, block, s, P, G, M, hyp, N, o.momentum, o.weight_decay,
-                     o.kind == OptimKind::Nesterov ? 1u : 0u);
-            break;
-        case OptimKind::Adam:
-        case OptimKind::AdamW:
-        case OptimKind::NAdam:
-            need(M, "M");
-            need(V, "V");
-            // optim_adam's rule: 0 Adam, 1 AdamW, 2 NAdam.
-            k.launch(grid, block, s, P, G, M, V, hyp, N, o.beta1, o.beta2, o.eps, o.weight_decay,
-                     o.kind == OptimKind::AdamW ? 1u : o.kind == OptimKind::NAdam ? 2u : 0u);
-            break;
-        case OptimKind::RmsProp:
-            need(V, "V");
-            k.launch(grid, block, s, P, G, V, hyp, N, o.alpha, o.eps, o.weight_decay);
-            break;
-    }
+    launch_optimizer_kernel(ks.get(optimizer_entry(o.kind)), o, P, G, M, V, hyp, N, s);
 }
 
 }  // namespace ptxlab

@@ -8,8 +8,8 @@
 
 namespace ptxlab {
 
-// The entry that runs an optimizer: "optim_sgd" (Sgd, Momentum, Nesterov), "optim_adam"
-// (Adam, AdamW) or "optim_rmsprop" (RmsProp).
+// The entry that runs an optimizer (its row of the optimizer table, optimizers.hpp):
+// "optim_sgd" (Sgd, Momentum, Nesterov), "optim_adam" (Adam, AdamW, NAdam) or "optim_rmsprop" (RmsProp).
 const char* optimizer_entry(OptimKind k);
 
 // One optimizer step on P[N] with the mean gradient G[N]: M and V are the state buffers
@@ -18,5 +18,9 @@ const char* optimizer_entry(OptimKind k);
 // Blocks of 256 threads, one thread per element.
 void launch_optimizer(const KernelSet& ks, const OptimConfig& o, CUdeviceptr P, CUdeviceptr G, CUdeviceptr M,
                       CUdeviceptr V, CUdeviceptr hyp, unsigned N, CUstream s);
+// The same launch of k, optimizer_entry(o.kind)'s kernel (verify's harness, family_optim.cpp):
+// the arguments the table gives (optimizer_kernel_args) in that entry's parameter list.
+void launch_optimizer_kernel(const Kernel& k, const OptimConfig& o, CUdeviceptr P, CUdeviceptr G, CUdeviceptr M,
+                             CUdeviceptr V, CUdeviceptr hyp, unsigned N, CUstream s);
 
 }  // namespace ptxlab

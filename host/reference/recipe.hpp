@@ -75,15 +75,17 @@ void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy)
 //             d = sqrt(v)/sqrt(1-b2^t) + eps; p -= lr (1-mu_t)/(1-Pi_t) g'/d + lr mu_t+1/(1-Pi_t+1) m/d
 //             (torch.optim.NAdam: momentum_decay 0.004, decay coupled as Adam's)
 //   RmsProp   g' = g + wd p; v = alpha v + (1-alpha) g'^2; p -= lr g' / (sqrt(v) + eps)
-// State buffers start at zero, as in PyTorch.
+// State buffers start at zero, as in PyTorch. Each optimizer is one row of the optimizer table
+// (optimizers.hpp, optimizers.cpp), which every function below reads: its name, state, flags,
+// per-step constants, float64 rule and rounding bound, its kernel entry and flag.
 enum class OptimKind { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp, NAdam };
 // "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop" | "nadam"
 OptimKind parse_optimizer(const std::string& name);
 std::string to_string(OptimKind k);
 // The optimizer code the one-launch steps take (the `optim` parameter of fused_step, step.ptx,
 // and tc_step, tcstep.ptx): OptimKind's order, 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw,
-// 5 rmsprop, 6 nadam (the one table: a new optimizer takes the next code, here and in the
-// kernels' optimizer_update). kOptimCodes: how many; optim_code_list(): "0 sgd, 1 momentum, ...".
+// 5 rmsprop, 6 nadam (a new optimizer takes the next code: here, its row of the optimizer table,
+// and the kernels' optimizer_update). kOptimCodes: how many; optim_code_list(): "0 sgd, 1 momentum, ...".
 inline unsigned optim_code(OptimKind k) { return static_cast<unsigned>(k); }
 inline constexpr unsigned kOptimCodes = static_cast<unsigned>(OptimKind::NAdam) + 1;
 std::string optim_code_list();

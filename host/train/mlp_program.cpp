@@ -163,7 +163,8 @@ FusedArgs fused_args(const DeviceNet& n, CUdeviceptr X, CUdeviceptr T, CUdevicep
         a.optim = cfg->optim;
         a.M = n.state1.ptr();
         a.V = n.state2.ptr();
-        if (cfg->optim.kind == OptimKind::RmsProp) std::swap(a.M, a.V);  // its one buffer is its v
+        // An optimizer that keeps v alone (RMSprop) has it in the first buffer.
+        if (!optim_uses_m(cfg->optim.kind) && optim_uses_v(cfg->optim.kind)) std::swap(a.M, a.V);
     }
     a.act = n.act;
     if (!n.GW.empty()) {
@@ -352,9 +353,10 @@ std::vector<StepKernel> MlpProgram::step_kernels(const KernelSet& ks, const Step
     }
     const OptimConfig& o = cfg_.optim;
     const CUdeviceptr hyp = io.hyp;
-    // The state buffers in order: m (momentum, Adam), v (Adam); RMSprop's only buffer is its v.
+    // The state buffers in order: m (momentum, Adam), v (Adam); an optimizer that keeps v alone
+    // (RMSprop) has it in the first.
     CUdeviceptr M = n.state1.ptr(), V = n.state2.ptr();
-    if (o.kind == OptimKind::RmsProp) std::swap(M, V);
+    if (!optim_uses_m(o.kind) && optim_uses_v(o.kind)) std::swap(M, V);
     v.push_back({optimizer_entry(o.kind),
                  [&ks, &n, o, hyp, M, V](CUstream st) {
                      launch_optimizer(ks, o, n.params.ptr(), n.grads.ptr(), M, V, hyp, static_cast<unsigned>(n.count),

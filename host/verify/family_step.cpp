@@ -4,7 +4,7 @@
 // 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop, 6 nadam), then the activation code. Its
 // harness serves tc_step too (family_tcstep.cpp).
 #include "fused.hpp"
-#include "recipe.hpp"
+#include "optimizers.hpp"
 #include "ref_optim.hpp"
 #include "registry.hpp"
 #include "tcstep.hpp"
@@ -15,9 +15,10 @@ namespace ptxlab::verify_detail {
 
 namespace {
 
-// The optimizer's constants, random in their ranges, with weight decay for momentum, adam,
-// adamw and rmsprop (sgd and nesterov run without), and for nadam with loss code 1 (without
-// for loss 0: the default cases, which run every optimizer with both losses, take it both ways).
+// The optimizer's constants, random in their ranges, with weight decay as the optimizer's row
+// says (optimizers.hpp step_decay: momentum, adam, adamw and rmsprop with it, sgd and nesterov
+// without, nadam with it for loss code 1 only: the default cases, which run every optimizer with
+// both losses, take it both ways).
 OptimConfig random_optim(OptimKind kind, unsigned loss, Rng& rng) {
     OptimConfig o;
     o.kind = kind;
@@ -26,8 +27,8 @@ OptimConfig random_optim(OptimKind kind, unsigned loss, Rng& rng) {
     o.beta2 = rng.uniform(0.9f, 0.9999f);
     o.eps = rng.uniform(1e-8f, 1e-6f);
     o.alpha = rng.uniform(0.9f, 0.999f);
-    const bool wd_on = o.kind != OptimKind::Sgd && o.kind != OptimKind::Nesterov &&
-                       (o.kind != OptimKind::NAdam || loss == kLossSoftmax);
+    const StepCaseDecay decay = optimizer_row(kind).step_decay;
+    const bool wd_on = decay == StepCaseDecay::On || (decay == StepCaseDecay::CeOnly && loss == kLossSoftmax);
     o.weight_decay = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
     return o;
 }
@@ -81,8 +82,7 @@ Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc) {
     std::vector<Tensor::Part> parts;
     flatten(net, r, I, H, O, P, G, parts);
     const size_t N = P.size();
-    const bool use_m = o.state_buffers() == 2 || o.kind == OptimKind::Momentum || o.kind == OptimKind::Nesterov;
-    const bool use_v = o.state_buffers() == 2 || o.kind == OptimKind::RmsProp;
+    const bool use_m = optim_uses_m(o.kind), use_v = optim_uses_v(o.kind);
     std::vector<float> M = use_m ? random_vector(rng, N, -0.5f, 0.5f) : std::vector<float>{};
     std::vector<float> V = use_v ? random_vector(rng, N, 0.0f, 0.5f) : std::vector<float>{};
     RefOptim after = ref_optim_bounded(o, hy, P, G, M, V);

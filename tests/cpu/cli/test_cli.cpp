@@ -1,6 +1,7 @@
 // The ptxlab executable: help, the no-GPU behaviour, data, and flag validation.
 #include "../../helpers.hpp"
 #include "error.hpp"
+#include "optimizers.hpp"
 #include "safetensors.hpp"
 #include "train.hpp"
 
@@ -75,6 +76,16 @@ TEST_CASE("cli: bad training flags are rejected with the reason before any GPU w
         CHECK(r.code == 2);
         CHECK(r.output.find(c.reason) != std::string::npos);
     }
+}
+
+TEST_CASE("cli: train --help's optimizer lines come from the optimizer table") {
+    RunResult r = run_command(ptxlab_cmd("train --help"));
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find(ptxlab::optimizer_help() + ": PyTorch's update rules") != std::string::npos);
+    CHECK(r.output.find(ptxlab::optimizers_with(ptxlab::kFlagMomentum) + ": the momentum") != std::string::npos);
+    CHECK(r.output.find("L2 weight decay (adamw: decoupled)") != std::string::npos);
+    CHECK(r.output.find(ptxlab::optimizers_with(ptxlab::kFlagAlpha) + ": the smoothing constant") != std::string::npos);
+    for (const ptxlab::OptimizerRow& row : ptxlab::optimizer_rows()) CHECK(r.output.find(row.torch) != std::string::npos);
 }
 
 TEST_CASE("cli: data validates a dataset and reports a missing one with how to fetch it") {
