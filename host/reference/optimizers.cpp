@@ -197,13 +197,24 @@ bool optim_uses_v(OptimKind k) { return optimizer_row(k).v; }
 
 unsigned OptimConfig::state_buffers() const { return unsigned(optim_uses_m(kind)) + unsigned(optim_uses_v(kind)); }
 
+namespace {
+// describe()'s words for each flag an optimizer reads, in this order.
+constexpr struct {
+    unsigned flag;
+    std::string (*text)(const OptimConfig& o);
+} kDescribeFlags[] = {
+    {kFlagMomentum, [](const OptimConfig& o) { return fmt::format("momentum {}", o.momentum); }},
+    {kFlagBetas, [](const OptimConfig& o) { return fmt::format("betas {}, {}", o.beta1, o.beta2); }},
+    {kFlagAlpha, [](const OptimConfig& o) { return fmt::format("alpha {}", o.alpha); }},
+    {kFlagEps, [](const OptimConfig& o) { return fmt::format("eps {}", o.eps); }},
+};
+}  // namespace
+
 std::string OptimConfig::describe() const {
     const OptimizerRow& r = optimizer_row(kind);
     std::vector<std::string> parts;
-    if (r.flags & kFlagMomentum) parts.push_back(fmt::format("momentum {}", momentum));
-    if (r.flags & kFlagBetas) parts.push_back(fmt::format("betas {}, {}", beta1, beta2));
-    if (r.flags & kFlagAlpha) parts.push_back(fmt::format("alpha {}", alpha));
-    if (r.flags & kFlagEps) parts.push_back(fmt::format("eps {}", eps));
+    for (const auto& f : kDescribeFlags)
+        if (r.flags & f.flag) parts.push_back(f.text(*this));
     if (*r.note) parts.push_back(r.note);
     std::string s = r.name;
     for (size_t i = 0; i < parts.size(); ++i) s += (i == 0 ? " (" : ", ") + parts[i];

@@ -207,8 +207,8 @@ uint64_t hash_harness(const verify_detail::Harness& h) {
     return x;
 }
 
-// Every optimizer variant (seed 1234 + variant) and fused_step with every optimizer code and both
-// losses (seed 99 + code).
+// Every optimizer variant (seed 1234 + variant), and fused_step and tc_step with every optimizer
+// code and both losses (seed 99 + code).
 struct HarnessCase {
     const char* entry;
     std::vector<unsigned> shape;
@@ -241,6 +241,20 @@ const HarnessCase kHarness[] = {
     {"fused_step", {5, 13, 9, 3, 1, 4, 0}, 0x6b211d803517a82bull},
     {"fused_step", {5, 13, 9, 3, 1, 5, 0}, 0xacab7b060fb4b6faull},
     {"fused_step", {5, 13, 9, 3, 1, 6, 0}, 0xfee9fcd359f61dd0ull},
+    {"tc_step", {5, 13, 9, 3, 0, 0}, 0x91694f083978a1fbull},
+    {"tc_step", {5, 13, 9, 3, 0, 1}, 0xbaf9785d52ec0586ull},
+    {"tc_step", {5, 13, 9, 3, 0, 2}, 0xece36ff424431ac4ull},
+    {"tc_step", {5, 13, 9, 3, 0, 3}, 0x0ed60ebdc5571ac3ull},
+    {"tc_step", {5, 13, 9, 3, 0, 4}, 0x29c96f58fd5909acull},
+    {"tc_step", {5, 13, 9, 3, 0, 5}, 0xea49d4e90278e419ull},
+    {"tc_step", {5, 13, 9, 3, 0, 6}, 0xf73c64d42b02638aull},
+    {"tc_step", {5, 13, 9, 3, 1, 0}, 0xaafd8a5fe3f08671ull},
+    {"tc_step", {5, 13, 9, 3, 1, 1}, 0x28d954274a8a5de1ull},
+    {"tc_step", {5, 13, 9, 3, 1, 2}, 0x428590c64b96bc0full},
+    {"tc_step", {5, 13, 9, 3, 1, 3}, 0x1a51107a07a63037ull},
+    {"tc_step", {5, 13, 9, 3, 1, 4}, 0x44db0bd157cfe100ull},
+    {"tc_step", {5, 13, 9, 3, 1, 5}, 0x80c233dd7454973eull},
+    {"tc_step", {5, 13, 9, 3, 1, 6}, 0x01d5c7b3f26b9de1ull},
 };
 
 std::vector<double> flat(const Bounded& b) {
@@ -432,10 +446,11 @@ TEST_CASE("optimizers: verify's variants of the separate-launch kernels are toda
 }
 
 TEST_CASE("optimizers: verify's harnesses build today's inputs and references, bit for bit") {
-    // The optimizer kernels' harness (every variant) and fused_step's (every code, both losses:
-    // random_optim's weight decay), before and after they read the table.
+    // The optimizer kernels' harness (every variant) and fused_step's and tc_step's (every code,
+    // both losses: random_optim's weight decay), before and after they read the table.
     for (const HarnessCase& c : kHarness) {
-        Rng rng(c.entry == std::string("fused_step") ? 99 + c.shape[5] : 1234 + c.shape[1]);
+        const bool step = c.entry == std::string("fused_step") || c.entry == std::string("tc_step");
+        Rng rng(step ? 99 + c.shape[5] : 1234 + c.shape[1]);
         const VerifyCase vc{c.entry, c.shape};
         CAPTURE(c.entry);
         std::string shape;
