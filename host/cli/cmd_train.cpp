@@ -128,6 +128,14 @@ void apply_recipe(const TrainOptions& o, TrainConfig& cfg) {
     } else if (!o.preset.empty()) {
         PTXLAB_THROW(InputError, "unknown preset '{}' (known: classic, notebook)", o.preset);
     }
+    // A constant the chosen optimizer does not read is refused rather than silently ignored.
+    for (const char* flag : {"--momentum", "--beta1", "--beta2", "--eps", "--alpha"})
+        if (o.given(flag))
+            if (const std::string why = optimizer_flag_unused(cfg.optim.kind, flag); !why.empty())
+                PTXLAB_THROW(InputError, "{}{}", why,
+                             o.given("--optimizer") ? "" : fmt::format(" (the optimizer of {}; --optimizer picks another)",
+                                                                       o.preset.empty() ? "the default recipe"
+                                                                                        : "--preset " + o.preset));
 }
 
 std::string recipe_text(const TrainConfig& cfg, unsigned steps_per_epoch) {

@@ -326,4 +326,18 @@ std::string optimizers_with(unsigned flag, bool decoupled) {
     return s;
 }
 
+std::string optimizer_flag_unused(OptimKind k, const std::string& flag) {
+    struct FlagBit {
+        const char* flag;
+        unsigned bit;
+    };
+    constexpr FlagBit kFlags[] = {{"--momentum", kFlagMomentum}, {"--beta1", kFlagBetas}, {"--beta2", kFlagBetas},
+                                  {"--eps", kFlagEps},           {"--alpha", kFlagAlpha}};
+    for (const FlagBit& f : kFlags)
+        if (flag == f.flag && !(optimizer_row(k).flags & f.bit))
+            return fmt::format("{} does not apply to --optimizer {}: it sets {}", flag, to_string(k),
+                               optimizers_with(f.bit));
+    return {};
+}
+
 }  // namespace ptxlab

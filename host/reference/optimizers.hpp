@@ -110,5 +110,9 @@ std::string optimizer_help();
 // The names of the optimizers that read a flag (OptimFlag), "adam, adamw, nadam"; with decoupled
 // weight decay when flag is 0 and decoupled is true.
 std::string optimizers_with(unsigned flag, bool decoupled = false);
+// Why `flag` (--momentum, --beta1, --beta2, --eps, --alpha), given on the command line, does not
+// apply to optimizer k ("--beta1 does not apply to --optimizer sgd: it sets adam, adamw, nadam");
+// empty when it applies or is not one of these flags.
+std::string optimizer_flag_unused(OptimKind k, const std::string& flag);
 
 }  // namespace ptxlab

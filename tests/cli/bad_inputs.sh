@@ -168,6 +168,10 @@ tiny=(--layers 4,3,10 --batch 1 --data "$t/data")
 expect "profile --train: good flags reach CUPTI"   1 "CUPTI not found"                         "${ptrain[@]}" "${tiny[@]}"
 expect "profile --train: --batch 0"                2 "--batch must be at least 1"              "${ptrain[@]}" --batch 0
 expect "profile --train: --beta1 out of range"    2 "--beta1 2 is out of range"               "${ptrain[@]}" --optimizer adam --beta1 2
+expect "profile --train: --beta1 with sgd"        2 "--beta1 does not apply to --optimizer sgd: it sets adam, adamw, nadam" "${ptrain[@]}" --optimizer sgd --beta1 0.8
+expect "profile --train: --alpha, default recipe" 2 "--alpha does not apply to --optimizer nesterov: it sets rmsprop (the optimizer of the default recipe" "${ptrain[@]}" --alpha 0.9
+expect "profile --train: --momentum, classic"     2 "--momentum does not apply to --optimizer sgd: it sets momentum, nesterov (the optimizer of --preset classic" "${ptrain[@]}" --preset classic --momentum 0.9
+expect "profile --train: --eps with rmsprop"      1 "CUPTI not found"                         "${ptrain[@]}" "${tiny[@]}" --optimizer rmsprop --eps 1e-6
 expect "profile --train: --target out of range"   2 "--target must be in (0, 1]"              "${ptrain[@]}" --target 2
 expect "profile --train: --dense-program, 2 layers" 2 "--dense-program: dense_program runs the model trainer's step" "${ptrain[@]}" --dense-program
 expect "profile --train: takes --no-progress"     1 "CUPTI not found"                         "${ptrain[@]}" "${tiny[@]}" --no-progress
@@ -225,6 +229,7 @@ expect "flags: verify --shape \"\""     2 "--shape is empty"                    
 expect "flags: verify --shape bad"      2 "--shape"                                         $nogpu "$P" verify --shape 1,x
 expect "flags: verify unknown kernel"   2 "kernel 'nope'"                           $nogpu "$P" verify --kernel nope --list
 expect "flags: train --batch 0"         2 "--batch must be at least 1"                      $nogpu "$P" train --batch 0
+expect "flags: train --beta2 with momentum" 2 "--beta2 does not apply to --optimizer momentum: it sets adam, adamw, nadam" $nogpu "$P" train --optimizer momentum --beta2 0.9
 expect "flags: train --seed -1"         2 "--seed must be a whole number from 0 to 18446744073709551615 (2^64 - 1), got '-1'" $nogpu "$P" train --seed -1
 expect "flags: --hidden with --layers"  2 "both set the network: give one of them"          $nogpu "$P" train --layers 784,64,10 --hidden 32
 # --model (#15): a bad layer list names the layer; what the CNN trainer does not take yet is refused.

@@ -478,3 +478,27 @@ TEST_CASE("optimizers: train's --help lines come from the rows") {
     // Every row's name is in --optimizer's line.
     for (const OptimizerRow& r : optimizer_rows()) CHECK(optimizer_help().find(r.name) != std::string::npos);
 }
+
+TEST_CASE("optimizers: a constant the optimizer does not read is named, with the ones that read it") {
+    // Every flag against every optimizer: empty exactly where the row reads the flag.
+    const struct {
+        const char* flag;
+        unsigned bit;
+    } flags[] = {{"--momentum", kFlagMomentum}, {"--beta1", kFlagBetas}, {"--beta2", kFlagBetas},
+                 {"--eps", kFlagEps},           {"--alpha", kFlagAlpha}};
+    for (const OptimizerRow& r : optimizer_rows())
+        for (const auto& f : flags) {
+            CAPTURE(r.name);
+            CAPTURE(f.flag);
+            const std::string why = optimizer_flag_unused(r.kind, f.flag);
+            CHECK(why.empty() == ((r.flags & f.bit) != 0));
+        }
+    CHECK(optimizer_flag_unused(OptimKind::Sgd, "--beta1") ==
+          "--beta1 does not apply to --optimizer sgd: it sets adam, adamw, nadam");
+    CHECK(optimizer_flag_unused(OptimKind::Adam, "--momentum") ==
+          "--momentum does not apply to --optimizer adam: it sets momentum, nesterov");
+    CHECK(optimizer_flag_unused(OptimKind::Nesterov, "--alpha") ==
+          "--alpha does not apply to --optimizer nesterov: it sets rmsprop");
+    CHECK(optimizer_flag_unused(OptimKind::RmsProp, "--eps").empty());
+    CHECK(optimizer_flag_unused(OptimKind::Sgd, "--weight-decay").empty());  // every optimizer reads it
+}
