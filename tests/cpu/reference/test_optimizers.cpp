@@ -266,6 +266,17 @@ std::vector<double> flat(const Bounded& b) {
     return out;
 }
 
+// The constants the rule and bound values were recorded with (7599e3f), for optimizer `code`.
+OptimConfig recorded_config(unsigned code) {
+    OptimConfig o;
+    o.kind = kKinds[code];
+    o.weight_decay = 0.03f;
+    o.beta1 = 0.8f;
+    o.momentum = 0.7f;
+    o.alpha = 0.9f;
+    o.eps = 1e-3f;
+    return o;
+}
 }  // namespace
 
 TEST_CASE("optimizers: one row a code, in code order, with today's names and state") {
@@ -370,13 +381,7 @@ TEST_CASE("optimizers: describe() is today's text") {
 
 TEST_CASE("optimizers: the float64 rule is today's, bit for bit") {
     for (const RuleCase& r : kRule) {
-        OptimConfig o;
-        o.kind = kKinds[r.code];
-        o.weight_decay = 0.03f;
-        o.beta1 = 0.8f;
-        o.momentum = 0.7f;
-        o.alpha = 0.9f;
-        o.eps = 1e-3f;
+        const OptimConfig o = recorded_config(r.code);
         double p[3] = {0.5, -0.25, 1.5}, m[3] = {0, 0, 0}, v[3] = {0, 0, 0};
         const double g[3][3] = {{0.3, -0.7, 0.01}, {-0.2, 0.4, 2.0}, {0.9, 0.0, -1.1}};
         for (uint64_t t = 1; t <= 3; ++t) optim_step(o, 0.05, t, p, g[t - 1], m, v, 3);
@@ -391,13 +396,7 @@ TEST_CASE("optimizers: the float64 rule is today's, bit for bit") {
 
 TEST_CASE("optimizers: the rounding bound is today's, bit for bit") {
     for (const BoundCase& b : kBound) {
-        OptimConfig o;
-        o.kind = kKinds[b.code];
-        o.weight_decay = 0.03f;
-        o.beta1 = 0.8f;
-        o.momentum = 0.7f;
-        o.alpha = 0.9f;
-        o.eps = 1e-3f;
+        const OptimConfig o = recorded_config(b.code);
         const StepHyper h = step_hyper(o, 0.05, 3);
         const std::vector<float> P = {0.5f, -0.25f, 1.5f, 0.0f}, M = {0.1f, -0.2f, 0.0f, 0.3f},
                                  V = {0.01f, 0.2f, 0.0f, 0.5f};
