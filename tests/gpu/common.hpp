@@ -3,6 +3,7 @@
 
 #include "cuda.hpp"
 #include "idx.hpp"
+#include "recipe.hpp"
 #include "kernels.hpp"
 #include "train.hpp"
 #include "verify.hpp"
@@ -21,4 +22,15 @@ CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, con
 // A planted bug: the case fails, the PTX differs from its twin and misses the float64
 // reference, while the twin does not.
 void check_planted_caught(const CaseResult& r);
+// The device inputs of lrs.size() training steps on one batch: X, the targets T, step k's logits
+// at y(k) (every row poisoned with NaN first) and step k's record at hyp(k) (step_hyper at lrs[k],
+// the 1-based step k + 1).
+struct StepBuffers {
+    DeviceBuffer X, T, Y, H;
+    size_t y_bytes;  // one step's logits
+    StepBuffers(const std::vector<float>& x, const std::vector<float>& t, const OptimConfig& o,
+                const std::vector<double>& lrs);
+    CUdeviceptr y(size_t k) const { return Y.ptr() + k * y_bytes; }
+    CUdeviceptr hyp(size_t k) const { return H.ptr() + k * sizeof(StepHyper); }
+};
 }

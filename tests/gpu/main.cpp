@@ -70,3 +70,15 @@ void ptxlab::test::check_planted_caught(const CaseResult& r) {
     CHECK(r.f64_fail_ptx > 0);
     CHECK(r.f64_fail_ref == 0);
 }
+
+ptxlab::test::StepBuffers::StepBuffers(const std::vector<float>& x, const std::vector<float>& t, const OptimConfig& o,
+                                       const std::vector<double>& lrs)
+    : X(x.size() * 4, "X"), T(t.size() * 4, "T"), Y(lrs.size() * t.size() * 4, "Y"),
+      H(lrs.size() * sizeof(StepHyper), "hyp"), y_bytes(t.size() * 4) {
+    std::vector<StepHyper> hyp;
+    for (size_t k = 0; k < lrs.size(); ++k) hyp.push_back(step_hyper(o, lrs[k], k + 1));
+    X.upload(x);
+    T.upload(t);
+    H.upload(hyp);
+    Y.fill_u32(0x7fc00000u);
+}

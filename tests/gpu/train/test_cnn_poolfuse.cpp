@@ -34,24 +34,16 @@ PoolFuseSteps pool_fuse_steps(KernelSource src, const Model& m, const TrainConfi
                  cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels)));
     CnnParams p(m, init_model_params(m, Init::Torch, 7), cfg.optim);
     CnnActs a(m, B, cfg.activation);
-    std::vector<StepHyper> hyp;
-    for (size_t k = 0; k < lrs.size(); ++k) hyp.push_back(step_hyper(cfg.optim, lrs[k], k + 1));
-    DeviceBuffer dX(X.size() * 4, "X"), dT(t.size() * 4, "T"), dY(lrs.size() * t.size() * 4, "Y"),
-        dH(hyp.size() * sizeof(StepHyper), "hyp");
-    dX.upload(X);
-    dT.upload(t);
-    dH.upload(hyp);
-    dY.fill_u32(0x7fc00000u);
+    const StepBuffers in(X, t, cfg.optim, lrs);
     Stream s;
     PoolFuseSteps r;
     for (size_t k = 0; k < lrs.size(); ++k) {
-        enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr() + k * t.size() * 4, cfg,
-                         dH.ptr() + k * sizeof(StepHyper), s.get());
+        enqueue_cnn_step(ks, m, p, a, in.X.ptr(), in.T.ptr(), in.y(k), cfg, in.hyp(k), s.get());
         s.synchronize();
         if (k == 0) r.first_grad = p.grads.download_vector<float>();
     }
     r.params = p.params.download_vector<float>();
-    r.logits = dY.download_vector<float>();
+    r.logits = in.Y.download_vector<float>();
     return r;
 }
 

@@ -66,30 +66,21 @@ Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init
     CnnActs a(m, B, cfg.activation);
     std::vector<float> t(size_t(B) * kClasses, 0.0f);
     for (unsigned s = 0; s < B; ++s) t[size_t(s) * kClasses + labels[s]] = 1.0f;
-    std::vector<StepHyper> hyp;
-    for (size_t k = 0; k < lrs.size(); ++k) hyp.push_back(step_hyper(cfg.optim, lrs[k], k + 1));
-    DeviceBuffer dX(X.size() * 4, "X"), dT(t.size() * 4, "T"), dY(lrs.size() * t.size() * 4, "Y"),
-        dH(hyp.size() * sizeof(StepHyper), "hyp");
-    dX.upload(X);
-    dT.upload(t);
-    dH.upload(hyp);
-    dY.fill_u32(0x7fc00000u);
+    const StepBuffers in(X, t, cfg.optim, lrs);
     Stream s;
     Steps r;
     std::optional<DenseStep> step;
     if (dense) step.emplace(m, p, a, cfg);
     for (size_t k = 0; k < lrs.size(); ++k) {
         if (dense)
-            step->enqueue(ks, dX.ptr(), dT.ptr(), dY.ptr() + k * t.size() * 4, dH.ptr() + k * sizeof(StepHyper),
-                          s.get());
+            step->enqueue(ks, in.X.ptr(), in.T.ptr(), in.y(k), in.hyp(k), s.get());
         else
-            enqueue_cnn_step(ks, m, p, a, dX.ptr(), dT.ptr(), dY.ptr() + k * t.size() * 4, cfg,
-                             dH.ptr() + k * sizeof(StepHyper), s.get());
+            enqueue_cnn_step(ks, m, p, a, in.X.ptr(), in.T.ptr(), in.y(k), cfg, in.hyp(k), s.get());
         s.synchronize();
         if (k == 0) r.first_grad = p.grads.download_vector<float>();
     }
     r.params = p.params.download_vector<float>();
-    r.logits = dY.download_vector<float>();
+    r.logits = in.Y.download_vector<float>();
     if (p.running.bytes()) r.running = p.running.download_vector<float>();
     return r;
 }
