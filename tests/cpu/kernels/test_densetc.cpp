@@ -104,7 +104,7 @@ TEST_CASE("densetc: the shapes it refuses, each in one message") {
                          doctest::Contains("1 .. 8"), InputError);
 }
 
-TEST_CASE("densetc: the tc set takes it only from a full wave of 128 x 128 tiles; today's batch-64 models stay below") {
+TEST_CASE("densetc: the tc set takes it only from a full wave of 128 x 128 tiles, and today's batch-64 models stay below") {
     CHECK(kDenseTcMinOutputs == 132u * 128 * 128);
     CHECK(densetc_product(4096, 1024));   // the forward and deltas
     CHECK(densetc_product(1024, 4096));
@@ -153,7 +153,7 @@ TEST_CASE("densetc: verify's shapes: op,B,I,O,act[,split]") {
     CHECK(split[8] == 10);
 }
 
-TEST_CASE("densetc: the cp.async path takes operands k-major or along rows; verify's cases reach each") {
+TEST_CASE("densetc: the cp.async path takes operands k-major or along rows, and verify's cases reach each") {
     // the rule on its own: 16-byte units along k (row stride % 4 == 0) or along rows
     DenseArgs a;
     a.A = 256, a.Bo = 512, a.a_sm = 8, a.a_sk = 1, a.b_sn = 1, a.b_sk = 12;

@@ -102,7 +102,7 @@ TEST_CASE("conv: the backward passes match finite differences (tanh activation, 
     }
 }
 
-TEST_CASE("pool: max, its index in the plane, first in row-major order on ties; backward scatters") {
+TEST_CASE("pool: max, its index in the plane, first in row-major order on ties, and backward scatters") {
     // One 4x4 plane: windows {1,5,2,6}, {3,7,4,8} (max last), a tie of three 9s (first wins),
     // and a window whose max is at (1,0).
     const std::vector<double> X = {1, 2, 3, 4,   //

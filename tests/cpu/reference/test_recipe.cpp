@@ -61,7 +61,7 @@ OptimConfig exact_config(OptimKind k) {
 
 // ---- Names ---------------------------------------------------------------------------
 
-TEST_CASE("recipe: every name parses and prints back; unknown names are refused, naming the name") {
+TEST_CASE("recipe: every name parses and prints back, and unknown names are refused, naming the name") {
     for (const char* n : {"torch", "he-uniform", "he-normal", "xavier", "notebook"}) CHECK(to_string(parse_init(n)) == n);
     for (const char* n : {"ce", "mse", "half-sse"}) CHECK(to_string(parse_loss(n)) == n);
     for (const char* n : {"sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop"})

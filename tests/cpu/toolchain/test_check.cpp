@@ -156,15 +156,16 @@ TEST_CASE("check: a file without an .entry fails") {
     CHECK(run.output.find("check: 2 files: 0 ok, 2 failed") != std::string::npos);
 }
 
-TEST_CASE("check: every file is checked; diagnostics go to stderr, the report and summary to stdout") {
+TEST_CASE("check: every file is checked, and diagnostics go to stderr, the report and summary to stdout") {
     const std::string files = fixture("ptx/syntax_error.ptx") + " " + fixture("ptx/scale.ptx");
-    RunResult out = run_command(ptxlab_cmd("check --no-twins " + files + " 2>/dev/null"));
+    // run_command appends 2>&1: the subshell keeps each redirection its own.
+    RunResult out = run_command("(" + ptxlab_cmd("check --no-twins " + files) + " 2>/dev/null)");
     CAPTURE(out.output);
     CHECK(out.code == 1);
     CHECK(out.output.find("error:") == std::string::npos);
     CHECK(out.output.find("scale.ptx: ok") != std::string::npos);
     CHECK(out.output.find("check: 2 files: 1 ok, 1 failed") != std::string::npos);
-    RunResult err = run_command(ptxlab_cmd("check --no-twins " + files + " >/dev/null"));
+    RunResult err = run_command("(" + ptxlab_cmd("check --no-twins " + files) + " >/dev/null)");
     CHECK(err.output.find(fixture("ptx/syntax_error.ptx") + ":33: error:") != std::string::npos);
     CHECK(err.output.find("scale.ptx: ok") == std::string::npos);
 }

@@ -248,7 +248,7 @@ TEST_CASE("check: a non-ASCII character and a missing .version are named with fi
     CHECK(v.output.find("no .version directive") != std::string::npos);
 }
 
-TEST_CASE("contract: verify and bench FILE.ptx need a header; the lessons stay out of the trainer's kernels") {
+TEST_CASE("contract: verify and bench FILE.ptx need a header, and the lessons stay out of the trainer's kernels") {
     TempDir t;
     std::filesystem::copy_file(KernelDirs::from_environment().ptx_dir + "/mean.ptx", t.file("plain.ptx"));
     for (const char* cmd : {"verify ", "bench "}) {
@@ -369,7 +369,7 @@ TEST_CASE("contract: check_contract_values evaluates every key at every shape an
     CHECK(shape_line.problems[0].message.find("is too large") != std::string::npos);
 }
 
-TEST_CASE("contract: a 1 MB why line is read quickly; other contract lines are limited") {
+TEST_CASE("contract: a 1 MB why line is read quickly, and other contract lines are limited") {
     TempDir t;
     const std::string good = new_kernel(t, "mine");
     const std::string why(1 << 20, 'w');

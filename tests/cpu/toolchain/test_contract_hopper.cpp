@@ -130,7 +130,7 @@ TEST_CASE("contract: `param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS)`
     CHECK(wrong[0].message.find("needs `.param .b8[128]` but entry 'tma_transpose' declares .u64") != std::string::npos);
 }
 
-TEST_CASE("check: a file for sm_90a assembles for sm_90a; others for the architecture asked") {
+TEST_CASE("check: a file for sm_90a assembles for sm_90a, and others for the architecture asked") {
     CHECK(assembly_arch("sm_90", "sm_90a") == "sm_90a");
     CHECK(assembly_arch("sm_90", "sm_80") == "sm_90");
     CHECK(assembly_arch("sm_90", "sm_90") == "sm_90");

@@ -371,7 +371,7 @@ TEST_CASE("profile: which stall reasons, SASS instructions and PTX statements ar
 }
 
 #if PTXLAB_HAVE_CUPTI_HEADERS
-TEST_CASE("profile: CUPTI's refusal to profile says how to allow it; other failures say what they mean") {
+TEST_CASE("profile: CUPTI's refusal to profile says how to allow it, and other failures say what they mean") {
     const std::string m = cupti_failure_message(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, "cuptiPCSamplingEnable",
                                                 "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES (35)");
     CHECK(m.find("PC sampling is not permitted for this user (cuptiPCSamplingEnable failed: "

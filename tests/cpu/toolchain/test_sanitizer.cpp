@@ -31,7 +31,7 @@ TEST_CASE("sanitizer: the arguments run the program under the tool, errors givin
                                         "/bin/ptxlab", "verify"});
 }
 
-TEST_CASE("sanitizer: a hazard, an error, a failed run or no summary fail; a clean summary passes") {
+TEST_CASE("sanitizer: a hazard, an error, a failed run or no summary fail, and a clean summary passes") {
     const std::string clean = "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
                               "========= ERROR SUMMARY: 0 errors\n";
     CHECK(judge_sanitizer_run("racecheck", result(0, clean)).ok);

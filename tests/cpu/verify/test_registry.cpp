@@ -118,7 +118,7 @@ TEST_CASE("registry: the default set runs family by family, in the registry's or
     CHECK(quick_cases().size() == quick);  // the quick set: every family's quick cases, once
 }
 
-TEST_CASE("registry: every entry a kernel set trains or bench times has its row; bench's a shape and work") {
+TEST_CASE("registry: every entry a kernel set trains or bench times has its row, and bench's a shape and work") {
     for (const KernelChoice& k : all_choices()) {
         CAPTURE(to_string(k));
         TrainConfig cfg;

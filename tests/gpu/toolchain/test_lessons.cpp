@@ -83,7 +83,7 @@ TEST_CASE("lessons: a mismatch is named by its coordinates from the contract's s
     CHECK(std::regex_search(r.output, std::regex(R"(\n    y\[\d+\]\[\d+\]: ptx )")));
 }
 
-TEST_CASE("contract: 64 KiB of dynamic shared memory (opted in) passes verify; bench --json writes its rows") {
+TEST_CASE("contract: 64 KiB of dynamic shared memory (opted in) passes verify, and bench --json writes its rows") {
     const std::string f = fixture("contract/big_shared.ptx");
     RunResult v = run_command(ptxlab_cmd("verify " + f + " --seed 7"));
     CAPTURE(v.output);

@@ -262,7 +262,7 @@ TEST_CASE("cnn: bn with every activation, FP32 and tc: three steps match float64
             }
 }
 
-TEST_CASE("cnn: bn: train --model conv8,bn,pool,fc10 learns MNIST in 300 steps, the PTX as its twins; its checkpoint evaluates alike") {
+TEST_CASE("cnn: bn: train --model conv8,bn,pool,fc10 learns MNIST in 300 steps, the PTX as its twins, and its checkpoint evaluates alike") {
     const Dataset data = load_dataset(default_data_dir());
     const char* spec = "conv8,bn,pool,fc10";
     const TrainResult res[2] = {short_run(data, spec, {Design::Tc, KernelSource::Ptx}),
