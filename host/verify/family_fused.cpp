@@ -96,8 +96,9 @@ Harness make_fused_grad(const VerifyCase& c, Rng& rng) {
 // The MNIST sizes, batches that leave partial tiles (63, 1000), column counts that are not a
 // multiple of 4 (257, 2001: single-float copies), that leave cluster ranks without columns (13,
 // 1), that need two 128-column chunks per rank (2000, 2001), more outputs than warps (17) and
-// more hidden units than threads (300, 600). With every activation, fused_output with the loss
-// codes besides (add_with_acts; the shapes counted on from fused_forward's).
+// than lanes (33, 64, 100: fused_output's softmax takes 32 a chunk), and more hidden units than
+// threads (300, 600). With every activation, fused_output with the loss codes besides
+// (add_with_acts; the shapes counted on from fused_forward's).
 std::vector<VerifyCase> fused_default_cases() {
     std::vector<VerifyCase> v;
     unsigned n_shape = 0;
@@ -107,7 +108,7 @@ std::vector<VerifyCase> fused_default_cases() {
         add_with_acts(v, ++n_shape, "fused_forward", s, kActGelu);
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 128, 10}, {64, 128, 10}, {1000, 128, 10},
                                                             {63, 300, 10}, {64, 33, 17}, {2, 600, 9}, {7, 5, 3},
-                                                            {1, 1, 1}})
+                                                            {1, 1, 1}, {9, 40, 33}, {2, 40, 64}, {3, 50, 100}})
         add_with_acts(v, ++n_shape, "fused_output", s, kActGelu);
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128, 10}, {63, 784, 128, 10},
                                                             {64, 784, 128, 10}, {1000, 784, 128, 10},
