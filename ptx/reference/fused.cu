@@ -98,9 +98,8 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
     asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
 
     if (loss == 1u) {
-        // Thread 0 alone: the recipe's softmax sequence, o in order (softmax_delta, recipe.cuh).
-        // The PTX spreads it over warp 0's lanes (a max butterfly; each lane its own
-        // exponentials and deltas, every lane the same in-order sum), with the same bits.
+        // Thread 0 alone: the recipe's softmax sequence, o in order, as in the PTX
+        // (softmax_delta, recipe.cuh).
         if (tid == 0) softmax_delta(D2 + (size_t)s * O, Y + (size_t)s * O, T + (size_t)s * O, O);
         __syncthreads();
     }
