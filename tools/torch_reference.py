@@ -72,6 +72,8 @@ one step (Adam, AdamW, RMSprop with capturable=True there). TF32 is off. Exit st
 went non-finite (training diverged) or --self-test failed, 2 for bad flags or files.
 """
 import argparse
+import contextlib
+import io
 import math
 import os
 import sys
@@ -227,6 +229,29 @@ def self_test():
     check("cosine S 10 W 2 at s = 2, 6 (1 and 1/2)", [round(c, 15) for c in cos], [1.0, 0.5])
     check("step every 3, gamma 0.5, W 0", [lr_factor("step", s, S, 0, 3, 0.5) for s in range(7)],
           [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25])
+    # Flags: an optimizer constant the optimizer does not read is refused (exit 2), one it reads is taken,
+    # and the defaults fill the rest; every (optimizer, flag) pair against ptxlab's rows.
+    def parse_status(argv):
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                parse_args(argv)
+            return 0
+        except SystemExit as e:
+            return e.code
+
+    reads = {"sgd": "", "momentum": "m", "nesterov": "m", "adam": "12e", "adamw": "12e", "rmsprop": "ae",
+             "nadam": "12e"}  # host/reference/optimizers.cpp: kFlagMomentum, kFlagBetas, kFlagEps, kFlagAlpha
+    letter = {"momentum": "m", "beta1": "1", "beta2": "2", "eps": "e", "alpha": "a"}
+    got, want = [], []
+    for opt, flags in reads.items():
+        for flag, c in letter.items():
+            got.append((opt, flag, parse_status(["--optimizer", opt, f"--{flag}", "0.5"])))
+            want.append((opt, flag, 0 if c in flags else 2))
+    check("each optimizer takes the constants it reads and refuses the others (exit 2)", got, want)
+    check("--optimizer momentum --momentum 0 is refused", parse_status(["--optimizer", "momentum", "--momentum", "0"]), 2)
+    d = parse_args(["--optimizer", "nadam", "--beta2", "0.99"])
+    check("nadam's constants (beta2 given, the rest defaults)", (d.momentum, d.beta1, d.beta2, d.eps, d.alpha),
+          (0.9, 0.9, 0.99, 1e-8, 0.99))
     # The --model grammar's port (tools/ptxlab_model.py).
     if ptxlab_model.self_test() != 0:
         failures.append("ptxlab_model.self_test")
@@ -240,6 +265,16 @@ def fail(msg):
     """Bad input (flags, files): the message on stderr, exit status 2."""
     print(f"torch_reference: {msg}", file=sys.stderr)
     sys.exit(2)
+
+
+# The optimizer constants and the optimizers that read them (ptxlab's host/reference/optimizers.cpp rows).
+OPTIMIZER_FLAGS = {
+    "momentum": (0.9, ("momentum", "nesterov")),
+    "beta1": (0.9, ("adam", "adamw", "nadam")),
+    "beta2": (0.999, ("adam", "adamw", "nadam")),
+    "eps": (1e-8, ("adam", "adamw", "rmsprop", "nadam")),
+    "alpha": (0.99, ("rmsprop",)),
+}
 
 
 def parse_args(argv):
@@ -257,12 +292,12 @@ def parse_args(argv):
     ap.add_argument("--loss", choices=["ce", "mse", "half-sse"], default="ce")
     ap.add_argument("--optimizer", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop", "nadam"],
                     default="nesterov")
-    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--momentum", type=float, help="momentum, nesterov (default 0.9)")
     ap.add_argument("--weight-decay", type=float, default=0.0)
-    ap.add_argument("--beta1", type=float, default=0.9)
-    ap.add_argument("--beta2", type=float, default=0.999)
-    ap.add_argument("--eps", type=float, default=1e-8)
-    ap.add_argument("--alpha", type=float, default=0.99)
+    ap.add_argument("--beta1", type=float, help="adam, adamw, nadam (default 0.9)")
+    ap.add_argument("--beta2", type=float, help="adam, adamw, nadam (default 0.999)")
+    ap.add_argument("--eps", type=float, help="adam, adamw, rmsprop, nadam (default 1e-8)")
+    ap.add_argument("--alpha", type=float, help="rmsprop (default 0.99)")
     ap.add_argument("--schedule", choices=["const", "cosine", "onecycle", "step"], default="onecycle")
     ap.add_argument("--warmup", type=float, default=0.2, help="fraction of the steps with a linear warm-up from 0")
     ap.add_argument("--step-every", type=float, default=0,
@@ -295,6 +330,12 @@ def parse_args(argv):
 
     if a.self_test:
         return a
+    # A constant the optimizer does not read is refused, as ptxlab train refuses it; then the defaults.
+    for flag, (default, users) in OPTIMIZER_FLAGS.items():
+        given = getattr(a, flag)
+        if given is not None and a.optimizer not in users:
+            bad(f"--{flag} does not apply to --optimizer {a.optimizer}: it sets {', '.join(users)}")
+        setattr(a, flag, default if given is None else given)
     if a.batch < 1 or a.epochs < 1 or a.evals_per_epoch < 1 or a.max_steps < 0:
         bad("--batch, --epochs and --evals-per-epoch must be at least 1, --max-steps at least 0")
     if not (a.lr > 0 and math.isfinite(a.lr)):
@@ -303,8 +344,8 @@ def parse_args(argv):
         bad("--warmup is a fraction of the steps in [0, 1)")
     if a.step_every < 0:
         bad("--step-every is a number of epochs >= 0")
-    if a.optimizer == "nesterov" and a.momentum <= 0:
-        bad("--optimizer nesterov needs --momentum > 0")
+    if a.optimizer in ("momentum", "nesterov") and not a.momentum > 0:
+        bad(f"--optimizer {a.optimizer} needs --momentum > 0")
     if a.model and a.layers:
         bad("--model and --layers both set the network: give one of them")
     return a
