@@ -96,8 +96,7 @@ Harness make_fused_grad(const VerifyCase& c, Rng& rng) {
 // The MNIST sizes, batches that leave partial tiles (63, 1000), column counts that are not a
 // multiple of 4 (257, 2001: single-float copies), that leave cluster ranks without columns (13,
 // 1), that need two 128-column chunks per rank (2000, 2001), more outputs than warps (17) and
-// than lanes (33, 64, 100: fused_output's softmax takes 32 a chunk), and more hidden units than
-// threads (300, 600). With every activation, fused_output with the loss codes besides
+// than a warp's lanes (33, 64, 100), and more hidden units than threads (300, 600). With every activation, fused_output with the loss codes besides
 // (add_with_acts; the shapes counted on from fused_forward's).
 std::vector<VerifyCase> fused_default_cases() {
     std::vector<VerifyCase> v;
