@@ -258,6 +258,28 @@ void bench_dense_step(const Context& ctx, const BenchOptions& opt, const Model& 
     r.kernels.push_back(t);
 }
 
+// PyTorch's step for the same network and recipe on the same GPU, two rows beside ptxlab's:
+// PREFIX:torch+graph (CUDA-graph replays) and PREFIX:torch (eager); else a line saying why not.
+void bench_torch_step(const BenchOptions& opt, const std::string& spec, const std::string& prefix, BenchResult& r,
+                      std::ostream& out) {
+    static const std::string missing = torch_missing();
+    std::string note = missing;
+    TorchFigures f;
+    if (note.empty()) f = run_torch(torch_model_step_args(spec), opt, note);
+    const std::pair<const char*, std::optional<double>> rows[] = {{"torch+graph", f.step_graph_us},
+                                                                  {"torch", f.step_eager_us}};
+    for (const auto& [name, us] : rows) {
+        if (!us) continue;
+        KernelTiming t{fmt::format("{}:{}", prefix, name), "pytorch step", kCnnBatch};
+        t.us = *us;
+        fmt::print(out, "{:<32} {:>10.2f}\n", t.set, t.us);
+        r.kernels.push_back(t);
+    }
+    if (!note.empty()) fmt::print(out, "  {}\n", note);
+    else if (!f.step_graph_us) fmt::print(out, "  PyTorch: tools/torch_reference.py printed no step time\n");
+    out.flush();
+}
+
 // The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch kCnnBatch)
 // as the trainer runs it: kCnnChunk steps a CUDA graph, replayed; GPU time a step, the median
 // over replays. Random images in [0, 1) and labels; the FP32 conv kernels and the tensor cores.
@@ -304,6 +326,7 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
             r.kernels.push_back(t);
         }
         if (m.fc_only()) bench_dense_step(ctx, opt, m, X, T, prefix, r, out, s);
+        if (opt.torch) bench_torch_step(opt, spec, prefix, r, out);
         fmt::print(out, "\n");
     }
 }

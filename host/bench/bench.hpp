@@ -56,6 +56,8 @@ struct BenchOptions {
     std::string data_dir;
     std::string json;           // write the results here as JSON
     bool kernels = true, steps = true, to_target = true;
+    // PyTorch's step beside each --models step (tools/torch_reference.py, when python3 imports torch).
+    bool torch = true;
     // Only the four headline figures (headline.hpp) beside PyTorch's: the fused step at 64, the CNN
     // step, and their times to target.
     bool headline = false;

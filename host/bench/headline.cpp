@@ -32,8 +32,6 @@ TorchFigures parse_torch_reference(const std::string& text) {
     return f;
 }
 
-namespace {
-
 // python3 through env (found on PATH), or a reason it cannot give PyTorch's figures.
 std::string torch_missing() {
     try {
@@ -45,7 +43,10 @@ std::string torch_missing() {
     return "";
 }
 
-// One tools/torch_reference.py run: its figures, or absent ones with the reason in `note`.
+std::vector<std::string> torch_model_step_args(const std::string& spec) {
+    return {"--model", spec, "--max-steps", "20"};
+}
+
 TorchFigures run_torch(const std::vector<std::string>& args, const BenchOptions& opt, std::string& note) {
     std::vector<std::string> argv = {"python3", PTXLAB_SOURCE_DIR "/tools/torch_reference.py", "--seed",
                                      std::to_string(opt.seed), "--time-steps", "1000", "--stop-at-target"};
@@ -58,6 +59,8 @@ TorchFigures run_torch(const std::vector<std::string>& args, const BenchOptions&
     }
     return parse_torch_reference(r.out);
 }
+
+namespace {
 
 // ptxlab's time to target for a TrainConfig, the first evaluation at or above it (training time).
 double ms_to_target(const Context& ctx, const Dataset& data, TrainConfig cfg, std::ostream& out) {

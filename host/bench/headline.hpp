@@ -19,6 +19,15 @@ struct TorchFigures {
 };
 TorchFigures parse_torch_reference(const std::string& text);
 
+// Why PyTorch's figures cannot be had here (python3 does not import torch with CUDA), or "".
+std::string torch_missing();
+// tools/torch_reference.py's arguments for PyTorch's step time of `train --model spec`'s recipe
+// (20 steps of training, then --time-steps steps eager and as CUDA-graph replays).
+std::vector<std::string> torch_model_step_args(const std::string& spec);
+// One tools/torch_reference.py run (seed opt.seed, --time-steps 1000, --stop-at-target, opt's
+// --data): its figures, or absent ones with the reason in `note`.
+TorchFigures run_torch(const std::vector<std::string>& args, const BenchOptions& opt, std::string& note);
+
 // The headline rows: the MLP's and the CNN's step from the bench result (the fused set at batch 64,
 // cnn-step:tc), their times to target from fresh runs (seed opt.seed), and PyTorch's when it runs.
 // `torch_note` says why PyTorch's columns are empty (or is empty).

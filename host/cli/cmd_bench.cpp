@@ -21,7 +21,7 @@ struct BenchCliOptions {
     unsigned epochs = 5;
     uint64_t seed = 1;
     std::string data, ptx_dir, json;
-    bool no_kernels = false, no_steps = false, no_target = false, headline = false;
+    bool no_kernels = false, no_steps = false, no_target = false, no_torch = false, headline = false;
     double timeout = 120;
     int device = 0;
     std::string file, shape;  // bench FILE.ptx [--shape N=...]: a kernel with a contract header
@@ -34,7 +34,7 @@ int run_bench_cmd(const BenchCliOptions& o) {
     if (!o.file.empty()) {
         // What times the built-in kernels has no meaning for a FILE.ptx: say so instead of ignoring it.
         for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--target-sets", "--target", "--epochs",
-                                 "--data", "--ptx-dir", "--no-kernels", "--no-steps", "--no-target"})
+                                 "--data", "--ptx-dir", "--no-kernels", "--no-steps", "--no-target", "--no-torch"})
             if (o.sub->count(flag))
                 PTXLAB_THROW(InputError, "{} does not go with a FILE.ptx: bench {} times that kernel and its twin at "
                                          "its contract's shapes (--shape, --seed, --timeout, --device and --json apply)",
@@ -52,7 +52,7 @@ int run_bench_cmd(const BenchCliOptions& o) {
     if (!o.shape.empty()) PTXLAB_THROW(InputError, "--shape goes with a FILE.ptx (bench FILE.ptx --shape N=1000)");
     if (o.headline)  // the four figures have their own recipes: what would change them is refused, not ignored
         for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--target-sets", "--target",
-                                 "--epochs", "--no-kernels", "--no-steps", "--no-target"})
+                                 "--epochs", "--no-kernels", "--no-steps", "--no-target", "--no-torch"})
             if (o.sub->count(flag))
                 PTXLAB_THROW(InputError, "{} does not go with --headline: it times the README's four figures on "
                                          "their own recipes (the MLP's and the CNN's step and time to target)", flag);
@@ -82,8 +82,10 @@ int run_bench_cmd(const BenchCliOptions& o) {
     opt.kernels = !o.no_kernels;
     opt.steps = !o.no_steps;
     opt.to_target = !o.no_target;
+    opt.torch = !o.no_torch;
     if (o.headline) {
         opt.headline = true;
+        opt.torch = false;  // the headline runs PyTorch with its own recipes
         opt.kernels = opt.to_target = false;
         opt.sets = {"fused"};
         opt.step_batches = {64};
@@ -141,6 +143,10 @@ void setup_bench(CLI::App& app, Command& chosen) {
     sub->add_flag("--no-kernels", o->no_kernels, "skip the per-kernel timings");
     sub->add_flag("--no-steps", o->no_steps, "skip the training-step timings (the sets' and the --models')");
     sub->add_flag("--no-target", o->no_target, "skip the time-to-target runs");
+    sub->add_flag("--no-torch", o->no_torch,
+                  "skip PyTorch's rows beside each --models step: without it, when python3 imports torch with CUDA, "
+                  "tools/torch_reference.py --model SPEC trains 20 steps of the same recipe on the same GPU and times "
+                  "1000 more eager and as CUDA-graph replays (SPEC:torch, SPEC:torch+graph); else a line says why not");
     sub->add_flag("--headline", o->headline,
                   "only the four headline figures, each beside PyTorch's from the same GPU: the MLP's step (fused, "
                   "batch 64) and training time to 98 %, the CNN's step (tc) and time to 99 % (seed --seed); PyTorch runs "

@@ -300,6 +300,8 @@ expect "flags: verify FILE --ptx-dir"   2 "--ptx-dir and a FILE.ptx together"   
 expect "flags: verify FILE --quick"     2 "--quick picks a smaller set of the built-in kernels' cases" $nogpu "$P" verify "$t/good.ptx" --quick
 expect "flags: bench FILE --sets"       2 "--sets does not go with a FILE.ptx"               $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --sets fused
 expect "flags: bench --headline --sets"  2 "--sets does not go with --headline"                $nogpu "$P" bench --headline --sets fused
+expect "flags: bench --headline --no-torch" 2 "--no-torch does not go with --headline"         $nogpu "$P" bench --headline --no-torch
+expect "flags: bench FILE --no-torch"   2 "--no-torch does not go with a FILE.ptx"           $nogpu "$P" bench "$src/ptx/lessons/01_predicates.ptx" --no-torch
 expect "verify: --racecheck, no sanitizer" 1 "\`ptxlab verify --racecheck\` needs compute-sanitizer" $nogpu PTXLAB_COMPUTE_SANITIZER=/nonexistent/cs "$P" verify "$src/ptx/lessons/04_shared_barrier.ptx" --racecheck
 expect "verify: --synccheck --list"     2 "--list only names the cases"                      $nogpu "$P" verify "$src/ptx/lessons/04_shared_barrier.ptx" --synccheck --list
 expect "verify: --racecheck, bad file first" 2 "nope.ptx"                                   $nogpu PTXLAB_COMPUTE_SANITIZER=/nonexistent/cs "$P" verify "$t/nope.ptx" --racecheck

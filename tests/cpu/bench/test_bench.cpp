@@ -6,11 +6,14 @@
 #include "headline.hpp"
 #include "ptx_text.hpp"
 #include "verify_file.hpp"
+#include "../../helpers.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 using namespace ptxlab;
+using ptxlab::test::run_command;
+using ptxlab::test::RunResult;
 
 TEST_CASE("bench: --json holds every result under its key, rounded as the tables show it") {
     BenchResult r;
@@ -90,6 +93,25 @@ TEST_CASE("bench: --headline reads PyTorch's step times and time to target from 
     const TorchFigures none = parse_torch_reference("did not reach 99.00 %\n");
     CHECK_FALSE(none.ms_to_target);
     CHECK_FALSE(none.step_graph_us);
+}
+
+TEST_CASE("bench --models: PyTorch's step beside each model, from torch_reference.py's own flags") {
+    // The arguments bench passes (run_torch adds --seed, --time-steps 1000, --stop-at-target and
+    // --data): torch_reference.py must take them for an fc list and for cnn, or PyTorch's rows
+    // would silently be a usage error's note.
+    CHECK(torch_model_step_args("fc256,fc128,fc10") ==
+          std::vector<std::string>{"--model", "fc256,fc128,fc10", "--max-steps", "20"});
+    for (const std::string spec : {"fc256,fc128,fc10", "cnn", "conv16k5,pool,conv32,pool,fc64,fc10"}) {
+        std::string args;
+        for (const std::string& a : torch_model_step_args(spec)) args += "'" + a + "', ";
+        const RunResult r = run_command(
+            "python3 -c \"import sys; sys.path.insert(0, '" PTXLAB_SOURCE_DIR "/tools'); import torch_reference as t; "
+            "a = t.parse_args([" + args + "'--seed', '1', '--time-steps', '1000', '--stop-at-target']); "
+            "print('parsed', a.model, a.max_steps, a.time_steps, a.batch)\"");
+        CAPTURE(r.output);
+        CHECK(r.code == 0);
+        CHECK(r.output.find("parsed " + spec + " 20 1000 64") != std::string::npos);
+    }
 }
 
 TEST_CASE("bench FILE.ptx --json: a row per shape and side, rates from the contract's bytes and flops, null without") {
