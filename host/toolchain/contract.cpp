@@ -327,7 +327,7 @@ private:
             read_range(p, std::string(range));
         } else {
             fail(fmt::format("param `{}`: write `param NAME in|out|inout TYPE[LENGTH] [LO .. HI]` or `param NAME "
-                             "TYPE = VALUE` or `param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS)`",
+                             "TYPE = VALUE` or `param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS[, swizzle128])`",
                              l.rest));
         }
         c_->params.push_back(p);
@@ -346,10 +346,15 @@ private:
     }
     void read_tensor_map(ContractParam& p, const std::string& args) {
         const auto parts = split_top(args);
-        if (parts.size() != 5)
-            fail(fmt::format("tensor map '{}': write tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS), not "
+        if (parts.size() != 5 && parts.size() != 6)
+            fail(fmt::format("tensor map '{}': write tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS[, swizzle128]), not "
                              "tensormap({})",
                              p.name, args));
+        if (parts.size() == 6 && parts[5] != "swizzle128")
+            fail(fmt::format("tensor map '{}': the sixth argument '{}' is not a swizzle mode (swizzle128 is the one "
+                             "there is)",
+                             p.name, parts[5]));
+        p.tmap_swizzle128 = parts.size() == 6;
         if (!is_identifier(parts[0])) fail(fmt::format("tensor map '{}': '{}' is not a parameter name", p.name, parts[0]));
         p.tmap_of = parts[0];
         const char* what[] = {"rows", "columns", "box rows", "box columns"};

@@ -34,6 +34,10 @@
 //                             as ROWS x COLS row-major, 2-D tiles (boxes) of BOX_ROWS x BOX_COLS, no swizzle,
 //                             no interleave, out-of-bounds elements read as zero. ROWS * COLS must be BUF's
 //                             length, 4 COLS and 4 BOX_COLS multiples of 16 bytes, each box size 1 .. 256.
+//   param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS, swizzle128)
+//                             the same with the 128-byte swizzle (CU_TENSOR_MAP_SWIZZLE_128B), the layout
+//                             wgmma's descriptors call swizzle mode 1: a box row is at most 128 bytes
+//                             (4 BOX_COLS <= 128), and the kernel's shared destination must be 1024-byte aligned.
 //                             The params are listed in the entry's order, with the entry's names.
 //   grid X[, Y[, Z]]          the launch shape as expressions (block likewise; default 1 for Y, Z)
 //   block X[, Y[, Z]]
@@ -125,6 +129,7 @@ struct ContractParam {
     // tensor maps: the buffer described, its rows and columns, the box's rows and columns (expressions)
     std::string tmap_of;
     std::array<std::string, 4> tmap{};
+    bool tmap_swizzle128 = false;  // `swizzle128`: CU_TENSOR_MAP_SWIZZLE_128B, else no swizzle
     bool buffer() const { return role != ParamRole::Scalar && role != ParamRole::TensorMap; }
     // What the .entry must declare: ".u64" for buffers, ".b8[128]" for a tensor map, else ".u32" ...
     std::string ptx_type() const;
@@ -199,6 +204,7 @@ struct TensorMapShape {
     size_t buffer = 0;
     uint64_t rows = 0, cols = 0;
     uint32_t box_rows = 0, box_cols = 0;
+    bool swizzle128 = false;
 };
 TensorMapShape tensor_map_shape(const Contract& c, const ContractParam& p, const ShapeVars& s);
 // `bytes` or `flops` at a shape (`what` names it): never negative.

@@ -179,6 +179,10 @@ TensorMapShape tensor_map_shape(const Contract& c, const ContractParam& p, const
     if (t.box_cols % 4 != 0)
         PTXLAB_THROW(InputError, "{}: a box row of {} columns is {} bytes{}; it must be a multiple of 16 bytes (4 columns)",
                      n, t.box_cols, 4 * t.box_cols, at_shape(s));
+    t.swizzle128 = p.tmap_swizzle128;
+    if (t.swizzle128 && t.box_cols > 32)
+        PTXLAB_THROW(InputError, "{}: a box row of {} columns is {} bytes{}; the 128-byte swizzle takes at most 128 "
+                     "bytes (32 columns)", n, t.box_cols, 4 * t.box_cols, at_shape(s));
     return t;
 }
 

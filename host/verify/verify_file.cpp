@@ -126,7 +126,8 @@ CUtensorMap encode_tensor_map(const Contract& c, const ContractParam& p, const S
     CUtensorMap map{};
     try {
         CU(cuTensorMapEncodeTiled, &map, type, 2, reinterpret_cast<void*>(base), dims, strides, box, elem_strides,
-           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+           CU_TENSOR_MAP_INTERLEAVE_NONE, t.swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+           CU_TENSOR_MAP_L2_PROMOTION_NONE,
            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     } catch (const CudaError& err) {
         PTXLAB_THROW(InputError, "{}:{}: tensor map '{}' ({} x {} of '{}', box {} x {}) at {}: {}", c.path, p.line, p.name,

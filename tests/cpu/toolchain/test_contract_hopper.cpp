@@ -91,6 +91,14 @@ TEST_CASE("contract: `param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS)`
     CHECK(t.cols == 1004);
     CHECK(t.box_rows == 32);
     CHECK(t.box_cols == 32);
+    CHECK_FALSE(t.swizzle128);
+    {  // `swizzle128`: CU_TENSOR_MAP_SWIZZLE_128B, a box row of at most 128 bytes
+        const Contract sw = contract_of(replace_once(text, "//   param    tmap  tensormap(X, R, C, 32, 32)",
+                                                       "//   param    tmap  tensormap(X, R, C, 32, 32, swizzle128)"));
+        CHECK(sw.params[2].tmap_swizzle128);
+        CHECK(check_contract_values(sw).empty());
+        CHECK(tensor_map_shape(sw, sw.params[2], sw.shapes[0]).swizzle128);
+    }
 
     const std::string line = "//   param    tmap  tensormap(X, R, C, 32, 32)";
     struct Case {
@@ -101,7 +109,11 @@ TEST_CASE("contract: `param NAME tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS)`
     const Case cases[] = {
         {"//   param    tmap  tensormap(Z, R, C, 32, 32)", "tensor map 'tmap' describes 'Z', which is not a buffer", true},
         {"//   param    tmap  tensormap(rows, R, C, 32, 32)", "describes 'rows', which is not a buffer", true},
-        {"//   param    tmap  tensormap(X, R, C, 32)", "write tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS)", true},
+        {"//   param    tmap  tensormap(X, R, C, 32)", "write tensormap(BUF, ROWS, COLS, BOX_ROWS, BOX_COLS[, swizzle128])",
+         true},
+        {"//   param    tmap  tensormap(X, R, C, 32, 32, swizzle64)", "'swizzle64' is not a swizzle mode", true},
+        {"//   param    tmap  tensormap(X, R, C, 32, 64, swizzle128)", "the 128-byte swizzle takes at most 128 bytes",
+         false},
         {"//   param    tmap  tensormap(X, R, K, 32, 32)", "uses 'K', which is not a declared variable", true},
         {"//   param    tmap  tensormap(X, R * C / 2, 2, 32, 32)", "a row of 2 columns is 8 bytes", false},
         {"//   param    tmap  tensormap(X, R, C, 32, 30)", "a box row of 30 columns is 120 bytes", false},
