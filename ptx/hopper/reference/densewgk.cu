@@ -1,37 +1,55 @@
-// Twin of densewgk.ptx in plain CUDA C, no tensor core, no cluster features: block (x, y) of the
-// same launch (rank r = x % ranks of cluster x / ranks, 160 threads) computes the rows that rank
-// r joins, [r 64/R, (r+1) 64/R) of the 64 x 128 tile, each element one thread's loop. For each
-// rank q = 0 .. R-1 in order: the partial P_q = fma.rn of the tf32-truncated products over rank
-// q's k range [32 q per, min(32 (q per + per), K)) in k order onto +0 (per = ceil(nk / R),
-// nk = ceil(K / 32); an empty range leaves +0); S = P_0, then S = add.rn(S, P_q) for q >= 1;
-// then add.rn of the bias and max with +0. tf32(x) keeps the sign, the exponent and the upper 10
-// mantissa bits (the tensor core's reading of a raw FP32 .tf32 element); a product of two tf32
-// values is exact in FP32. The tensor maps are passed (128 bytes, 64-byte aligned: NVRTC has no
-// cuda.h) but not used.
+// Twin of densewgk.ptx in CUDA C on mma.sync: the same launch (rank r = x % ranks of cluster
+// x / ranks, 160 threads), where rank 0's warps 0-3 compute the whole 64 x 128 tile and the other
+// blocks return. Warp w takes rows 16 w .. 16 w + 15 and walks the 16 column groups of 8; for each
+// rank q = 0 .. R-1 in order, the partial P_q is a chain of mma.sync.m16n8k8 tf32 steps onto +0
+// over rank q's k tiles [q per, min(q per + per, nk)) (per = ceil(nk / R), nk = ceil(K / 32)),
+// four k8 steps a tile, k past K read as +0 (the kernel's zero fill); S = P_0, then
+// S = add.rn(S, P_q) for q >= 1; then add.rn of the bias and max with +0. The operands are the raw
+// FP32 bits with the low 13 cleared (tf32 truncation: what the tensor core reads of a raw FP32
+// .tf32 element). One mma.sync k8 step gives the bits of one wgmma k8 step (densewgk.ptx's
+// header), so the twin equals the kernel bit for bit. The tensor maps are passed (128 bytes,
+// 64-byte aligned: NVRTC has no cuda.h) but not used.
 struct alignas(64) TensorMap { unsigned long long bits[16]; };
 
-__device__ float tf32_trunc(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+__device__ __forceinline__ unsigned tf32_bits(float x) { return __float_as_uint(x) & 0xffffe000u; }
+
+// c = A B + c for one 16 x 8 x 8 tile: fragments a0..a3 (rows g, g + 8; k q, q + 4), b0, b1 (k q, q + 4).
+__device__ __forceinline__ void mma_tf32(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                         unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 
 extern "C" __global__ void dense_wg_k(float* C, const float* A, const float* B, const float* bias,
                                       const TensorMap tmA, const TensorMap tmB, unsigned M, unsigned N,
                                       unsigned K, unsigned ranks, unsigned flags)
 {
     const unsigned R = ranks, rank = blockIdx.x % R, n0 = blockIdx.x / R * 128, m0 = blockIdx.y * 64;
-    const unsigned rows = 64 / R, nk = (K + 31) / 32, per = (nk + R - 1) / R;
-    for (unsigned e = threadIdx.x; e < rows * 128; e += blockDim.x) {
-        const unsigned m = m0 + rank * rows + e / 128, n = n0 + e % 128;
-        if (m >= M || n >= N) continue;
-        const float* a = A + (size_t)m * K;
-        const float* b = B + (size_t)n * K;
-        float s = 0.0f;
-        for (unsigned q = 0; q < R; ++q) {
-            const unsigned lo = min(32 * q * per, K), hi = min(32 * (q * per + per), K);
-            float p = 0.0f;
-            for (unsigned k = lo; k < hi; ++k) p = __fmaf_rn(tf32_trunc(a[k]), tf32_trunc(b[k]), p);
-            s = q == 0 ? p : __fadd_rn(s, p);
+    const unsigned nk = (K + 31) / 32, per = (nk + R - 1) / R;
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    if (rank != 0 || warp >= 4) return;  // a whole warp on, as mma.sync needs all 32 lanes
+    auto a_at = [&](unsigned m, unsigned k) { return m < M && k < K ? tf32_bits(A[(size_t)m * K + k]) : 0u; };
+    auto b_at = [&](unsigned n, unsigned k) { return n < N && k < K ? tf32_bits(B[(size_t)n * K + k]) : 0u; };
+    const unsigned r0 = m0 + 16 * warp + g, r1 = r0 + 8;
+    for (unsigned nt = 0; nt < 16; ++nt) {
+        const unsigned nb = n0 + 8 * nt;
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (unsigned rq = 0; rq < R; ++rq) {
+            const unsigned t0 = min(rq * per, nk), t1 = min(rq * per + per, nk);
+            float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (unsigned k = 32 * t0 + q; k < 32 * t1; k += 8)
+                mma_tf32(p, a_at(r0, k), a_at(r1, k), a_at(r0, k + 4), a_at(r1, k + 4), b_at(nb + g, k), b_at(nb + g, k + 4));
+            for (unsigned e = 0; e < 4; ++e) s[e] = rq == 0 ? p[e] : __fadd_rn(s[e], p[e]);
         }
-        float v = (flags & 2u) ? __fadd_rn(s, bias[n]) : s;
-        if (flags & 1u) v = fmaxf(v, 0.0f);
-        C[(size_t)m * N + n] = v;
+        for (unsigned e = 0; e < 4; ++e) {  // c0, c1: row r0, columns 2q, 2q + 1; c2, c3: row r1
+            const unsigned m = e < 2 ? r0 : r1, n = nb + 2 * q + e % 2;
+            if (m >= M || n >= N) continue;
+            float v = (flags & 2u) ? __fadd_rn(s[e], bias[n]) : s[e];
+            if (flags & 1u) v = fmaxf(v, 0.0f);
+            C[(size_t)m * N + n] = v;
+        }
     }
 }
