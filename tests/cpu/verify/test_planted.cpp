@@ -1,6 +1,7 @@
 // The planted bugs (tests/fixtures/planted/*.patch, tests/planted.hpp): each applies to today's
 // kernel exactly as it says, changes it, and still assembles, so that the GPU test that runs it
-// tests a wrong kernel and not a file that fails to load. A stale patch fails here first.
+// tests a wrong kernel and not a file that fails to load (for sm_90a where the kernel is: ptx/hopper).
+// A stale patch fails here first.
 #include "../../helpers.hpp"
 #include "../../planted.hpp"
 #include "compile.hpp"
@@ -25,7 +26,9 @@ TEST_CASE("planted: every patch applies to today's kernel, changes it, and the r
         std::string planted;
         REQUIRE_NOTHROW(planted = apply_planted(p, live));
         CHECK(planted != live);
-        const AssemblyResult r = assemble_offline(SourceFile{p.target + " (" + name + ")", planted}, "sm_90");
+        // A kernel for sm_90a (ptx/hopper's wgmma) assembles for sm_90a, the others for sm_90.
+        const std::string arch = assembly_arch("sm_90", parse_ptx(planted).target);
+        const AssemblyResult r = assemble_offline(SourceFile{p.target + " (" + name + ")", planted}, arch);
         CAPTURE(r.error_log);
         CHECK(r.ok);
         // Each patch names the test file that runs it, and that file names the patch.
