@@ -1,27 +1,45 @@
-// Twin of densewg.ptx in plain CUDA C, no tensor core: block (x, y) computes the same 128 x 256
-// tile of C with its 384 threads, each element one thread's loop. tf32(x) keeps the sign, the
-// exponent and the upper 10 mantissa bits (the tensor core's reading of a raw FP32 .tf32 element:
-// the lower 13 bits ignored); a product of two tf32 values is exact in FP32, so the only roundings
-// are the fma.rn in k order onto +0, then add.rn of the bias. The tensor maps are passed (their
-// 128 bytes, 64-byte aligned: NVRTC has no cuda.h) but not used.
+// Twin of densewg.ptx in CUDA C on mma.sync: the same launch; block (x, y) computes the same
+// 128 x 256 tile of C as 8 x 32 tiles of 16 x 8, its warps taking tiles w, w + 12, ... Each tile
+// is one chain of mma.sync.m16n8k8 tf32 steps onto +0 over k = 0, 8, ..., 32 nk - 8 (nk =
+// ceil(K / 32): every k tile's four steps, k past K read as +0, the kernel's zero fill); then
+// add.rn of the bias and max with +0. The operands are the raw FP32 bits with the low 13
+// cleared (tf32 truncation: what the tensor core reads of a raw FP32 .tf32 element). One
+// mma.sync k8 step gives the bits of one wgmma k8 step (densewg.ptx's header), so the twin
+// equals the kernel bit for bit. The tensor maps are passed (128 bytes, 64-byte aligned: NVRTC
+// has no cuda.h) but not used.
 struct alignas(64) TensorMap { unsigned long long bits[16]; };
 
-__device__ float tf32_trunc(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+__device__ __forceinline__ unsigned tf32_bits(float x) { return __float_as_uint(x) & 0xffffe000u; }
+
+// c = A B + c for one 16 x 8 x 8 tile: fragments a0..a3 (rows g, g + 8; k q, q + 4), b0, b1 (k q, q + 4).
+__device__ __forceinline__ void mma_tf32(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                         unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 
 extern "C" __global__ void dense_wg(float* C, const float* A, const float* B, const float* bias,
                                     const TensorMap tmA, const TensorMap tmB, unsigned M, unsigned N, unsigned K,
                                     unsigned flags)
 {
-    const unsigned m0 = blockIdx.y * 128, n0 = blockIdx.x * 256;
-    for (unsigned e = threadIdx.x; e < 128 * 256; e += blockDim.x) {
-        const unsigned m = m0 + e / 256, n = n0 + e % 256;
-        if (m >= M || n >= N) continue;
-        const float* a = A + (size_t)m * K;
-        const float* b = B + (size_t)n * K;
-        float s = 0.0f;
-        for (unsigned k = 0; k < K; ++k) s = __fmaf_rn(tf32_trunc(a[k]), tf32_trunc(b[k]), s);
-        float v = (flags & 2u) ? __fadd_rn(s, bias[n]) : s;
-        if (flags & 1u) v = fmaxf(v, 0.0f);
-        C[(size_t)m * N + n] = v;
+    const unsigned m0 = blockIdx.y * 128, n0 = blockIdx.x * 256, nk = (K + 31) / 32;
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    auto a_at = [&](unsigned m, unsigned k) { return m < M && k < K ? tf32_bits(A[(size_t)m * K + k]) : 0u; };
+    auto b_at = [&](unsigned n, unsigned k) { return n < N && k < K ? tf32_bits(B[(size_t)n * K + k]) : 0u; };
+    for (unsigned t = warp; t < 8 * 32; t += blockDim.x / 32) {  // a whole warp a tile, as mma.sync needs
+        const unsigned r0 = m0 + 16 * (t / 32) + g, r1 = r0 + 8, nb = n0 + 8 * (t % 32);
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (unsigned k = q; k < 32 * nk; k += 8)
+            mma_tf32(s, a_at(r0, k), a_at(r1, k), a_at(r0, k + 4), a_at(r1, k + 4), b_at(nb + g, k), b_at(nb + g, k + 4));
+        for (unsigned e = 0; e < 4; ++e) {  // c0, c1: row r0, columns 2q, 2q + 1; c2, c3: row r1
+            const unsigned m = e < 2 ? r0 : r1, n = nb + 2 * q + e % 2;
+            if (m >= M || n >= N) continue;
+            float v = (flags & 2u) ? __fadd_rn(s[e], bias[n]) : s[e];
+            if (flags & 1u) v = fmaxf(v, 0.0f);
+            C[(size_t)m * N + n] = v;
+        }
     }
 }
