@@ -41,7 +41,7 @@ TEST_CASE("hopper: every kernel in ptx/hopper passes verify FILE.ptx") {
     std::vector<std::string> files;
     for (const auto& e : std::filesystem::directory_iterator(hopper_dir()))
         if (e.path().extension() == ".ptx") files.push_back(e.path().string());
-    REQUIRE(files.size() >= 2);  // densewg.ptx and transpose.ptx at least
+    REQUIRE(files.size() >= 3);  // densewg.ptx, densewgk.ptx and transpose.ptx at least
     for (const auto& f : files) {
         CAPTURE(f);
         RunResult r = run_command(ptxlab_cmd("verify " + f + " --seed 7"));
@@ -55,6 +55,11 @@ TEST_CASE("hopper: every kernel in ptx/hopper passes verify FILE.ptx") {
 TEST_CASE("hopper: verify catches a planted dense_wg mistake") {
     // The descriptors' stride byte offset 512 bytes instead of 1024: rows 8 .. of A and B wrong.
     check_verify_fails(plant_with_twins("densewg_wrong_sbo"), "dense_wg", "C");
+}
+
+TEST_CASE("hopper: verify catches a planted dense_wg_k mistake") {
+    // The cluster's join never adds rank 1's partial: every shape with R >= 2 is wrong.
+    check_verify_fails(plant_with_twins("densewgk_join_skips_rank"), "dense_wg_k", "C");
 }
 
 TEST_CASE("hopper: verify catches a planted transpose32 mistake") {
