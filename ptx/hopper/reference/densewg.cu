@@ -5,21 +5,8 @@
 // add.rn of the bias and max with +0. The operands are the raw FP32 bits with the low 13
 // cleared (tf32 truncation: what the tensor core reads of a raw FP32 .tf32 element). One
 // mma.sync k8 step gives the bits of one wgmma k8 step (densewg.ptx's header), so the twin
-// equals the kernel bit for bit. The tensor maps are passed (128 bytes, 64-byte aligned: NVRTC
-// has no cuda.h) but not used.
-struct alignas(64) TensorMap { unsigned long long bits[16]; };
-
-__device__ __forceinline__ unsigned tf32_bits(float x) { return __float_as_uint(x) & 0xffffe000u; }
-
-// c = A B + c for one 16 x 8 x 8 tile: fragments a0..a3 (rows g, g + 8; k q, q + 4), b0, b1 (k q, q + 4).
-__device__ __forceinline__ void mma_tf32(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                         unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// equals the kernel bit for bit.
+#include "wg.cuh"
 
 extern "C" __global__ void dense_wg(float* C, const float* A, const float* B, const float* bias,
                                     const TensorMap tmA, const TensorMap tmB, unsigned M, unsigned N, unsigned K,
