@@ -31,12 +31,6 @@ extern "C" __global__ void dense_wg_k(float* C, const float* A, const float* B, 
                 mma_tf32(p, a_at(r0, k), a_at(r1, k), a_at(r0, k + 4), a_at(r1, k + 4), b_at(nb + g, k), b_at(nb + g, k + 4));
             for (unsigned e = 0; e < 4; ++e) s[e] = rq == 0 ? p[e] : __fadd_rn(s[e], p[e]);
         }
-        for (unsigned e = 0; e < 4; ++e) {  // c0, c1: row r0, columns 2q, 2q + 1; c2, c3: row r1
-            const unsigned m = e < 2 ? r0 : r1, n = nb + 2 * q + e % 2;
-            if (m >= M || n >= N) continue;
-            float v = (flags & 2u) ? __fadd_rn(s[e], bias[n]) : s[e];
-            if (flags & 1u) v = fmaxf(v, 0.0f);
-            C[(size_t)m * N + n] = v;
-        }
+        store_tile(C, bias, s, r0, nb + 2 * q, M, N, flags);
     }
 }

@@ -1,6 +1,7 @@
 // Shared by the twins of the wgmma kernels (densewg.cu, densewgk.cu), which include it (NVRTC gets
-// each twin's directory as an include path): the tensor map's bytes, tf32 truncation and one
-// mma.sync k8 step -- the step whose bits equal one wgmma k8 step's (densewg.ptx's header).
+// each twin's directory as an include path): the tensor map's bytes, tf32 truncation, one
+// mma.sync k8 step -- the step whose bits equal one wgmma k8 step's (densewg.ptx's header) --
+// and a 16 x 8 tile's epilogue.
 #pragma once
 
 // A CUtensorMap passed by value: 128 bytes, 64-byte aligned (NVRTC has no cuda.h); the twins
@@ -18,4 +19,19 @@ __device__ __forceinline__ void mma_tf32(float* c, unsigned a0, unsigned a1, uns
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The epilogue of a lane's 16 x 8 tile: c0, c1 at row r0, columns n, n + 1 (n = the tile's first
+// column + 2q); c2, c3 at row r0 + 8. v = add.rn(c, bias[col]) with flags bit 1, max(v, +0) with
+// bit 0; nothing outside [M][N].
+__device__ __forceinline__ void store_tile(float* C, const float* bias, const float c[4], unsigned r0, unsigned n,
+                                           unsigned M, unsigned N, unsigned flags)
+{
+    for (unsigned e = 0; e < 4; ++e) {
+        const unsigned row = e < 2 ? r0 : r0 + 8, col = n + e % 2;
+        if (row >= M || col >= N) continue;
+        float v = (flags & 2u) ? __fadd_rn(c[e], bias[col]) : c[e];
+        if (flags & 1u) v = fmaxf(v, 0.0f);
+        C[(size_t)row * N + col] = v;
+    }
 }
