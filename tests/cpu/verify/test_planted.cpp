@@ -25,7 +25,9 @@ TEST_CASE("planted: every patch applies to today's kernel, changes it, and the r
         std::string planted;
         REQUIRE_NOTHROW(planted = apply_planted(p, live));
         CHECK(planted != live);
-        const AssemblyResult r = assemble_offline(SourceFile{p.target + " (" + name + ")", planted}, "sm_90");
+        // Linked as plant() puts it: beside the tree's other kernels (step.ptx with optim.ptx).
+        const AssemblyResult r = assemble_offline(SourceFile{p.target + " (" + name + ")", planted}, "sm_90",
+                                                  AssembleOptions{.link_dir = std::string(PTXLAB_SOURCE_DIR) + "/ptx"});
         CAPTURE(r.error_log);
         CHECK(r.ok);
         // Each patch names the test file that runs it, and that file names the patch.
