@@ -109,8 +109,11 @@ inline std::string apply_planted(const PlantedPatch& p, std::string source) {
     return source;
 }
 
-// The planted kernel in a fresh directory of its own, under its original file name, so that
-// KernelDirs::from_ptx_dir(dir()) and `verify --ptx-dir` load it in place of the live one.
+// The planted kernel in a fresh directory of its own, under its original file name, beside
+// copies of today's other kernels (ptx/*.ptx), so that KernelDirs::from_ptx_dir(dir()) and
+// `verify --ptx-dir` load it in place of the live one, and a file that links another's
+// functions (ptx_link.hpp: step.ptx and tcstep.ptx take optimizer_update from optim.ptx) links
+// the planted one where the patch is of that file.
 struct PlantedKernel {
     TempDir tmp;
     std::string path;  // the patched file
@@ -123,6 +126,8 @@ inline PlantedKernel plant(const std::string& name) {
     std::stringstream ss;
     ss << f.rdbuf();
     PlantedKernel k;
+    for (const auto& e : std::filesystem::directory_iterator(std::string(PTXLAB_SOURCE_DIR) + "/ptx"))
+        if (e.path().extension() == ".ptx") std::filesystem::copy_file(e.path(), k.tmp.path / e.path().filename());
     k.path = k.tmp.file(std::filesystem::path(p.target).filename().string());
     write_text(k.path, apply_planted(p, ss.str()));
     return k;

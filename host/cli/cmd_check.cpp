@@ -176,6 +176,8 @@ int check_file(const std::string& path, std::string twin_path, const CheckOption
     // A broken contract header names no twin that can be trusted: its errors come first.
     if (!o.no_twin && (contract.contract || contract.problems.empty()))
         errors += compile_twin(path, twin_path, src, contract, o, twin, have_twin);
+    // The files linked in for its `.extern .func` declarations (ptx_link.hpp), before the entries.
+    for (const auto& l : res.linked) fmt::print("  links {} (the .visible .func of its .extern .func)\n", l);
     errors += report_entries(path, info, res, have_twin ? &twin : nullptr, twin_path);
     fmt::print("{}: {} ({} entr{}, {})\n", path, errors ? "FAIL" : "ok", info.entries.size(),
                info.entries.size() == 1 ? "y" : "ies", arch);

@@ -9,7 +9,8 @@
 // A new optimizer on the host: its row, its float64 rule and rounding bound (two functions next to
 // the table), a describe() note or a step_hyper function where it needs one. On the device: its
 // rule in ptx/optim.ptx (or a new entry, with its launch in kernels/optim.cpp and its verify row in
-// family_optim.cpp), its code in step.ptx and tcstep.ptx, the twins.
+// family_optim.cpp) and in that file's optimizer_update and optimizer_state, which step.ptx and
+// tcstep.ptx link (no edit there); its twin in ptx/reference/recipe.cuh.
 #pragma once
 
 #include "bounded_ops.hpp"

@@ -85,7 +85,7 @@ std::string to_string(OptimKind k);
 // The optimizer code the one-launch steps take (the `optim` parameter of fused_step, step.ptx,
 // and tc_step, tcstep.ptx): OptimKind's order, 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw,
 // 5 rmsprop, 6 nadam (a new optimizer takes the next code: here, its row of the optimizer table,
-// and the kernels' optimizer_update). kOptimCodes: how many; optim_code_list(): "0 sgd, 1 momentum, ...".
+// and optim.ptx's optimizer_update and optimizer_state). kOptimCodes: how many; optim_code_list(): "0 sgd, 1 momentum, ...".
 inline unsigned optim_code(OptimKind k) { return static_cast<unsigned>(k); }
 inline constexpr unsigned kOptimCodes = static_cast<unsigned>(OptimKind::NAdam) + 1;
 std::string optim_code_list();

@@ -41,7 +41,7 @@ RefOptim ref_optim_adam(const std::vector<float>& P, const std::vector<float>& G
 RefOptim ref_optim_rmsprop(const std::vector<float>& P, const std::vector<float>& G, const std::vector<float>& V,
                            const StepHyper& h, float alpha, float eps, float weight_decay);
 
-// The optimizer o's step (the rules of optimizer_update in ptx/step.ptx, which are optim.ptx's)
+// The optimizer o's step (the rules of optim.ptx's optimizer_update, which fused_step and tc_step link)
 // on every parameter P[i] with state M[i], V[i] (M or V empty when o keeps none; RMSprop's one
 // buffer is V) from a gradient G known only to within its bound G.e (fused_step computes it
 // in the kernel). The three kernels' references above are this with exact gradients.

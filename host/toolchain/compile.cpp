@@ -178,6 +178,24 @@ void explain_failure(AssemblyResult& res, const SourceFile& ptx, nvJitLinkResult
 }
 }  // namespace
 
+namespace {
+// The text nvJitLink sees with line info: `.file 1 "/abs/path"` (and one for each linked file)
+// and `.loc` lines added; res.line_map maps its logs back to the linked text's lines.
+std::string with_line_info(const SourceFile& ptx, const LinkedPtx& linked, AssemblyResult& res) {
+    auto absolute = [](const std::string& path) {
+        std::error_code ec;
+        const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+        return ec ? path : abs.lexically_normal().string();
+    };
+    res.line_info_path = absolute(ptx.path);
+    std::vector<LineSpan> spans = linked.spans();
+    for (auto& s : spans) s.path = absolute(s.path);
+    AnnotatedPtx ann = annotate_line_info(linked.text, res.line_info_path, spans);
+    res.line_map = std::move(ann.line_map);
+    return std::move(ann.text);
+}
+}  // namespace
+
 AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, const AssembleOptions& o) {
     require_supported_arch(arch);  // validates the name and names the supported range
     AssemblyResult res;
@@ -188,17 +206,19 @@ AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, 
             if (d.severity == "error") res.diagnostics.push_back(std::move(d));
         return res;
     }
-    // With line info, nvJitLink sees the text with `.file 1 "/abs/path"` and `.loc` lines added; its
-    // logs are mapped back to the user's lines below.
-    std::string text = ptx.text;
-    if (o.line_info) {
-        std::error_code ec;
-        const std::filesystem::path abs = std::filesystem::absolute(ptx.path, ec);
-        res.line_info_path = ec ? ptx.path : abs.lexically_normal().string();
-        AnnotatedPtx ann = annotate_line_info(ptx.text, res.line_info_path);
-        text = std::move(ann.text);
-        res.line_map = std::move(ann.line_map);
+    // The definitions of its `.extern .func` declarations, appended (ptx_link.hpp); one that no
+    // file, or two, define is a failed result at the declaration's line.
+    const LinkedPtx linked = link_ptx(ptx, o.link_dir);
+    res.linked = linked.files();
+    if (!linked.problems.empty()) {
+        res.diagnostics = linked.problems;
+        return res;
     }
+    if (auto limits = ptx_limit_problems(linked.text); !limits.empty()) {
+        res.diagnostics = attribute_diagnostics(linked, std::move(limits));
+        return res;
+    }
+    const std::string text = o.line_info ? with_line_info(ptx, linked, res) : linked.text;
     const std::string arch_opt = "-arch=" + arch;
     // -no-cache: with a cached result ptxas does not run, and its resource report (-verbose) would be missing.
     std::vector<const char*> opts = {arch_opt.c_str(), "-verbose", "-no-cache"};
@@ -234,6 +254,7 @@ AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, 
     for (const auto& d : parse_ptxas_log(res.info_log))
         if (d.severity == "warning") res.diagnostics.push_back(d);
     if (!res.ok) explain_failure(res, ptx, add != NVJITLINK_SUCCESS ? add : done);
+    res.diagnostics = attribute_diagnostics(linked, std::move(res.diagnostics));  // a linked function's lines
     res.entries = parse_resource_log(res.info_log);
     if (res.ok && o.cubin) {
         size_t n = 0;
@@ -246,11 +267,18 @@ AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, 
 
 // ---- Driver JIT -------------------------------------------------------------
 
-Module::Module(const SourceFile& src, bool line_info) : path_(src.path) {
+Module::Module(const SourceFile& src, bool line_info, const std::string& link_dir) : path_(src.path) {
     // The driver's JIT is the same assembler as nvJitLink: text it would crash on is refused first.
     if (auto limits = ptx_limit_problems(src.text); !limits.empty())
         throw PtxError(format_limit_problems(src, limits), source_location(__FILE__, __LINE__));
-    AnnotatedPtx ann = line_info ? annotate_line_info(src.text, src.path) : AnnotatedPtx{src.text, {}};
+    // The definitions of its `.extern .func` declarations, appended (ptx_link.hpp): one module.
+    const LinkedPtx linked = link_ptx(src, link_dir);
+    linked_ = linked.files();
+    if (auto problems = linked.problems; !problems.empty() || !(problems = ptx_limit_problems(linked.text)).empty())
+        throw PtxError(format_limit_problems(src, attribute_diagnostics(linked, problems)),
+                       source_location(__FILE__, __LINE__));
+    AnnotatedPtx ann = line_info ? annotate_line_info(linked.text, src.path, linked.spans())
+                                 : AnnotatedPtx{linked.text, {}};
     std::string error_log(1 << 16, '\0'), info_log(1 << 16, '\0');
     CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
                            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE, CU_JIT_GENERATE_LINE_INFO};
@@ -270,7 +298,7 @@ Module::Module(const SourceFile& src, bool line_info) : path_(src.path) {
 
     std::string msg = fmt::format("{}: the driver JIT rejected this PTX: cuModuleLoadDataEx failed: {}\n", src.path,
                                   cu_result_text(r));
-    for (const auto& d : parse_ptxas_log(error_log)) msg += format_diagnostic(src, d);
+    for (const auto& d : attribute_diagnostics(linked, parse_ptxas_log(error_log))) msg += format_diagnostic(src, d);
     PtxInfo info = parse_ptx(src.text);
     if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
         msg += fmt::format("{}:{}: note: .version {} is newer than this driver ({}.{}) accepts\n", src.path,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "cuda.hpp"
+#include "ptx_link.hpp"
 #include "ptx_text.hpp"
 
 #include <string>
@@ -31,16 +32,22 @@ struct AssemblyResult {
     // text nvJitLink saw, the line of the user's file it came from (see annotate_line_info).
     std::string line_info_path;
     std::vector<int> line_map;
+    // The files whose functions were linked in (ptx_link.hpp: the definitions of the file's
+    // `.extern .func` declarations), e.g. ptx/optim.ptx for ptx/step.ptx.
+    std::vector<std::string> linked;
 };
 
 struct AssembleOptions {
     bool line_info = false;  // add `.file`/`.loc` (annotate_line_info) and pass -lineinfo
     bool cubin = false;      // keep the linked cubin (nvJitLinkGetLinkedCubin) in the result
+    std::string link_dir = "";  // where `.extern .func` definitions are found; "" = the file's own directory
 };
 
-// Assembles PTX for `arch` (e.g. "sm_90") with nvJitLink. A PTX error is a
+// Assembles PTX for `arch` (e.g. "sm_90") with nvJitLink, linked first with the files that define
+// its `.extern .func` declarations (link_ptx). A PTX error, or a declaration no file defines, is a
 // result (ok == false), not an exception; a failing nvJitLink call throws.
-// Diagnostics always name lines of `ptx.path`, with or without line info.
+// Diagnostics always name lines of `ptx.path` (an error inside a linked function: a line-0
+// diagnostic quoting that file's line), with or without line info.
 AssemblyResult assemble_offline(const SourceFile& ptx, const std::string& arch, const AssembleOptions& opts = {});
 
 // Parses "Compiling entry function 'f'", "Used N registers", "N bytes stack frame, ...".
@@ -52,11 +59,14 @@ public:
     using InputError::InputError;
 };
 
-// A module JIT-loaded by the driver from PTX text, with line info pointing at `src.path`.
+// A module JIT-loaded by the driver from PTX text, with line info pointing at `src.path` (and at
+// the files linked in for its `.extern .func` declarations, link_ptx: from `link_dir`, else from
+// src's own directory, which is --ptx-dir for a kernel set).
 class Module {
 public:
-    // Throws PtxError (file:line, source lines, the JIT's error log) when the PTX is rejected.
-    explicit Module(const SourceFile& src, bool line_info = true);
+    // Throws PtxError (file:line, source lines, the JIT's error log) when the PTX is rejected or
+    // a declared function cannot be linked.
+    explicit Module(const SourceFile& src, bool line_info = true, const std::string& link_dir = "");
     ~Module();
     Module(const Module&) = delete;
     Module& operator=(const Module&) = delete;
@@ -64,10 +74,12 @@ public:
     CUfunction function(const std::string& entry) const;
     const std::string& info_log() const { return info_log_; }
     const std::string& path() const { return path_; }
+    const std::vector<std::string>& linked() const { return linked_; }  // the files linked in
 
 private:
     CUmodule mod_ = nullptr;
     std::string path_, info_log_;
+    std::vector<std::string> linked_;
 };
 
 struct NvrtcOutput {

@@ -474,6 +474,10 @@ std::string format_diagnostic(const SourceFile& src, const Diagnostic& d, int co
 }
 
 AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path) {
+    return annotate_line_info(text, path, {});
+}
+
+AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path, const std::vector<LineSpan>& spans) {
     const std::string clean = strip_comments(text);
     auto raw_lines = split_lines(text);
     auto lines = split_lines(clean);
@@ -483,11 +487,27 @@ AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path) 
         out.text.push_back('\n');
         out.line_map.push_back(orig);
     };
-    std::string escaped;
-    for (char c : path) {
-        if (c == '"' || c == '\\') escaped.push_back('\\');
-        escaped.push_back(c);
-    }
+    auto escape = [](const std::string& p) {
+        std::string e;
+        for (char c : p) {
+            if (c == '"' || c == '\\') e.push_back('\\');
+            e.push_back(c);
+        }
+        return e;
+    };
+    const std::string escaped = escape(path);
+    // The other files, each once (file 2, 3, ...), and the file and line a text line came from:
+    // file 1 (`path`) unless a span holds it.
+    std::vector<std::string> others;
+    for (const auto& s : spans)
+        if (std::find(others.begin(), others.end(), s.path) == others.end()) others.push_back(s.path);
+    auto origin = [&](int orig) -> std::pair<size_t, int> {
+        for (const auto& s : spans)
+            if (orig >= s.first_line && orig < s.first_line + s.lines)
+                return {size_t(std::find(others.begin(), others.end(), s.path) - others.begin()) + 2,
+                        s.file_line + orig - s.first_line};
+        return {1, orig};
+    };
     int depth = 0;
     bool file_emitted = false;
     bool has_file = clean.find(".file") != std::string::npos || clean.find(".loc") != std::string::npos;
@@ -500,7 +520,10 @@ AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path) 
         bool instruction = !has_file && depth > 0 && !continued && !code.empty() && code[0] != '.' &&
                            code[0] != '{' && code[0] != '}' && code.back() != ':' &&
                            code.find(':') == std::string_view::npos;
-        if (instruction) emit(fmt::format(".loc 1 {} 0", orig), orig);
+        if (instruction) {
+            const auto [file, line] = origin(orig);
+            emit(fmt::format(".loc {} {} 0", file, line), orig);
+        }
         if (!code.empty()) {
             const char last = code.back();
             continued = depth > 0 && last != ';' && last != '{' && last != '}' && last != ':';
@@ -508,6 +531,8 @@ AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path) 
         emit(raw_lines[i], orig);
         if (!has_file && !file_emitted && code.rfind(".address_size", 0) == 0) {
             emit(fmt::format(".file 1 \"{}\"", escaped), orig);
+            for (size_t k = 0; k < others.size(); ++k)
+                emit(fmt::format(".file {} \"{}\"", k + 2, escape(others[k])), orig);
             file_emitted = true;
         }
         for (char c : code) depth += (c == '{') - (c == '}');

@@ -98,6 +98,16 @@ struct AnnotatedPtx {
 };
 AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path);
 
+// Lines of another file inside an annotated text (a function linked in, ptx_link.hpp): text lines
+// first_line .. first_line + lines - 1 are that file's lines file_line, file_line + 1, ...
+struct LineSpan {
+    int first_line = 0, lines = 0, file_line = 0;
+    std::string path;
+};
+// As above, each span's instructions with `.file K "span path"` and `.loc K N 0` (K = 2, 3, ...,
+// one a file). line_map still maps to lines of `text`.
+AnnotatedPtx annotate_line_info(std::string_view text, const std::string& path, const std::vector<LineSpan>& spans);
+
 // Rewrites "line N" in a ptxas log from annotated lines to original lines.
 std::string remap_log_lines(std::string_view log, const std::vector<int>& line_map);
 

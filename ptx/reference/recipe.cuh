@@ -1,9 +1,10 @@
-// Shared by the CUDA C twins of forward.ptx, grad.ptx, fused.ptx, step.ptx and tcstep.ptx,
-// which include it (NVRTC gets each twin's directory as an include path): the hidden
-// activation (gauss_pdf, gauss_cdf, activate, activate_grad), the softmax cross-entropy delta
-// (softmax_delta), which state an optimizer keeps (optim_keeps_m, optim_keeps_v) and one
-// parameter's optimizer step (optimizer_update).
-// PTX has no #include, so each .ptx file spells its functions out; this file is their one twin.
+// Shared by the CUDA C twins of forward.ptx, grad.ptx, fused.ptx, optim.ptx, step.ptx and
+// tcstep.ptx, which include it (NVRTC gets each twin's directory as an include path): the
+// hidden activation (gauss_pdf, gauss_cdf, activate, activate_grad), the softmax cross-entropy
+// delta (softmax_delta), which state an optimizer keeps (optim_keeps_m, optim_keeps_v) and one
+// parameter's optimizer step (optimizer_update: every optimizer rule's one twin).
+// PTX has no #include, so each .ptx file spells its functions out (step.ptx and tcstep.ptx
+// link optim.ptx's optimizer_update and optimizer_state); this file is their one twin.
 #pragma once
 
 // ---- The hidden activation of code `act` (host/reference/recipe.hpp: 0 relu, 1 leaky-relu, 2 tanh,
@@ -90,14 +91,29 @@ __device__ inline void softmax_delta(float* d, const float* y, const float* t, u
     for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
 }
 
-// Which state buffers optimizer `kind` keeps, as step.ptx's and tcstep.ptx's useM and useV (and
-// recipe.hpp optim_uses_m, optim_uses_v): m for 1 momentum, 2 nesterov, 3 adam, 4 adamw, 6 nadam;
-// v for 3 adam, 4 adamw, 5 rmsprop, 6 nadam.
+// Which state buffers optimizer `kind` keeps, as optim.ptx's optimizer_state (step.ptx's and
+// tcstep.ptx's useM and useV; recipe.hpp optim_uses_m, optim_uses_v): m for 1 momentum,
+// 2 nesterov, 3 adam, 4 adamw, 6 nadam; v for 3 adam, 4 adamw, 5 rmsprop, 6 nadam; none for a
+// code it does not know.
 __device__ __forceinline__ bool optim_keeps_m(unsigned kind) { return (kind >= 1 && kind <= 4) || kind == 6; }
-__device__ __forceinline__ bool optim_keeps_v(unsigned kind) { return kind >= 3; }
+__device__ __forceinline__ bool optim_keeps_v(unsigned kind) { return kind >= 3 && kind <= 6; }
 
-// One parameter's optimizer step, PyTorch's rules, the instruction sequence of optim.cu
-// (and of step.ptx's and tcstep.ptx's optimizer_update). kind: recipe.hpp's optim_code (0 sgd, 1 momentum,
+// The optimizer code of optim.cu's separate-launch entries (optim.ptx): optim_sgd's momentum and
+// nesterov flag (momentum 0: plain SGD), optim_adam's rule (any other rule runs as Adam, as the
+// PTX), optim_rmsprop's one rule. A new rule of an entry: its code here.
+__device__ __forceinline__ unsigned optim_sgd_code(float momentum, unsigned nesterov)
+{
+    return momentum != 0.0f ? (nesterov ? 2u : 1u) : 0u;  // momentum, nesterov; sgd
+}
+__device__ __forceinline__ unsigned optim_adam_code(unsigned rule)
+{
+    return rule == 1 ? 4u : rule == 2 ? 6u : 3u;  // adamw, nadam; adam
+}
+__device__ __forceinline__ unsigned optim_rmsprop_code() { return 5u; }
+
+// One parameter's optimizer step, PyTorch's rules, the instruction sequence of optim.ptx's
+// entries and of its optimizer_update (which step.ptx and tcstep.ptx link); optim.cu's entries
+// run it too. kind: recipe.hpp's optim_code (0 sgd, 1 momentum,
 // 2 nesterov, 3 adam, 4 adamw, 5 rmsprop, 6 nadam); h: this step's {lr, step_size, bc2_sqrt, decay}
 // (NAdam: h.x and h.y its coefficients of g and m, optim_adam's rule 2).
 __device__ __forceinline__ void optimizer_update(float& p, float& m, float& v, float g, unsigned kind, float4 h,

@@ -26,9 +26,11 @@ TEST_CASE("planted: every patch applies to today's kernel, changes it, and the r
         std::string planted;
         REQUIRE_NOTHROW(planted = apply_planted(p, live));
         CHECK(planted != live);
-        // A kernel for sm_90a (ptx/hopper's wgmma) assembles for sm_90a, the others for sm_90.
+        // A kernel for sm_90a (ptx/hopper's wgmma) assembles for sm_90a, the others for sm_90;
+        // linked as plant() puts it: beside the tree's other kernels (step.ptx with optim.ptx).
         const std::string arch = assembly_arch("sm_90", parse_ptx(planted).target);
-        const AssemblyResult r = assemble_offline(SourceFile{p.target + " (" + name + ")", planted}, arch);
+        const AssemblyResult r = assemble_offline(SourceFile{p.target + " (" + name + ")", planted}, arch,
+                                                  AssembleOptions{.link_dir = std::string(PTXLAB_SOURCE_DIR) + "/ptx"});
         CAPTURE(r.error_log);
         CHECK(r.ok);
         // Each patch names the test file that runs it, and that file names the patch.

@@ -4,6 +4,7 @@
 #include "../common.hpp"
 #include "../../planted.hpp"
 #include "fused.hpp"
+#include "optimizers.hpp"
 #include "ptx_text.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
@@ -135,19 +136,18 @@ TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}
 // 1, without for loss 0) and the activation code (0 relu .. 4 gelu).
 TEST_CASE("kernels: fused_step, both sets, every loss, optimizer and activation") {
     for (unsigned loss : {0u, 1u})
-        for (unsigned optim = 0; optim < kOptimCodes; ++optim) {
+        for (const OptimizerRow& row : optimizer_rows()) {  // every row of the table, by its code
+            const unsigned optim = optim_code(row.kind);
             CAPTURE(loss);
-            CAPTURE(optim);
+            CAPTURE(row.name);
             check_both_sets("fused_step", {64, 784, 128, 10, loss, optim, 0});  // one chunk, one tile a cluster
+            check_both_sets("fused_step", {130, 257, 300, 17, loss, optim, 0});  // three chunks, 19 tiles
         }
     for (unsigned act = 1; act <= 4; ++act) {
         CAPTURE(act);
         check_both_sets("fused_step", {64, 784, 128, 10, 1, 2, act});
         check_both_sets("fused_step", {130, 257, 300, 17, 0, 3, act});  // three chunks: Z read back from memory
     }
-    check_both_sets("fused_step", {130, 257, 300, 17, 1, 3, 0});  // three chunks, single-float copies, 19 tiles
-    check_both_sets("fused_step", {130, 257, 300, 17, 0, 2, 0});
-    check_both_sets("fused_step", {130, 257, 300, 17, 1, 6, 0});  // nadam through optimizer_update's calls too
 }
 
 namespace {
@@ -273,10 +273,10 @@ TEST_CASE("kernels: fused_step runs S steps in one launch bit for bit as S launc
 // B,I,H,O,loss,optim (ReLU).
 TEST_CASE("kernels: tc_step, both sets, every loss and optimizer") {
     for (unsigned loss : {0u, 1u})
-        for (unsigned optim = 0; optim < kOptimCodes; ++optim) {
+        for (const OptimizerRow& row : optimizer_rows()) {  // every row of the table, by its code
             CAPTURE(loss);
-            CAPTURE(optim);
-            check_both_sets("tc_step", {64, 784, 128, 10, loss, optim});  // the MNIST step
+            CAPTURE(row.name);
+            check_both_sets("tc_step", {64, 784, 128, 10, loss, optim_code(row.kind)});  // the MNIST step
         }
     check_both_sets("tc_step", {37, 300, 72, 7, 1, 5});   // 13 blocks with columns, 9 with units
     check_both_sets("tc_step", {5, 13, 9, 3, 0, 4});      // single-float copies, a part-empty unit block
@@ -452,7 +452,7 @@ TEST_CASE("kernels: a NAdam step without its gradient term is caught by verify")
 
 TEST_CASE("kernels: a fused_step NAdam step without its gradient term is caught by verify") {
     // fused_step_nadam_without_gradient_term.patch: the inline update of the W1 elements (the
-    // main role) branches past p -= cg g / d; optimizer_update (b1, W2, b2) is intact. A and Y
+    // main role) branches past p -= cg g / d; optimizer_update (b1, W2, b2; optim.ptx) is intact. A and Y
     // (before the update), b1, W2, b2, M and V are right, W1 is wrong: with weight decay (loss
     // 1) and without (loss 0). Adam through the same inline path passes.
     const PlantedKernel planted = plant("fused_step_nadam_without_gradient_term");
@@ -472,12 +472,14 @@ TEST_CASE("kernels: a fused_step NAdam step without its gradient term is caught 
     check_cli_fails("fused_step", "64,784,128,10,1,6,0", planted);
 }
 
-TEST_CASE("kernels: a tc_step NAdam step without its gradient term is caught by verify") {
-    // tc_step_nadam_without_gradient_term.patch: tc_step's optimizer_update (step.ptx's text)
-    // branches past p -= cg g / d for every parameter. A and Y are right, W1 (the first
-    // parameter) is wrong, with weight decay (MNIST sizes, CE) and without (5 x 13 x 9 x 3, MSE);
-    // Adam passes.
-    const PlantedKernel planted = plant("tc_step_nadam_without_gradient_term");
+TEST_CASE("kernels: a NAdam optimizer_update without its gradient term is caught in tc_step and fused_step by verify") {
+    // optimizer_update_nadam_without_gradient_term.patch: optim.ptx's optimizer_update, the one
+    // copy linked into both steps (ptx_link.hpp), branches past p -= cg g / d. tc_step: A and Y
+    // are right, W1 (the first parameter) is wrong, with weight decay (MNIST sizes, CE) and
+    // without (5 x 13 x 9 x 3, MSE). fused_step: its W1 elements run the rule inline and are
+    // right, b1 (the next parameter, through the call) is wrong. Adam passes in both, and
+    // optim_adam's own NAdam rule (the same file) too.
+    const PlantedKernel planted = plant("optimizer_update_nadam_without_gradient_term");
     KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
     for (const std::vector<unsigned>& shape : {std::vector<unsigned>{64, 784, 128, 10, 1, 6}, {5, 13, 9, 3, 0, 6}}) {
         CaseResult r = verify_one("tc_step", shape, bad);
@@ -487,10 +489,26 @@ TEST_CASE("kernels: a tc_step NAdam step without its gradient term is caught by 
         REQUIRE_FALSE(r.mismatches.empty());
         CHECK(r.mismatches[0].find("W1[") == 0);
     }
+    for (unsigned loss : {0u, 1u}) {
+        CAPTURE(loss);
+        CaseResult r = verify_one("fused_step", {64, 784, 128, 10, loss, 6, 0}, bad);
+        INFO(format_result(r));
+        check_planted_caught(r);
+        CHECK(r.unwritten_ptx == 0);
+        REQUIRE_FALSE(r.mismatches.empty());
+        CHECK(r.mismatches[0].find("b1[") == 0);
+    }
     CaseResult ok = verify_one("tc_step", {64, 784, 128, 10, 1, 3}, bad);
     INFO(format_result(ok));
     CHECK(ok.pass());
+    CaseResult fused_ok = verify_one("fused_step", {64, 784, 128, 10, 1, 3, 0}, bad);
+    INFO(format_result(fused_ok));
+    CHECK(fused_ok.pass());
+    CaseResult optim_ok = verify_one("optim_adam", {1000, 3}, bad);
+    INFO(format_result(optim_ok));
+    CHECK(optim_ok.pass());
     check_cli_fails("tc_step", "64,784,128,10,1,6", planted);
+    check_cli_fails("fused_step", "64,784,128,10,1,6,0", planted);
 }
 
 TEST_CASE("kernels: a tc_forward with a wrong fragment layout is caught by verify") {

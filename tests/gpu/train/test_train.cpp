@@ -3,6 +3,7 @@
 #include "../common.hpp"
 #include "safetensors.hpp"
 #include "error.hpp"
+#include "optimizers.hpp"
 #include "train.hpp"
 
 #include <doctest/doctest.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <filesystem>
 #include <sstream>
 
@@ -168,16 +170,28 @@ TEST_CASE("train: every optimizer and loss gives the same losses as the twins") 
         const char* name;
         Tweak tweak;
     };
-    const std::vector<Variant> variants = {
-        {"sgd", [](TrainConfig& c) { c.optim.kind = OptimKind::Sgd; c.optim.weight_decay = 1e-3f; }},
-        {"momentum", [](TrainConfig& c) { c.optim.kind = OptimKind::Momentum; }},
-        {"adam", [](TrainConfig& c) { c.optim.kind = OptimKind::Adam; c.lr = 1e-3f; c.schedule.kind = ScheduleKind::Cosine; }},
-        {"adamw", [](TrainConfig& c) { c.optim.kind = OptimKind::AdamW; c.optim.weight_decay = 0.01f; c.lr = 1e-3f; }},
-        {"rmsprop", [](TrainConfig& c) { c.optim.kind = OptimKind::RmsProp; c.lr = 1e-3f; c.schedule.kind = ScheduleKind::Step; }},
-        {"nadam", [](TrainConfig& c) { c.optim.kind = OptimKind::NAdam; c.optim.weight_decay = 1e-4f; c.lr = 2e-3f; }},
-        {"half-sse", [](TrainConfig& c) { c.loss = Loss::HalfSse; }},
-        {"mse", [](TrainConfig& c) { c.loss = Loss::Mse; }},
+    // Every row of the optimizer table (a new optimizer runs here with no edit): the adaptive
+    // ones (those that read --beta1/--beta2 or --alpha) at lr 1e-3, the SGD family at the
+    // recipe's; then what some rows add (weight decay, a schedule, NAdam's lr), and the losses.
+    const std::map<std::string, Tweak> extra = {
+        {"sgd", [](TrainConfig& c) { c.optim.weight_decay = 1e-3f; }},
+        {"adam", [](TrainConfig& c) { c.schedule.kind = ScheduleKind::Cosine; }},
+        {"adamw", [](TrainConfig& c) { c.optim.weight_decay = 0.01f; }},
+        {"rmsprop", [](TrainConfig& c) { c.schedule.kind = ScheduleKind::Step; }},
+        {"nadam", [](TrainConfig& c) { c.optim.weight_decay = 1e-4f; c.lr = 2e-3f; }},
     };
+    std::vector<Variant> variants;
+    for (const OptimizerRow& row : optimizer_rows()) {
+        const auto it = extra.find(row.name);
+        const Tweak more = it == extra.end() ? Tweak{} : it->second;
+        variants.push_back({row.name, [&row, more](TrainConfig& c) {
+                                c.optim.kind = row.kind;
+                                if (row.flags & (kFlagBetas | kFlagAlpha)) c.lr = 1e-3f;
+                                if (more) more(c);
+                            }});
+    }
+    variants.push_back({"half-sse", [](TrainConfig& c) { c.loss = Loss::HalfSse; }});
+    variants.push_back({"mse", [](TrainConfig& c) { c.loss = Loss::Mse; }});
     for (const auto& v : variants) {
         CAPTURE(v.name);
         // The fused set runs fused_step, then its separate launches; then the seed set.
