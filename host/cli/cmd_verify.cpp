@@ -163,13 +163,14 @@ int run_verify_cmd(const VerifyCliOptions& o) {
     fmt::print("        PTX from {}, twins from {}\n", opt.ptx_dirs.ptx_dir, opt.reference_dirs.reference_dir);
     fmt::print("        PASS = same bits as the twin, every output written, both within the float64 bound\n");
     std::fflush(stdout);
-    size_t passed = 0, failed = 0;
+    size_t passed = 0, failed = 0, skipped = 0;
     run_verify(ctx, cases, opt, [&](const CaseResult& r) {
         fmt::print("{}\n", format_result(r));
         std::fflush(stdout);
-        (r.pass() ? passed : failed)++;
+        (!r.skipped.empty() ? skipped : r.pass() ? passed : failed)++;
     });
-    fmt::print("verify: {} case{} passed, {} failed (seed {})\n", passed, passed == 1 ? "" : "s", failed, opt.seed);
+    fmt::print("verify: {} case{} passed, {} failed{} (seed {})\n", passed, passed == 1 ? "" : "s", failed,
+               skipped ? fmt::format(", {} skipped (code for another device)", skipped) : "", opt.seed);
     return failed ? kExitFailure : kExitOk;
 }
 
