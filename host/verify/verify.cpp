@@ -129,6 +129,17 @@ PreparedCase::~PreparedCase() = default;
 
 void PreparedCase::launch(const Kernel& k, CUstream s) const { impl_->h.launch(k, impl_->d->ptrs, s); }
 
+namespace {
+// A case whose kernel the set left out (code for another device): skipped, with the reason.
+CaseResult skipped_case(const VerifyCase& c, const KernelSet& ks) {
+    CaseResult r;
+    r.c = c;
+    r.skipped = ks.absent_reason(c.entry);
+    if (r.skipped.empty()) ks.get(c.entry);  // not asked for: an internal error, raised by get
+    return r;
+}
+}  // namespace
+
 std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyCase>& cases, const VerifyOptions& opt,
                                    const std::function<void(const CaseResult&)>& on_result) {
     std::set<std::string> entries;
@@ -141,13 +152,9 @@ std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyC
     std::vector<CaseResult> results;
     for (size_t ci = 0; ci < cases.size(); ++ci) {
         const VerifyCase& c = cases[ci];
-        if (!ptx.has(c.entry)) {  // code for another device (KernelSet left it out): skipped, with the reason
-            CaseResult r;
-            r.c = c;
-            r.skipped = ptx.absent_reason(c.entry);
-            if (r.skipped.empty()) ptx.get(c.entry);  // not asked for: an internal error, raised by get
-            if (on_result) on_result(r);
-            results.push_back(std::move(r));
+        if (!ptx.has(c.entry)) {  // code for another device (KernelSet left it out)
+            results.push_back(skipped_case(c, ptx));
+            if (on_result) on_result(results.back());
             continue;
         }
         Rng rng(opt.seed * 0x9e3779b97f4a7c15ull + ci);  // fresh inputs per case, reproducible from the seed
