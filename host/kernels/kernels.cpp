@@ -136,8 +136,9 @@ std::string kernel_twin_path(const KernelDirs& dirs, const std::string& file) {
     const fs::path f(file);
     std::error_code ec;
     if (!f.has_parent_path() || fs::is_regular_file(flat, ec)) return flat.string();
-    return (fs::path(dirs.reference_dir).parent_path() / f.parent_path() / "reference" / (f.filename().string() + ".cu"))
-        .string();
+    fs::path ref(dirs.reference_dir);
+    if (!ref.has_filename()) ref = ref.parent_path();  // "ptx/reference/": its parent is still ptx/reference
+    return (ref.parent_path() / f.parent_path() / "reference" / (f.filename().string() + ".cu")).string();
 }
 
 KernelDirs KernelDirs::from_ptx_dir(const std::string& ptx_dir) {

@@ -212,6 +212,9 @@ TEST_CASE("densewgk: the twin of a kernel in a subdirectory is found in the tree
     CHECK(twin.ends_with("hopper/reference/densewgk.cu"));
     CHECK(std::filesystem::is_regular_file(kernel_ptx_path(d, "hopper/densewgk")));
     CHECK(kernel_twin_path(d, "dense") == (std::filesystem::path(d.reference_dir) / "dense.cu").string());
+    KernelDirs slash = d;
+    slash.reference_dir += "/";  // $PTXLAB_REFERENCE_DIR=ptx/reference/
+    CHECK(std::filesystem::equivalent(kernel_twin_path(slash, "hopper/densewgk"), twin));
 }
 
 TEST_CASE("densewgk: the tc set's hidden ReLU fc forward passes take it where it is loaded and fits") {
