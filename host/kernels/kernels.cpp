@@ -20,6 +20,7 @@ std::string ptx_type(ParamKind k) {
         case ParamKind::Ptr: return ".u64";
         case ParamKind::U32: return ".u32";
         case ParamKind::F32: return ".f32";
+        case ParamKind::TensorMap: return ".b8[128]";
     }
     return "?";
 }
@@ -31,7 +32,7 @@ std::string KernelSpec::signature() const {
 }
 
 const std::vector<KernelSpec>& kernel_specs() {
-    constexpr ParamKind P = ParamKind::Ptr, U = ParamKind::U32, F = ParamKind::F32;
+    constexpr ParamKind P = ParamKind::Ptr, U = ParamKind::U32, F = ParamKind::F32, T = ParamKind::TensorMap;
     static const std::vector<KernelSpec> specs = {
         // X W1 b1 W2 b2 A1 Y | B I H O | act
         {"forward2", "forward", {P, P, P, P, P, P, P, U, U, U, U, U}},
@@ -105,6 +106,9 @@ const std::vector<KernelSpec>& kernel_specs() {
         // X T P M V A Y hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
         // (whole MLP steps in one 16-block cluster, TF32 mma.sync: tcstep.hpp)
         {"tc_step", "tcstep", {P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F}},
+        // C A B bias | tmA tmB | M N K ranks flags   (densewgk.hpp: a dense layer's forward product for
+        // few rows on wgmma TF32 fed by TMA, K split over a cluster; sm_90a code: compute capability 9.0 only)
+        {"dense_wg_k", "hopper/densewgk", {P, P, P, P, T, T, U, U, U, U, U}, 90},
     };
     return specs;
 }
@@ -115,6 +119,26 @@ const KernelSpec& kernel_spec(std::string_view entry) {
     std::string known;
     for (const auto& s : kernel_specs()) known += (known.empty() ? "" : ", ") + s.entry;
     PTXLAB_THROW(InputError, "unknown kernel '{}' (known: {})", entry, known);
+}
+
+std::string kernel_arch_unfit(const KernelSpec& spec, int cc_major, int cc_minor) {
+    if (spec.only_cc == 0 || spec.only_cc == cc_major * 10 + cc_minor) return {};
+    return fmt::format("'{}' ({}.ptx) is sm_{}a code: it runs only on a device of compute capability {}.{}, not {}.{}",
+                       spec.entry, spec.file, spec.only_cc, spec.only_cc / 10, spec.only_cc % 10, cc_major, cc_minor);
+}
+
+std::string kernel_ptx_path(const KernelDirs& dirs, const std::string& file) {
+    return (fs::path(dirs.ptx_dir) / (file + ".ptx")).string();
+}
+
+std::string kernel_twin_path(const KernelDirs& dirs, const std::string& file) {
+    const fs::path flat = fs::path(dirs.reference_dir) / (file + ".cu");
+    const fs::path f(file);
+    std::error_code ec;
+    if (!f.has_parent_path() || fs::is_regular_file(flat, ec)) return flat.string();
+    fs::path ref(dirs.reference_dir);
+    if (!ref.has_filename()) ref = ref.parent_path();  // "ptx/reference/": its parent is still ptx/reference
+    return (ref.parent_path() / f.parent_path() / "reference" / (f.filename().string() + ".cu")).string();
 }
 
 KernelDirs KernelDirs::from_ptx_dir(const std::string& ptx_dir) {
@@ -212,7 +236,8 @@ std::string to_string(KernelChoice k) {
 std::vector<std::string> check_against_specs(const PtxInfo& info, const std::string& path, const std::string& stem) {
     std::vector<std::string> problems;
     for (const auto& spec : kernel_specs()) {
-        if (spec.file != stem) continue;
+        // A file in a subdirectory (hopper/densewgk) is also known by its own name (check FILE).
+        if (spec.file != stem && fs::path(spec.file).filename().string() != stem) continue;
         const PtxEntry* e = info.find(spec.entry);
         if (!e) {
             problems.push_back(fmt::format("{}: missing entry point '{}': the host launches `.visible .entry {}{}`",
@@ -252,8 +277,8 @@ int ScopedLaunchPriority::greatest() {
 }
 
 void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
-                        bool overlapped, unsigned cluster) const {
-    if (grid == 0) return;  // nothing to do (an empty batch or array)
+                        bool overlapped, unsigned cluster, unsigned grid_y) const {
+    if (grid == 0 || grid_y == 0) return;  // nothing to do (an empty batch or array)
     if (smem > smem_optin) {
         CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem));
         smem_optin = smem;
@@ -282,17 +307,32 @@ void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream s
             ++n;
         }
         CUlaunchConfig cfg = launch_config_1d(grid, block, smem, stream);
+        cfg.gridDimY = grid_y;
         cfg.attrs = attrs;
         cfg.numAttrs = n;
         r = driver().cuLaunchKernelEx(&cfg, fn, params, nullptr);
     } else {
-        r = driver().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, stream, params, nullptr);
+        r = driver().cuLaunchKernel(fn, grid, grid_y, 1, block, 1, 1, smem, stream, params, nullptr);
     }
     if (r != CUDA_SUCCESS)
         throw CudaError(r, fmt::format("launch of kernel '{}' ({}) failed: cuLaunchKernel: {}", spec->entry,
                                        origin, cu_result_text(r)),
                         source_location(__FILE__, __LINE__));
 }
+
+namespace {
+// Why a set leaves `s` out: code for one compute capability only (hopper/densewgk: sm_90a) on
+// another device, or such a file missing from the directory (a --ptx-dir of copies of ptx/*.ptx
+// alone); the trainer then keeps its other kernels. Empty: it loads.
+std::string absent_why(const KernelSpec& s, KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs) {
+    if (s.only_cc == 0) return {};
+    if (std::string why = kernel_arch_unfit(s, dev.cc_major, dev.cc_minor); !why.empty()) return why;
+    const std::string path = source == KernelSource::Ptx ? kernel_ptx_path(dirs, s.file) : kernel_twin_path(dirs, s.file);
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) return {};
+    return fmt::format("'{}' is left out: {} does not exist (optional: code for one GPU only)", s.entry, path);
+}
+}  // namespace
 
 KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs,
                      const std::vector<std::string>& entries)
@@ -303,6 +343,12 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
         if (entries.empty() || std::find(entries.begin(), entries.end(), s.entry) != entries.end())
             wanted.push_back(&s);
     for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
+    std::erase_if(wanted, [&](const KernelSpec* s) {
+        std::string why = absent_why(*s, source, dev, dirs);
+        if (why.empty()) return false;
+        absent_[s->entry] = std::move(why);
+        return true;
+    });
     // fused_forward, fused_step, conv_bwd_weights and tc_conv_bwd_weights run as 8-block thread-block clusters
     // (.reqnctapercluster), new in sm_90.
     if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
@@ -322,9 +368,9 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
     for (const auto& stem : files) {
         SourceFile src;
         if (source == KernelSource::Ptx) {
-            src = read_source_file((fs::path(dirs.ptx_dir) / (stem + ".ptx")).string());
+            src = read_source_file(kernel_ptx_path(dirs, stem));
         } else {
-            SourceFile cu = read_source_file((fs::path(dirs.reference_dir) / (stem + ".cu")).string());
+            SourceFile cu = read_source_file(kernel_twin_path(dirs, stem));
             NvrtcOutput out = nvrtc_compile(cu, dev.virtual_arch());
             if (!out.log.empty()) logs_[cu.path] += "NVRTC log:\n" + out.log + "\n";
             src = {cu.path + " (NVRTC PTX)", out.ptx};
@@ -353,8 +399,9 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
 
 const Kernel& KernelSet::get(std::string_view entry) const {
     auto it = kernels_.find(entry);
-    if (it == kernels_.end()) PTXLAB_THROW(Error, "internal error: kernel '{}' was not loaded", entry);
-    return it->second;
+    if (it != kernels_.end()) return it->second;
+    if (auto a = absent_.find(entry); a != absent_.end()) PTXLAB_THROW(InputError, "{}", a->second);
+    PTXLAB_THROW(Error, "internal error: kernel '{}' was not loaded", entry);
 }
 
 void KernelSet::alias(std::string_view name, std::string_view entry) {

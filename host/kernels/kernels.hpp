@@ -18,18 +18,24 @@
 
 namespace ptxlab {
 
-enum class ParamKind { Ptr, U32, F32 };
-std::string ptx_type(ParamKind k);  // ".u64", ".u32", ".f32"
+// TensorMap: a CUtensorMap passed by value (`.param .align 64 .b8 NAME[128]`: dense_wg_k's TMA maps).
+enum class ParamKind { Ptr, U32, F32, TensorMap };
+std::string ptx_type(ParamKind k);  // ".u64", ".u32", ".f32", ".b8[128]"
 
 struct KernelSpec {
     std::string entry;  // entry point name
-    std::string file;   // file stem: ptx/<file>.ptx and ptx/reference/<file>.cu
+    std::string file;   // file stem: ptx/<file>.ptx and ptx/reference/<file>.cu (kernel_twin_path)
     std::vector<ParamKind> params;
+    // The one compute capability whose code the file is (major * 10 + minor; 90: sm_90a, wgmma and
+    // TMA), or 0: any the set loads on. A KernelSet on another device leaves the entry out.
+    int only_cc = 0;
     std::string signature() const;  // "(.u64, .u32, ...)"
 };
 
 const std::vector<KernelSpec>& kernel_specs();
 const KernelSpec& kernel_spec(std::string_view entry);  // throws InputError for an unknown name
+// Why `spec` cannot load on a device of compute capability cc_major.cc_minor (empty when it can).
+std::string kernel_arch_unfit(const KernelSpec& spec, int cc_major, int cc_minor);
 
 // Where the kernel files live. Defaults: $PTXLAB_PTX_DIR, else the source tree's ptx/;
 // the twins in <ptx_dir>/reference unless $PTXLAB_REFERENCE_DIR says otherwise.
@@ -50,6 +56,11 @@ struct KernelPair {
     std::string ptx_path, reference_path;  // reference_path empty when the twin is missing
 };
 std::vector<KernelPair> find_kernel_pairs(const KernelDirs& dirs);
+// A spec's files: <ptx_dir>/<file>.ptx; the twin <reference_dir>/<file>.cu, and for a file in a
+// subdirectory (hopper/densewgk) where that is missing, the tree's layout: the twin beside its
+// contract header's `twin reference/NAME.cu`, <reference_dir>/../hopper/reference/densewgk.cu.
+std::string kernel_ptx_path(const KernelDirs& dirs, const std::string& file);
+std::string kernel_twin_path(const KernelDirs& dirs, const std::string& file);
 
 enum class KernelSource { Ptx, Reference };
 KernelSource parse_kernel_source(const std::string& name);  // "ptx" | "reference"
@@ -86,6 +97,7 @@ template <class T> constexpr ParamKind param_kind_of() {
     if constexpr (std::is_same_v<T, CUdeviceptr>) return ParamKind::Ptr;
     else if constexpr (std::is_same_v<T, unsigned>) return ParamKind::U32;
     else if constexpr (std::is_same_v<T, float>) return ParamKind::F32;
+    else if constexpr (std::is_same_v<T, CUtensorMap>) return ParamKind::TensorMap;
     else static_assert(sizeof(T) == 0, "kernel arguments are CUdeviceptr, unsigned or float");
 }
 
@@ -148,6 +160,17 @@ struct Kernel {
         void* params[] = {static_cast<void*>(&args)...};
         launch_raw(grid, block, smem, stream, params, overlapped, cluster);
     }
+    // The same on a 2-D grid (grid_x a multiple of `cluster`; dense_wg_k: ranks x column tiles, row
+    // tiles); a CUtensorMap argument becomes the kernel's 128-byte parameter (the arguments are taken
+    // by reference: an over-aligned struct is not passed by value).
+    template <class... A>
+    void launch_cluster_2d(unsigned grid_x, unsigned grid_y, unsigned block, unsigned cluster, unsigned smem,
+                           bool overlapped, CUstream stream, const A&... args) const {
+        static constexpr ParamKind kinds[] = {param_kind_of<A>()...};
+        check_args(kinds, sizeof...(A));
+        void* params[] = {const_cast<void*>(static_cast<const void*>(&args))...};
+        launch_raw(grid_x, block, smem, stream, params, overlapped, cluster, grid_y);
+    }
 
 private:
     template <class... A>
@@ -160,16 +183,23 @@ private:
     }
     void check_args(const ParamKind* kinds, size_t n) const;
     void launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
-                    bool overlapped, unsigned cluster = 0) const;
+                    bool overlapped, unsigned cluster = 0, unsigned grid_y = 1) const;
 };
 
 // One loaded set of kernels: the hand-written PTX or the NVRTC twins, JIT-loaded by the driver.
 class KernelSet {
 public:
-    // Loads the files that provide `entries` (all known entries when empty).
+    // Loads the files that provide `entries` (all known entries when empty); an entry whose spec
+    // names another compute capability (only_cc) is left out: has() is false, get() says why.
     KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs,
               const std::vector<std::string>& entries = {});
     const Kernel& get(std::string_view entry) const;
+    bool has(std::string_view entry) const { return kernels_.find(entry) != kernels_.end(); }
+    // Why an entry asked for was left out (empty where it was loaded or not asked for).
+    std::string absent_reason(std::string_view entry) const {
+        auto it = absent_.find(entry);
+        return it == absent_.end() ? std::string() : it->second;
+    }
     // From now on get(name) returns the loaded `entry` (tc-bf16: tc_forward -> tc_forward_bf16).
     void alias(std::string_view name, std::string_view entry);
     KernelSource source() const { return source_; }
@@ -182,6 +212,7 @@ private:
     std::vector<std::unique_ptr<Module>> modules_;
     std::map<std::string, Kernel, std::less<>> kernels_;
     std::map<std::string, std::string> logs_;
+    std::map<std::string, std::string, std::less<>> absent_;  // entry -> why this device leaves it out
     double load_ms_ = 0;
 };
 

@@ -17,7 +17,8 @@ using namespace cnn_detail;
 
 class RecordingOps : public CnnOps {
 public:
-    RecordingOps(bool tc, size_t n_layers, bool pool_in_conv) : layers(n_layers), tc_(tc), pool_in_conv_(pool_in_conv) {}
+    RecordingOps(bool tc, size_t n_layers, bool pool_in_conv, bool wgk)
+        : layers(n_layers), tc_(tc), wgk_(tc && wgk), pool_in_conv_(pool_in_conv) {}
     std::vector<std::string> names;
     // By layer: the kernels of its forward pass, of its deltas to its input, of its weight gradient.
     enum Role { kForward, kDeltas, kWeights };
@@ -49,7 +50,7 @@ public:
         record(kDeltas, "pool_bwd");
     }
     void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
-    void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a, tc_)); }
+    void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a, tc_, wgk_)); }
     void fused_grad(const FusedArgs& a) override {  // dense_mm: two launches, one entry in the layer table
         record(kWeights, fused_grad_kernel(a));
         if (dense_replaces_fused_grad(a.I, a.H, a.O)) names.push_back("dense_mm");
@@ -71,13 +72,14 @@ private:
         if (cur_ < layers.size()) layers[cur_][r] += (layers[cur_][r].empty() ? "" : ", ") + name;
     }
     bool tc_;
+    bool wgk_;  // dense_wg_k loaded (KernelOps' rule, cnn_ops.hpp)
     bool pool_in_conv_;
     size_t cur_ = 0;
 };
 // One step of `m` recorded (RecordingOps), with addresses that are never read but not 0 (0
 // means "none": a conv without its pool).
-RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv) {
-    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size(), pool_in_conv);
+RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv, bool wgk) {
+    RecordingOps ops(conv == ConvKernels::Tc, m.layers.size(), pool_in_conv, wgk);
     CnnBuffers b;
     b.B = B;
     b.act = act;
@@ -89,6 +91,7 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
         b.z.push_back(CUdeviceptr(0x100000 + 0x1000 * l));
     }
     b.running = 0x400;
+    b.params = 0x1000000;  // 16-byte aligned as an allocation: each layer's W as aligned as in a run
     cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
     cnn_backward(ops, m, b, 0x100, 1.0f);
     return ops;
@@ -96,8 +99,9 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
 
 }  // namespace
 
-std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv) {
-    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv);
+std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv,
+                              bool wgk) {
+    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv, wgk);
     std::string out = fmt::format("  {:<7} {:<28} {:<22} {}\n", "layer", "forward", "deltas to its input",
                                   "weight gradient");
     const size_t L = m.layers.size();
@@ -124,8 +128,13 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
     return out;
 }
 
-std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv) {
-    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv);
+bool cnn_wgk_loaded(const DeviceInfo& dev) {
+    return kernel_arch_unfit(kernel_spec("dense_wg_k"), dev.cc_major, dev.cc_minor).empty();
+}
+
+std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv,
+                             bool wgk) {
+    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv, wgk);
     // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
     std::vector<std::pair<std::string, unsigned>> seen;
     for (const auto& n : ops.names) {

@@ -5,6 +5,7 @@
 #include "conv.hpp"
 #include "dense.hpp"
 #include "densetc.hpp"
+#include "densewgk.hpp"
 #include "tc.hpp"
 #include "tcconv.hpp"
 #include "tcwgrad.hpp"
@@ -49,8 +50,16 @@ inline const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
 // (B x H outputs) and its deltas to its input (B x I outputs); its weight gradient is
 // conv_bwd_weights_kernel's (O x (I + 1) outputs); the last two layers' gradients stay
 // fused_grad_kernel's (their outputs do not grow with the batch).
-inline const char* fc_forward_kernel(const FusedArgs& a, bool tc) {
-    return tc && a.act == kActRelu && densetc_product(a.B, a.H) ? "dense_tc" : ptxlab::fc_forward_kernel(a);
+// A hidden ReLU layer's forward pass below dense_tc's size runs on dense_wg_k (densewgk.hpp: wgmma
+// TF32 fed by TMA, K split over a cluster; 5.5 us at 64 x 1024 x 1024 on an H100 where dense_mm
+// takes 17) where `wgk` says it is loaded (the set's KernelSet has it: a device of compute
+// capability 9.0) and the product fits it (densewgk_unfit: K % 4 == 0, X and W 16-byte aligned).
+inline const char* fc_forward_kernel(const FusedArgs& a, bool tc, bool wgk = false) {
+    if (tc && a.act == kActRelu && densetc_product(a.B, a.H)) return "dense_tc";
+    if (tc && wgk && a.act == kActRelu &&
+        densewgk_unfit(densewgk_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, true), 9, 0).empty())
+        return "dense_wg_k";
+    return ptxlab::fc_forward_kernel(a);
 }
 inline const char* fc_bwd_data_kernel(unsigned B, unsigned I, unsigned O, bool tc) {
     return tc && densetc_product(B, I) ? "dense_tc" : ptxlab::fc_bwd_data_kernel(I, O);

@@ -68,9 +68,10 @@ std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
     std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm",
                                   "bn_fwd"};
     // conv_fwd stays: layers of fewer than 8 channels; tc_forward: an fc under a bn; dense_tc: the
-    // fc products of kDenseTcMinOutputs outputs or more (large batches)
+    // fc products of kDenseTcMinOutputs outputs or more (large batches); dense_wg_k: the hidden fc
+    // layers' forward passes below that (loaded on a device of compute capability 9.0 only)
     if (conv == ConvKernels::Tc)
-        for (const char* e : {"tc_conv_fwd", "tc_forward", "dense_tc"}) v.push_back(e);
+        for (const char* e : {"tc_conv_fwd", "tc_forward", "dense_tc", "dense_wg_k"}) v.push_back(e);
     return v;
 }
 
@@ -143,7 +144,8 @@ class KernelOps : public CnnOps {
 public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr,
               bool pool_in_conv = true)
-        : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc), side_(side), pool_in_conv_(pool_in_conv) {}
+        : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc), wgk_(tc_ && ks.has("dense_wg_k")), side_(side),
+          pool_in_conv_(pool_in_conv) {}
     void join() {
         for (unsigned i = 0; i < CnnSideStream::kStreams; ++i) {
             if (!used_[i]) continue;
@@ -200,8 +202,11 @@ public:
     }
     void fused_output(const FusedArgs& a) override { launch_fused_output(ks_, a, s_); }
     void fused_forward(const FusedArgs& a) override {
-        const std::string k = fc_forward_kernel(a, tc_);
+        const std::string k = fc_forward_kernel(a, tc_, wgk_);
         if (k == "fused_forward") return launch_fused_forward(ks_, a, s_);
+        if (k == "dense_wg_k")  // overlapped as fused_forward, which it stands in for
+            return launch_dense_wg_k(ks_.get(k), densewgk_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, true), s_,
+                                     a.overlap);
         if (k == "dense_tc")
             return launch_dense_tc(ks_.get(k), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
         launch_dense_mm(ks_.get("dense_mm"), dense_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, 1), s_);
@@ -250,6 +255,7 @@ private:
     const KernelSet& ks_;
     CUstream s_;
     bool tc_;
+    bool wgk_;  // dense_wg_k loaded (a 9.0 device): the tc set's small fc forward passes (cnn_ops.hpp)
     CnnSideStream* side_;
     bool pool_in_conv_;
     unsigned next_ = 0;
@@ -449,7 +455,8 @@ class StepKernelOps : public CnnOps {
 public:
     StepKernelOps(const KernelSet& ks, ConvKernels conv, const ModelProgram& prog, const StepIO& io,
                   std::vector<StepKernel>& out)
-        : ks_(ks), conv_(conv), tc_(conv == ConvKernels::Tc), prog_(prog), io_(io), out_(out) {}
+        : ks_(ks), conv_(conv), tc_(conv == ConvKernels::Tc), wgk_(tc_ && ks.has("dense_wg_k")), prog_(prog), io_(io),
+          out_(out) {}
     void conv_fwd(const ConvDims& d, CUdeviceptr X, CUdeviceptr Wt, CUdeviceptr b, CUdeviceptr Y, unsigned act,
                   CUdeviceptr idx) override {
         add(conv_fwd_kernel(d, tc_), {Y, idx}, [=](KernelOps& k) { k.conv_fwd(d, X, Wt, b, Y, act, idx); });
@@ -483,7 +490,7 @@ public:
         out_.back().y_offset = io_.y_offset + 1;  // Y first, then D2 and D1
     }
     void fused_forward(const FusedArgs& a) override {
-        add(fc_forward_kernel(a, tc_), {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
+        add(fc_forward_kernel(a, tc_, wgk_), {a.A1, a.D1}, [=](KernelOps& k) { k.fused_forward(a); });  // D1: GELU's Z
     }
     void fused_grad(const FusedArgs& a) override {
         add(fused_grad_kernel(a), {a.GW1, a.Gb1, a.GW2, a.Gb2}, [=](KernelOps& k) { k.fused_grad(a); });
@@ -520,6 +527,7 @@ private:
     const KernelSet& ks_;
     ConvKernels conv_;
     bool tc_;
+    bool wgk_;
     const ModelProgram& prog_;
     StepIO io_;
     std::vector<StepKernel>& out_;

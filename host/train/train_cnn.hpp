@@ -229,13 +229,16 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
 // same either way.
 // The kernels one training step of `m` launches at batch B, each named once in the order of its
 // first launch with its count ("fused_forward x2, fused_output, fused_grad, ..."), and then the
-// optimizer's (what `train` prints); pool_in_conv: TrainConfig::pool_bwd_in_conv.
+// optimizer's (what `train` prints); pool_in_conv: TrainConfig::pool_bwd_in_conv; wgk: dense_wg_k
+// is loaded (the tc set on a device of compute capability 9.0: cnn_wgk_loaded), as KernelOps sees it.
 std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu,
-                             bool pool_in_conv = false);
+                             bool pool_in_conv = false, bool wgk = false);
 // The same by layer, one line each: the kernels of its forward pass, of its deltas to its input
 // and of its weight gradient (a table, what `train` prints under its first line).
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu,
-                              bool pool_in_conv = false);
+                              bool pool_in_conv = false, bool wgk = false);
+// Whether the model trainer's KernelSet loads dense_wg_k on this device (compute capability 9.0).
+bool cnn_wgk_loaded(const DeviceInfo& dev);
 
 // ---- An fc-only model's step in one launch (cnn_densestep.cpp) ----
 // Why the training loop does not run `m`'s step as dense_program (ptx/densestep.ptx: the forward

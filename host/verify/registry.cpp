@@ -15,7 +15,7 @@ const std::vector<const KernelFamily*>& kernel_families() {
     static const std::vector<const KernelFamily*> families = {
         &mlp_family(),   &mean_family(), &optim_family(), &gather_family(), &fused_family(),
         &step_family(),  &outer_family(), &conv_family(), &tc_family(),     &tcstep_family(),
-        &dense_family(), &densetc_family(), &densestep_family(), &act_family(), &bn_family()};
+        &dense_family(), &densetc_family(), &densewgk_family(), &densestep_family(), &act_family(), &bn_family()};
     return families;
 }
 
@@ -118,7 +118,8 @@ std::vector<VerifyCase> quick_cases() {
                                                     &fused_family(), &outer_family(),  &step_family(),
                                                     &tcstep_family(), &optim_family(), &conv_family(),
                                                     &tc_family(),    &dense_family(), &densetc_family(),
-                                                    &act_family(),   &bn_family(),    &densestep_family()};
+                                                    &act_family(),   &bn_family(),    &densestep_family(),
+                                                    &densewgk_family()};
     std::vector<VerifyCase> out;
     for (const KernelFamily* f : order)
         for (auto& c : f->quick_cases()) out.push_back(std::move(c));

@@ -80,6 +80,7 @@ const KernelFamily& dense_family();
 const KernelFamily& densetc_family();
 // dense_tc's default cases on the cp.async path with operands along rows, and its fallbacks.
 std::vector<VerifyCase> densetc_fast_cases();
+const KernelFamily& densewgk_family();  // hopper/densewgk (sm_90a: skipped off a 9.0 device)
 const KernelFamily& densestep_family();
 const KernelFamily& act_family();
 

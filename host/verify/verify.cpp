@@ -129,6 +129,17 @@ PreparedCase::~PreparedCase() = default;
 
 void PreparedCase::launch(const Kernel& k, CUstream s) const { impl_->h.launch(k, impl_->d->ptrs, s); }
 
+namespace {
+// A case whose kernel the set left out (code for another device): skipped, with the reason.
+CaseResult skipped_case(const VerifyCase& c, const KernelSet& ks) {
+    CaseResult r;
+    r.c = c;
+    r.skipped = ks.absent_reason(c.entry);
+    if (r.skipped.empty()) ks.get(c.entry);  // not asked for: an internal error, raised by get
+    return r;
+}
+}  // namespace
+
 std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyCase>& cases, const VerifyOptions& opt,
                                    const std::function<void(const CaseResult&)>& on_result) {
     std::set<std::string> entries;
@@ -141,6 +152,11 @@ std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyC
     std::vector<CaseResult> results;
     for (size_t ci = 0; ci < cases.size(); ++ci) {
         const VerifyCase& c = cases[ci];
+        if (!ptx.has(c.entry)) {  // code for another device (KernelSet left it out)
+            results.push_back(skipped_case(c, ptx));
+            if (on_result) on_result(results.back());
+            continue;
+        }
         Rng rng(opt.seed * 0x9e3779b97f4a7c15ull + ci);  // fresh inputs per case, reproducible from the seed
         Harness h = make_harness(c, rng);
         const RunOutput run_ptx = run_once(ptx.get(c.entry), h, stream);
@@ -206,6 +222,7 @@ std::vector<CaseResult> run_verify(const Context& ctx, const std::vector<VerifyC
 }
 
 std::string format_result(const CaseResult& r) {
+    if (!r.skipped.empty()) return fmt::format("{:<13} {:<32} SKIPPED: {}", r.c.entry, shape_text(r.c), r.skipped);
     std::string f64 = r.f64_fail_ptx || r.f64_fail_ref
                           ? fmt::format("f64 FAIL (ptx {}, reference {})", r.f64_fail_ptx, r.f64_fail_ref)
                           : fmt::format("f64 ok (worst {:.2f} of bound)", r.worst_of_bound);

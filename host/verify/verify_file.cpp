@@ -1,5 +1,7 @@
 #include "verify_file.hpp"
 
+#include "tensormap.hpp"
+
 #include "files.hpp"
 #include "json_number.hpp"
 #include "rng.hpp"
@@ -121,19 +123,13 @@ CUtensorMap encode_tensor_map(const Contract& c, const ContractParam& p, const S
     const CUtensorMapDataType type = e == ElemType::F32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                      : e == ElemType::U32 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
                                                           : CU_TENSOR_MAP_DATA_TYPE_INT32;
-    const cuuint64_t dims[2] = {t.cols, t.rows}, strides[1] = {t.cols * 4};
-    const cuuint32_t box[2] = {t.box_cols, t.box_rows}, elem_strides[2] = {1, 1};
-    CUtensorMap map{};
     try {
-        CU(cuTensorMapEncodeTiled, &map, type, 2, reinterpret_cast<void*>(base), dims, strides, box, elem_strides,
-           CU_TENSOR_MAP_INTERLEAVE_NONE, t.swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-           CU_TENSOR_MAP_L2_PROMOTION_NONE,
-           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        return encode_tensor_map_2d(type, base, t.rows, t.cols, uint64_t(t.cols) * 4, t.box_rows, t.box_cols,
+                                    t.swizzle128);
     } catch (const CudaError& err) {
         PTXLAB_THROW(InputError, "{}:{}: tensor map '{}' ({} x {} of '{}', box {} x {}) at {}: {}", c.path, p.line, p.name,
                      t.rows, t.cols, p.tmap_of, t.box_rows, t.box_cols, shape_text(shape), err.what());
     }
-    return map;
 }
 
 }  // namespace

@@ -14,14 +14,20 @@ extern "C" __global__ void dense_wg_k(float* C, const float* A, const float* B, 
                                       const TensorMap tmA, const TensorMap tmB, unsigned M, unsigned N,
                                       unsigned K, unsigned ranks, unsigned flags)
 {
+    // Programmatic dependent launch, as in the PTX (NVRTC has no CUDA C spelling of it).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const unsigned R = ranks, rank = blockIdx.x % R, n0 = blockIdx.x / R * 128, m0 = blockIdx.y * 64;
     const unsigned nk = (K + 31) / 32, per = (nk + R - 1) / R;
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    if (rank != 0 || warp >= 4) return;  // a whole warp on, as mma.sync needs all 32 lanes
+    if (rank != 0 || warp >= 4) {
+        asm volatile("griddepcontrol.launch_dependents;");
+        return;  // a whole warp on, as mma.sync needs all 32 lanes
+    }
     auto a_at = [&](unsigned m, unsigned k) { return m < M && k < K ? tf32_bits(A[(size_t)m * K + k]) : 0u; };
     auto b_at = [&](unsigned n, unsigned k) { return n < N && k < K ? tf32_bits(B[(size_t)n * K + k]) : 0u; };
     const unsigned r0 = m0 + 16 * warp + g, r1 = r0 + 8;
     for (unsigned nt = 0; nt < 16; ++nt) {
+        if (nt == 15) asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may be scheduled
         const unsigned nb = n0 + 8 * nt;
         float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (unsigned rq = 0; rq < R; ++rq) {

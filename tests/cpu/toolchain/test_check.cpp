@@ -50,7 +50,10 @@ TEST_CASE("check: every kernel under ptx/ assembles and matches its twin and the
     RunResult run = run_command(ptxlab_cmd("check"));
     CAPTURE(run.output);
     CHECK(run.code == 0);
-    for (const auto& spec : kernel_specs()) CHECK(run.output.find(spec.entry) != std::string::npos);
+    // A file in a subdirectory (hopper/densewgk: sm_90a code, not for every architecture) is
+    // checked by `cpu:check: ptx/lessons and the contract fixtures` instead.
+    for (const auto& spec : kernel_specs())
+        if (spec.file.find('/') == std::string::npos) CHECK(run.output.find(spec.entry) != std::string::npos);
     CHECK(run.output.find("DIFFERS") == std::string::npos);
     CHECK(run.output.find("0 failed") != std::string::npos);
 }

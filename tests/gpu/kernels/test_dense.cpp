@@ -9,6 +9,7 @@
 #include "model.hpp"
 #include "train.hpp"
 #include "train_cnn.hpp"
+#include "recipe.hpp"
 #include "verify.hpp"
 
 #include <doctest/doctest.h>
@@ -69,20 +70,61 @@ TEST_CASE("dense: a dense_mm whose join skips a rank is caught by verify") {
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
 }
 
-TEST_CASE("dense: train --model fc1024,fc1024,fc10 on dense_mm (every product of its fc layers), the PTX as its twins") {
-    // The 1024-wide layers take dense_mm for the forward passes, fc2's deltas, fc1's weight
-    // gradient and the last two layers' gradients (dense_replaces_fused_grad): 60 steps of the PTX
-    // and of the twins, bit for bit.
-    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
+TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 64 on dense_wg_k (9.0) and dense_mm, the PTX as its twins") {
+    // The 1024-wide layers take dense_mm for fc2's deltas, fc1's weight gradient and the last two
+    // layers' gradients (dense_replaces_fused_grad); their forward passes dense_wg_k on a device of
+    // compute capability 9.0 (cnn_ops.hpp), else dense_mm: 64 steps of the PTX and of the twins,
+    // bit for bit.
+    const bool wgk = cnn_wgk_loaded(gpu().info());
+    INFO("dense_wg_k loaded: ", wgk);
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64, Activation::Relu, false, wgk) ==
+          (wgk ? "dense_wg_k x2, fused_output, dense_mm x4" : "dense_mm x6, fused_output"));
     const Dataset data = load_dataset(default_data_dir());
-    // (one_launch off: the layer-by-layer step, not dense_program, which train runs for it by default.)
-    const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 60, KernelSource::Ptx, 0, false),
-                      twin = train_model_steps(data, "fc1024,fc1024,fc10", 60, KernelSource::Reference, 0, false);
-    CHECK(ptx.steps == 60);
+    // (one_launch off: the layer-by-layer step, as train runs it without --dense-program.)
+    const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 64, KernelSource::Ptx, 0, false),
+                      twin = train_model_steps(data, "fc1024,fc1024,fc10", 64, KernelSource::Reference, 0, false);
+    CHECK(ptx.steps == 64);
     CHECK(ptx.step_losses == twin.step_losses);
     REQUIRE(ptx.params.size() == twin.params.size());
     CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);
     CHECK(ptx.step_losses.back() < ptx.step_losses.front());
+}
+
+TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc --max-steps 64 lists dense_wg_k for fc1 and fc2 on 9.0") {
+    const Dataset data = load_dataset(default_data_dir());  // (skips without MNIST, as train would fail)
+    const RunResult r = run_command(ptxlab_cmd("train --model fc1024,fc1024,fc10 --kernels tc --max-steps 64 --no-progress"));
+    INFO(r.output);
+    CHECK(r.code == 0);
+    const bool wgk = cnn_wgk_loaded(gpu().info());
+    CHECK((r.output.find("fc1     dense_wg_k") != std::string::npos) == wgk);
+    CHECK((r.output.find("fc2     dense_wg_k") != std::string::npos) == wgk);
+    CHECK(r.output.find("fc3     dense_wg_k") == std::string::npos);  // the output layer: fused_output
+}
+
+TEST_CASE("dense: dense_wg_k equals its twin bit for bit and float64 within its bound at verify's cases, skipped off 9.0") {
+    const unsigned seed = std::random_device{}();
+    INFO("seed ", seed);
+    const bool wgk = cnn_wgk_loaded(gpu().info());
+    size_t n = 0;
+    for (const VerifyCase& c : default_cases()) {
+        if (c.entry != "dense_wg_k") continue;
+        const CaseResult r = verify_one(c.entry, c.shape, KernelDirs::from_environment(), seed + unsigned(n++));
+        INFO(format_result(r));
+        if (wgk) {
+            CHECK(r.pass());
+            CHECK(r.elements > 0);
+            CHECK(r.skipped.empty());
+        } else {
+            CHECK(r.skipped.find("compute capability 9.0") != std::string::npos);
+            CHECK_FALSE(r.pass());
+        }
+    }
+    CHECK(n >= 20);
+    // The command: every case passes (exit 0) on 9.0; elsewhere they are named as skipped.
+    const RunResult v = run_command(ptxlab_cmd("verify --kernel dense_wg_k --seed 5"));
+    INFO(v.output);
+    CHECK(v.code == 0);
+    CHECK((v.output.find("skipped") != std::string::npos) == !wgk);
 }
 
 namespace {

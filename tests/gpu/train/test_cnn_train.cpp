@@ -333,11 +333,13 @@ TEST_CASE("cnn: --kernels tc runs the conv layers on the tensor cores, learns li
 }
 
 TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the first) match float64, the PTX its twins") {
-    // What `train --layers 784,64,32,10` runs: fused_forward x2, fused_output, fused_grad (the last
-    // two layers), fc_bwd_data, tc_grad_weights (the first layer, TF32 products).
+    // What `train --layers 784,64,32,10` runs: fused_forward x2 (on a device of compute capability
+    // 9.0 dense_wg_k x2: TF32 products), fused_output, fused_grad (the last two layers),
+    // fc_bwd_data, tc_grad_weights (the first layer, TF32 products).
     const Model m = parse_model("fc64,fc32,fc10");
-    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 16) ==
-          "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
+    const bool wgk = cnn_wgk_loaded(gpu().info());
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 16, Activation::Relu, false, wgk) ==
+          std::string(wgk ? "dense_wg_k" : "fused_forward") + " x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
     const unsigned B = 16;
     const auto [X, labels] = random_batch(B, 22);
     const std::vector<float> init = init_model_params(m, Init::Torch, 6);
@@ -349,7 +351,8 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
     std::vector<double> P(init.begin(), init.end()), X64(X.begin(), X.end()), g;
     model_loss_grad64(m, P, r, X64, labels, B, &g);
     // fc1's gradient has TF32 products (2^-10 relative each): within 2e-3 of the largest |g| of
-    // that layer; the other layers' (FP32) within 1e-4 of the largest |g| overall.
+    // that layer; the other layers' (FP32) within 1e-4 of the largest |g| overall, or with the
+    // forward passes on dense_wg_k (TF32 truncation, 2^-9 a product, in every activation) 4e-3.
     const LayerSpec& fc1 = m.layers[0];
     double gmax = 0, gmax1 = 0, err = 0, err1 = 0;
     for (size_t i = 0; i < g.size(); ++i) {
@@ -360,8 +363,8 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
         (first ? err1 : err) = std::max(first ? err1 : err, e);
     }
     MESSAGE("fc1: largest gradient ", gmax1, ", largest error ", err1, "; the rest: ", gmax, ", ", err);
-    CHECK(err1 <= 2e-3 * gmax1);
-    CHECK(err <= 1e-4 * gmax);
+    CHECK(err1 <= (wgk ? 4e-3 : 2e-3) * gmax1);
+    CHECK(err <= (wgk ? 4e-3 : 1e-4) * gmax);
     // A planted slip in that path is seen: the gradient of fc1 taken in FP32 instead (the Fused
     // design: dense_mm) differs in its bits from the tc run.
     TrainConfig fp32 = cfg;
