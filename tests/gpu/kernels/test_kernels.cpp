@@ -66,6 +66,20 @@ void check_both_sets(const std::string& entry, const std::vector<unsigned>& shap
 // The last number of the forward and delta kernels' shapes is the activation code (recipe.hpp
 // act_code: 0 relu, 1 leaky-relu, 2 tanh, 3 sigmoid, 4 gelu); grad2, grad3 and fused_output's
 // number before it the loss code: 0 y - t, 1 softmax(y) - t.
+namespace {
+// A planted one-launch step at `shape`: verify catches it, every output is written, and the first
+// mismatch is the buffer `first` names (e.g. "W1[": the outputs listed before it are right).
+void check_first_mismatch(const std::string& entry, std::vector<unsigned> shape, const KernelDirs& dirs,
+                          const char* first) {
+    CaseResult r = verify_one(entry, std::move(shape), dirs);
+    INFO(format_result(r));
+    check_planted_caught(r);
+    CHECK(r.unwritten_ptx == 0);
+    REQUIRE_FALSE(r.mismatches.empty());
+    CHECK(r.mismatches[0].find(first) == 0);
+}
+}  // namespace
+
 TEST_CASE("kernels: forward2, both sets, every activation") {
     for (unsigned act = 0; act <= kActGelu; ++act) {
         CAPTURE(act);
@@ -459,12 +473,8 @@ TEST_CASE("kernels: a fused_step NAdam step without its gradient term is caught 
     KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
     for (unsigned loss : {0u, 1u}) {
         CAPTURE(loss);
-        CaseResult r = verify_one("fused_step", {64, 784, 128, 10, loss, 6, 0}, bad);
-        INFO(format_result(r));
-        check_planted_caught(r);
-        CHECK(r.unwritten_ptx == 0);
-        REQUIRE_FALSE(r.mismatches.empty());
-        CHECK(r.mismatches[0].find("W1[") == 0);  // A and Y, listed before the parameters, are right
+        // A and Y, listed before the parameters, are right.
+        check_first_mismatch("fused_step", {64, 784, 128, 10, loss, 6, 0}, bad, "W1[");
     }
     CaseResult ok = verify_one("fused_step", {64, 784, 128, 10, 1, 3, 0}, bad);
     INFO(format_result(ok));
@@ -482,21 +492,11 @@ TEST_CASE("kernels: a NAdam optimizer_update without its gradient term is caught
     const PlantedKernel planted = plant("optimizer_update_nadam_without_gradient_term");
     KernelDirs bad = KernelDirs::from_ptx_dir(planted.dir());
     for (const std::vector<unsigned>& shape : {std::vector<unsigned>{64, 784, 128, 10, 1, 6}, {5, 13, 9, 3, 0, 6}}) {
-        CaseResult r = verify_one("tc_step", shape, bad);
-        INFO(format_result(r));
-        check_planted_caught(r);
-        CHECK(r.unwritten_ptx == 0);
-        REQUIRE_FALSE(r.mismatches.empty());
-        CHECK(r.mismatches[0].find("W1[") == 0);
+        check_first_mismatch("tc_step", shape, bad, "W1[");
     }
     for (unsigned loss : {0u, 1u}) {
         CAPTURE(loss);
-        CaseResult r = verify_one("fused_step", {64, 784, 128, 10, loss, 6, 0}, bad);
-        INFO(format_result(r));
-        check_planted_caught(r);
-        CHECK(r.unwritten_ptx == 0);
-        REQUIRE_FALSE(r.mismatches.empty());
-        CHECK(r.mismatches[0].find("b1[") == 0);
+        check_first_mismatch("fused_step", {64, 784, 128, 10, loss, 6, 0}, bad, "b1[");
     }
     CaseResult ok = verify_one("tc_step", {64, 784, 128, 10, 1, 3}, bad);
     INFO(format_result(ok));
