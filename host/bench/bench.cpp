@@ -313,6 +313,7 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
             KernelSet ks(k.source, ctx.info(), opt.dirs, cnn_training_entries(cfg.optim, conv_kernels_of(k)));
             CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
             CnnActs a(m, kCnnBatch);
+            a.keep_transposes(m, ks, conv_kernels_of(k));  // as train's step: W^T for dense_wg_k's deltas
             const StepInputs in(X, T, cfg.optim);
             Graph g(s, [&] {
                 for (unsigned i = 0; i < kCnnChunk; ++i)

@@ -40,6 +40,14 @@ DenseWgkArgs densewgk_forward_args(unsigned B, unsigned I, unsigned O, CUdevicep
     return a;
 }
 
+DenseWgkArgs densewgk_deltas_args(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dZ, CUdeviceptr Wt,
+                                  CUdeviceptr Yb) {
+    DenseWgkArgs a;
+    a.C = dX, a.A = dZ, a.B = Wt, a.mask = Yb;
+    a.M = B, a.N = I, a.K = O;
+    return a;
+}
+
 DenseWgkPlan densewgk_plan(unsigned M, unsigned N, unsigned K, unsigned sms, unsigned force_ranks) {
     DenseWgkPlan p;
     p.tiles_m = div_up(std::max(M, 1u), kDenseWgkTileM);
@@ -90,7 +98,14 @@ void launch_dense_wg_k(const Kernel& k, const DenseWgkArgs& a, CUstream s, bool 
     const CUtensorMap tmB = encode_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a.B, a.N, a.K, uint64_t(a.K) * 4,
                                                  kDenseWgkTileN, kDenseWgkKTile, true);
     k.launch_cluster_2d(p.grid_x, p.grid_y, kDenseWgkBlock, p.ranks, kDenseWgkSmem, overlap, s, a.C, a.A, a.B, a.bias,
-                        tmA, tmB, a.M, a.N, a.K, p.ranks, a.flags());
+                        a.mask, tmA, tmB, a.M, a.N, a.K, p.ranks, a.flags());
+}
+
+void launch_transpose32(const Kernel& k, CUdeviceptr out, CUdeviceptr in, unsigned R, unsigned C, CUstream s) {
+    const uint64_t blocks = uint64_t(div_up(R, kTransposeTile)) * div_up(C, kTransposeTile);
+    if (blocks > 0x7fffffffu)
+        PTXLAB_THROW(InputError, "transpose32 takes up to 2^31 - 1 tiles of 32 x 32, not {} ({} x {})", blocks, R, C);
+    k.launch(static_cast<unsigned>(blocks), kTransposeBlock, s, out, in, R, C);
 }
 
 double densewgk_sum_bound(unsigned K, unsigned ranks) {

@@ -4,6 +4,8 @@
 // tile's K split over a thread-block cluster of R = 1, 2, 4 or 8 blocks joined in rank order
 // through DSMEM. Shared by verify, bench and the model trainer (the tc set's hidden fc layers at
 // small batch, cnn_ops.hpp). The PTX header explains the pipeline, the join and the sum's order.
+// With a mask Y [M][N] each output where !(Y > 0) becomes +0: a layer's deltas to its input,
+// dX = dZ W as A = dZ [B][O], B = W^T [I][O], masked by the ReLU output below (densewgk_deltas_args).
 //
 // The bound of one output (densewgk_bound), with S = sum_k |a_k b_k| over the float inputs, z the
 // exact sum, u = 2^-24:
@@ -38,18 +40,26 @@ inline constexpr unsigned kDenseWgkSmem = 197760;   // eight stages, the barrier
 inline constexpr unsigned kDenseWgkMaxRanks = 8;    // the portable cluster size
 inline constexpr unsigned kDenseWgkMaxM = 65535u * kDenseWgkTileM;  // grid.y = ceil(M / 64) <= 65535
 inline constexpr unsigned kDenseWgkMaxNK = 0x7fffff00u;  // N, K: the copies' signed 32-bit coordinates
-inline constexpr unsigned kDenseWgkFlagRelu = 1, kDenseWgkFlagBias = 2;  // the kernel's flags
+inline constexpr unsigned kDenseWgkFlagRelu = 1, kDenseWgkFlagBias = 2, kDenseWgkFlagMask = 4;  // the kernel's flags
 
-// One product: C [M][N] = relu?(A [M][K] B [N][K]^T + bias), rows contiguous (strides K, K, N).
+// One product: C [M][N] = mask?(relu?(A [M][K] B [N][K]^T + bias)), rows contiguous (strides K, K,
+// N; the mask's N).
 struct DenseWgkArgs {
     CUdeviceptr C = 0, A = 0, B = 0, bias = 0;  // bias 0: none
+    CUdeviceptr mask = 0;                       // Y [M][N]: +0 where !(Y > 0); 0: none
     unsigned M = 0, N = 0, K = 0;
     bool relu = false;
-    unsigned flags() const { return (relu ? kDenseWgkFlagRelu : 0u) | (bias ? kDenseWgkFlagBias : 0u); }
+    unsigned flags() const {
+        return (relu ? kDenseWgkFlagRelu : 0u) | (bias ? kDenseWgkFlagBias : 0u) | (mask ? kDenseWgkFlagMask : 0u);
+    }
 };
 // A hidden layer's forward pass: Y [B][O] = relu?(X [B][I] W [O][I]^T + b).
 DenseWgkArgs densewgk_forward_args(unsigned B, unsigned I, unsigned O, CUdeviceptr X, CUdeviceptr W, CUdeviceptr b,
                                    CUdeviceptr Y, bool relu);
+// A layer's deltas to its input: dX [B][I] = dZ [B][O] W [O][I], from Wt = W^T [I][O] (a transposed
+// copy), each output +0 where !(Yb > 0) when Yb (the ReLU output of the layer below) is given.
+DenseWgkArgs densewgk_deltas_args(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dZ, CUdeviceptr Wt,
+                                  CUdeviceptr Yb);
 
 // The grid: (ranks * tiles_n, tiles_m) blocks, clusters of `ranks` along x. The k tiles
 // nk = ceil(K/32) go per_rank = ceil(nk / ranks) a rank, in rank order (the last ranks may have
@@ -77,6 +87,12 @@ std::string densewgk_unfit(const DenseWgkArgs& a, int cc_major, int cc_minor);
 // N x K in 128 x 32, 128-byte swizzle, zero fill), the shared memory opt-in, the cluster launch;
 // ranks 0: densewgk_plan's choice on this device; overlap: a programmatic dependent launch.
 void launch_dense_wg_k(const Kernel& k, const DenseWgkArgs& a, CUstream s, bool overlap = false, unsigned ranks = 0);
+
+// transpose32 (ptx/hopper/transpose.ptx): out [C][R] = in [R][C]^T, a pure copy; 32 x 32 tiles, one
+// block of 256 threads each, ceil(R / 32) * ceil(C / 32) blocks. The model trainer keeps W^T of each
+// layer whose deltas run on dense_wg_k (TF32 wgmma takes only K-major operands).
+inline constexpr unsigned kTransposeTile = 32, kTransposeBlock = 256;
+void launch_transpose32(const Kernel& k, CUdeviceptr out, CUdeviceptr in, unsigned R, unsigned C, CUstream s);
 
 // The sum's bound as a fraction of S = sum |a b| (items 1-3 above) under `ranks` ranks.
 double densewgk_sum_bound(unsigned K, unsigned ranks);

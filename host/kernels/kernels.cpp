@@ -106,9 +106,12 @@ const std::vector<KernelSpec>& kernel_specs() {
         // X T P M V A Y hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
         // (whole MLP steps in one 16-block cluster, TF32 mma.sync: tcstep.hpp)
         {"tc_step", "tcstep", {P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F}},
-        // C A B bias | tmA tmB | M N K ranks flags   (densewgk.hpp: a dense layer's forward product for
+        // C A B bias Y | tmA tmB | M N K ranks flags   (densewgk.hpp: a dense layer's forward product for
         // few rows on wgmma TF32 fed by TMA, K split over a cluster; sm_90a code: compute capability 9.0 only)
-        {"dense_wg_k", "hopper/densewgk", {P, P, P, P, T, T, U, U, U, U, U}, 90},
+        {"dense_wg_k", "hopper/densewgk", {P, P, P, P, P, T, T, U, U, U, U, U}, 90},
+        // out in | R C   (densewgk.hpp: W^T for dense_wg_k's deltas; sm_90 code, loaded beside
+        // dense_wg_k alone, on the same devices)
+        {"transpose32", "hopper/transpose", {P, P, U, U}, 90},
     };
     return specs;
 }
@@ -123,7 +126,8 @@ const KernelSpec& kernel_spec(std::string_view entry) {
 
 std::string kernel_arch_unfit(const KernelSpec& spec, int cc_major, int cc_minor) {
     if (spec.only_cc == 0 || spec.only_cc == cc_major * 10 + cc_minor) return {};
-    return fmt::format("'{}' ({}.ptx) is sm_{}a code: it runs only on a device of compute capability {}.{}, not {}.{}",
+    return fmt::format("'{}' ({}.ptx) is sm_{}a code or used only beside it: it runs only on a device of compute "
+                       "capability {}.{}, not {}.{}",
                        spec.entry, spec.file, spec.only_cc, spec.only_cc / 10, spec.only_cc % 10, cc_major, cc_minor);
 }
 

@@ -59,6 +59,12 @@ public:
                      unsigned) override {
         record(kDeltas, fc_bwd_data_kernel(B, I, O, tc_));
     }
+    bool fc_deltas(const FcDeltas& d) override {  // KernelOps' rule
+        const std::string k = fc_deltas_kernel(d, tc_, wgk_);
+        record(kDeltas, k);
+        return k == "dense_wg_k" && d.Yb != 0;
+    }
+    void transpose_weights(unsigned, unsigned, CUdeviceptr, CUdeviceptr) override { record(kDeltas, "transpose32"); }
     void act_fwd(unsigned, CUdeviceptr, CUdeviceptr, unsigned) override { record(kForward, "act_fwd"); }
     void act_bwd(unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
         record(kDeltas, "act_bwd");
@@ -89,9 +95,12 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
         b.idx.push_back(CUdeviceptr(0x1000 * (3 * l + 2)));
         if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
         b.z.push_back(CUdeviceptr(0x100000 + 0x1000 * l));
+        const bool wt = keeps_transposed_weights(m, l, B, conv == ConvKernels::Tc, wgk);
+        b.wt.push_back(wt ? CUdeviceptr(0x200000 + 0x1000 * l) : 0);
     }
     b.running = 0x400;
     b.params = 0x1000000;  // 16-byte aligned as an allocation: each layer's W as aligned as in a run
+    cnn_transpose_weights(ops, m, b);
     cnn_forward(ops, m, b, 0x100, 0x200, 0x300, 0);
     cnn_backward(ops, m, b, 0x100, 1.0f);
     return ops;

@@ -9,6 +9,7 @@
 #include "tc.hpp"
 #include "tcconv.hpp"
 #include "tcwgrad.hpp"
+#include "train_cnn.hpp"
 
 namespace ptxlab::cnn_detail {
 
@@ -63,6 +64,26 @@ inline const char* fc_forward_kernel(const FusedArgs& a, bool tc, bool wgk = fal
 }
 inline const char* fc_bwd_data_kernel(unsigned B, unsigned I, unsigned O, bool tc) {
     return tc && densetc_product(B, I) ? "dense_tc" : ptxlab::fc_bwd_data_kernel(I, O);
+}
+// The tc set keeps W^T of fc layer l over another fc layer (its deltas go to that layer) for
+// dense_wg_k, which takes only K-major operands: dX = dZ W as A = dZ [B][O], B = W^T [I][O], K = O,
+// so O % 4 == 0 (TMA's rows of 4 O bytes); below dense_tc's size; where dense_wg_k is loaded.
+// Over a pool or a conv the deltas stay on fc_bwd_data: the CNN's fc1 (3136 -> 128, over pool2) on
+// dense_wg_k made its step 4 us slower on an H100 (111.8 -> 115.9; BENCHMARKS.md).
+inline bool keeps_transposed_weights(const Model& m, size_t l, unsigned B, bool tc, bool wgk) {
+    const LayerSpec& ly = m.layers[l];
+    return tc && wgk && l >= 1 && ly.kind == LayerKind::Fc && m.layers[l - 1].kind == LayerKind::Fc &&
+           ly.width % 4 == 0 && !densetc_product(B, static_cast<unsigned>(ly.in.size()));
+}
+// Which kernel runs an fc layer's deltas (FcDeltas): dense_wg_k where the step keeps W^T, dY is
+// dL/dZ already (dy_masked, or no activation) and the operands fit it (densewgk_unfit: 16-byte
+// aligned, O % 4 == 0); else fc_bwd_data_kernel's (which masks dY itself). 64 x 1024 from
+// 1024 on an H100: dense_wg_k 5.5 us, dense_mm 17.
+inline const char* fc_deltas_kernel(const FcDeltas& d, bool tc, bool wgk) {
+    if (tc && wgk && d.Wt && (d.act == 0 || d.dy_masked) && !densetc_product(d.B, d.I) &&
+        densewgk_unfit(densewgk_deltas_args(d.B, d.I, d.O, d.dX, d.dY, d.Wt, d.Yb), 9, 0).empty())
+        return "dense_wg_k";
+    return fc_bwd_data_kernel(d.B, d.I, d.O, tc);
 }
 
 }  // namespace ptxlab::cnn_detail

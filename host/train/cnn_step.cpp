@@ -229,6 +229,17 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
                m.layers[l - 2].kind == LayerKind::Conv && ops.pools_in_conv_bwd(d);
     };
     size_t pool_done = L;  // the pool whose backward a conv's launch ran (L: none)
+    // dz[l]: delta[l] holds dL/dZ already (the deltas launch above masked it: FcDeltas' Yb), as
+    // does delta[L-2] with ReLU (fused_output applied the mask).
+    std::vector<bool> dz(L, false);
+    if (L >= 2) dz[L - 2] = relu;
+    // The ReLU output below layer l where its deltas may mask themselves: an activated conv or fc
+    // (a pool, a bn and an unactivated layer apply or need no mask of their own there).
+    auto relu_below = [&](size_t l) -> CUdeviceptr {
+        const LayerSpec& below = m.layers[l - 1];
+        const bool own = below.kind == LayerKind::Fc || below.kind == LayerKind::Conv;
+        return relu && own && below.activation ? b.out[l - 1] : 0;
+    };
     ops.begin_layer(L - 1);
     backward_last(ops, m, b, X, scale, fc_pair);
     for (size_t l = L - 1; l-- > 0;) {
@@ -252,7 +263,13 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
                 ops.conv_bwd_weights(d, b.grads + ly.weight_offset * 4, b.grads + ly.bias_offset * 4, input_of(l), dY,
                                      b.out[l], act, scale);
             if (l > 0 && ly.kind == LayerKind::Fc) {
-                ops.fc_bwd_data(b.B, d.C, d.K, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
+                FcDeltas fd;
+                fd.B = b.B, fd.I = d.C, fd.O = d.K, fd.act = act;
+                fd.dX = dX, fd.dY = dY, fd.Y = b.out[l], fd.W = b.params + ly.weight_offset * 4;
+                fd.Wt = l < b.wt.size() ? b.wt[l] : 0;
+                fd.Yb = relu_below(l);
+                fd.dy_masked = dz[l];
+                dz[l - 1] = ops.fc_deltas(fd);
             } else if (pool_in_conv_bwd(l, d)) {  // the pool's Yp as its own pass would take it
                 const LayerSpec& pool = m.layers[l - 1];
                 const PoolBelow pb{b.idx[l - 1], relu && masked_by_pool(l - 2) ? b.out[l - 1] : 0, pool.in.h, pool.in.w};
@@ -262,6 +279,15 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
                 ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
             }
         }
+    }
+}
+
+void cnn_transpose_weights(CnnOps& ops, const Model& m, const CnnBuffers& b) {
+    for (size_t l = 0; l < m.layers.size() && l < b.wt.size(); ++l) {
+        if (!b.wt[l]) continue;
+        const LayerSpec& ly = m.layers[l];
+        ops.begin_layer(l);
+        ops.transpose_weights(ly.width, static_cast<unsigned>(ly.in.size()), b.wt[l], b.params + ly.weight_offset * 4);
     }
 }
 

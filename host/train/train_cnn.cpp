@@ -79,7 +79,7 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
     std::vector<std::string> v = cnn_forward_entries(conv);
     v.push_back("conv_bwd_data");
     if (conv == ConvKernels::Tc)
-        for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights"}) v.push_back(e);
+        for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights", "transpose32"}) v.push_back(e);
     for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "bn_bwd", "gather"})
         v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
@@ -128,6 +128,17 @@ CnnActs::CnnActs(const Model& m, unsigned B_, Activation act_) : B(B_), act(act_
         if (i + 1 < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} deltas", l.name));
     }
     D2 = DeviceBuffer(size_t(B) * kClasses * 4, "output deltas");
+}
+
+void CnnActs::keep_transposes(const Model& m, const KernelSet& ks, ConvKernels conv) {
+    if (!wt.empty()) return;
+    const bool tc = conv == ConvKernels::Tc, wgk = ks.has("dense_wg_k") && ks.has("transpose32");
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+        const LayerSpec& ly = m.layers[l];
+        wt.emplace_back(cnn_detail::keeps_transposed_weights(m, l, B, tc, wgk)
+                            ? DeviceBuffer(ly.weight_count() * 4, fmt::format("{} W^T", ly.name))
+                            : DeviceBuffer());
+    }
 }
 
 ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B) { return kernel_dims(l, B); }
@@ -224,6 +235,14 @@ public:
         if (k == "dense_tc") return launch_dense_tc(ks_.get(k), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
         launch_dense_mm(ks_.get("dense_mm"), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
     }
+    bool fc_deltas(const FcDeltas& d) override {
+        if (std::string(fc_deltas_kernel(d, tc_, wgk_)) != "dense_wg_k") return CnnOps::fc_deltas(d);
+        launch_dense_wg_k(ks_.get("dense_wg_k"), densewgk_deltas_args(d.B, d.I, d.O, d.dX, d.dY, d.Wt, d.Yb), s_);
+        return d.Yb != 0;
+    }
+    void transpose_weights(unsigned O, unsigned I, CUdeviceptr Wt, CUdeviceptr W) override {
+        launch_transpose32(ks_.get("transpose32"), Wt, W, O, I, s_);
+    }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         launch_act_fwd(ks_.get("act_fwd"), n, A, Z, code, s_);
     }
@@ -272,6 +291,7 @@ CnnBuffers buffers_of(const CnnParams& p, const CnnActs& a) {
     b.running = p.running.bytes() ? p.running.ptr() : 0;
     for (const DeviceBuffer& d : a.delta) b.delta.push_back(d.ptr());
     for (const DeviceBuffer& z : a.z) b.z.push_back(z.bytes() ? z.ptr() : 0);
+    for (const DeviceBuffer& t : a.wt) b.wt.push_back(t.bytes() ? t.ptr() : 0);
     for (size_t l = 0; l < a.out.size(); ++l) {
         b.out.push_back(a.out[l].ptr());
         b.idx.push_back(a.idx[l].ptr());
@@ -302,7 +322,23 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
     // With side streams (cfg.overlap), the main chain goes first where both have blocks waiting.
     std::optional<ScopedLaunchPriority> first;
     if (cfg.overlap) first.emplace(ScopedLaunchPriority::greatest());
+    // W^T of the layers whose deltas run on dense_wg_k, from this step's W: beside the forward
+    // pass on a side stream (cfg.overlap), which the backward pass then waits for.
+    const bool transposes = std::any_of(a.wt.begin(), a.wt.end(), [](const DeviceBuffer& t) { return t.bytes(); });
+    if (transposes) {
+        CUstream t = s;
+        if (cfg.overlap) {
+            a.side.fork.record(s);
+            t = a.side.stream[0].get();
+            CU(cuStreamWaitEvent, t, a.side.fork.get(), 0);
+        }
+        ScopedLaunchPriority least(0);
+        KernelOps ops(ks, t, conv);
+        cnn_transpose_weights(ops, m, buffers_of(p, a));
+        if (cfg.overlap) a.side.wt_ready.record(t);
+    }
     enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s, conv);
+    if (transposes && cfg.overlap) CU(cuStreamWaitEvent, s, a.side.wt_ready.get(), 0);
     enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s, conv, cfg.overlap,
                          cfg.pool_bwd_in_conv);
     launch_optimizer(ks, cfg.optim, p.params.ptr(), p.grads.ptr(), p.m_ptr(cfg.optim), p.v_ptr(cfg.optim), hyp,
@@ -394,6 +430,7 @@ public:
     std::vector<StepKernel> step_kernels(const KernelSet& ks, const StepIO& io) override;
     StepKernel dense_program_kernel(const KernelSet& ks, const StepIO& io);
     void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s) override {
+        keep_transposes(ks);
         for (unsigned j = 0; j < steps; ++j) {
             const StepIO io = first.next(j);
             if (dense_) dense_->enqueue(ks, io.X, io.T, io.Y, io.hyp, s);
@@ -401,7 +438,12 @@ public:
         }
     }
     void prepare_steps(const KernelSet& ks, const StepIO& first, unsigned steps) override {
+        keep_transposes(ks);  // allocations: outside a graph's capture
         if (dense_) dense_->prepare(ks, first, steps);
+    }
+    // The W^T buffers of dense_wg_k's deltas, once the step's KernelSet is known (tc, dense_wg_k loaded).
+    void keep_transposes(const KernelSet& ks) {
+        if (!dense_) a_.keep_transposes(m_, ks, conv_);
     }
     std::vector<const DeviceBuffer*> state() const override {
         std::vector<const DeviceBuffer*> v = {&p_.params};
@@ -499,6 +541,14 @@ public:
                      unsigned act) override {
         add(fc_bwd_data_kernel(B, I, O, tc_), {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
     }
+    bool fc_deltas(const FcDeltas& d) override {
+        const std::string k = fc_deltas_kernel(d, tc_, wgk_);
+        add(k, {d.dX}, [=](KernelOps& ops) { ops.fc_deltas(d); });
+        return k == "dense_wg_k" && d.Yb != 0;
+    }
+    void transpose_weights(unsigned O, unsigned I, CUdeviceptr Wt, CUdeviceptr W) override {
+        add("transpose32", {}, [=](KernelOps& k) { k.transpose_weights(O, I, Wt, W); });
+    }
     void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         add("act_fwd", {A}, [=](KernelOps& k) { k.act_fwd(n, A, Z, code); });
     }
@@ -558,8 +608,10 @@ std::vector<StepKernel> ModelProgram::step_kernels(const KernelSet& ks, const St
     if (dense_) {
         v.push_back(dense_program_kernel(ks, io));
     } else {
+        keep_transposes(ks);
         StepKernelOps ops(ks, conv_, *this, io, v);
         const CnnBuffers b = buffers_of(p_, a_);
+        cnn_transpose_weights(ops, m_, b);
         cnn_forward(ops, m_, b, io.X, io.T, io.Y, loss_code(cfg_.loss));
         cnn_backward(ops, m_, b, io.X, grad_scale(cfg_.loss, io.B, kClasses));
     }

@@ -119,6 +119,7 @@ struct CnnSideStream {
     Stream stream[kStreams];
     Event fork{CU_EVENT_DISABLE_TIMING};
     Event join[kStreams] = {Event(CU_EVENT_DISABLE_TIMING), Event(CU_EVENT_DISABLE_TIMING)};
+    Event wt_ready{CU_EVENT_DISABLE_TIMING};  // the step's W^T copies (stream[0]) are done
 };
 
 // The per-batch buffers of a model at batch size B: each layer's output, the pool argmaxes,
@@ -136,8 +137,15 @@ struct CnnActs {
     // z[l]: a conv or hidden fc layer's pre-activations Z where act.ptx applies the activation
     // (an activation other than ReLU; else empty buffers).
     std::vector<DeviceBuffer> z;
+    // wt[l]: W^T [I][O] of an fc layer whose deltas run on dense_wg_k (cnn_ops.hpp
+    // keeps_transposed_weights), copied from W at the start of every step; empty buffers elsewhere,
+    // or none at all until keep_transposes (the tc set where dense_wg_k is loaded).
+    std::vector<DeviceBuffer> wt;
     mutable CnnSideStream side;  // ordering only: launches on it change no buffer of this struct
     CnnActs(const Model& m, unsigned B, Activation act = Activation::Relu);
+    // Allocates wt for the layers keeps_transposed_weights names with the step's kernels (once;
+    // outside a graph's capture): the tc set (conv) where ks loads dense_wg_k and transpose32.
+    void keep_transposes(const Model& m, const KernelSet& ks, ConvKernels conv);
 };
 
 // ---- The step's data flow, apart from what runs it ----
@@ -152,7 +160,18 @@ struct CnnBuffers {
     CUdeviceptr params = 0, grads = 0, D2 = 0, running = 0;
     bool train = true;
     std::vector<CUdeviceptr> out, idx, delta, z;
+    std::vector<CUdeviceptr> wt;  // W^T of layer l for its deltas (0 or missing: none; CnnActs::wt)
     Activation act = Activation::Relu;
+};
+// An fc layer's deltas to its input: dX [B][I] from dY, Y ([B][O]) and W [O][I] with act (0 none,
+// 1 ReLU: dY masked where Y <= 0), as fc_bwd_data; where the kernels can, from Wt = W^T [I][O]
+// (not 0: the step keeps it) on dense_wg_k, which does not mask dY: there dY must already be
+// dL/dZ (dy_masked, or act 0), and it masks dX by Yb (not 0: the ReLU output of the layer
+// below), so that dX leaves as that layer's dL/dZ.
+struct FcDeltas {
+    unsigned B = 0, I = 0, O = 0, act = 0;
+    CUdeviceptr dX = 0, dY = 0, Y = 0, W = 0, Wt = 0, Yb = 0;
+    bool dy_masked = false;
 };
 // A bn layer's launches (bn.hpp launch_bn_fwd / launch_bn_bwd): bn_fwd reads X, gamma, beta
 // (and running in evaluation) and writes Y, stats and running (training); bn_bwd reads dY, Y, X,
@@ -204,6 +223,17 @@ struct CnnOps {
     // An fc layer's deltas back to its input (ptx/fc.ptx): dX[B][I] from dY, Y ([B][O]) and W[O][I].
     virtual void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y,
                              CUdeviceptr W, unsigned act) = 0;
+    // The same as the step issues it (FcDeltas); returns whether dX left masked by d.Yb (then the
+    // next layer's deltas may take it as dL/dZ). By default fc_bwd_data, unmasked (the float64
+    // data flow: the same gradients).
+    virtual bool fc_deltas(const FcDeltas& d) {
+        fc_bwd_data(d.B, d.I, d.O, d.dX, d.dY, d.Y, d.W, d.act);
+        return false;
+    }
+    // W^T [I][O] from W [O][I] (transpose32), for fc_deltas' Wt; by default nothing.
+    virtual void transpose_weights(unsigned O, unsigned I, CUdeviceptr Wt, CUdeviceptr W) {
+        (void)O, (void)I, (void)Wt, (void)W;
+    }
     // Batch normalization of X [B][C][HW] and the activation (bn.hpp: act 0 ReLU, 5 none).
     virtual void bn_fwd(const BnArgs& a) = 0;
     virtual void bn_bwd(const BnArgs& a) = 0;
@@ -220,6 +250,8 @@ ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B);
 void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
                  unsigned loss_code);
 void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale);
+// Before the forward pass: each b.wt[l] (not 0) = W^T of layer l (W changes only in the optimizer).
+void cnn_transpose_weights(CnnOps& ops, const Model& m, const CnnBuffers& b);
 
 // The launches of one step (or a forward pass), on stream s. X and T: the batch's images and
 // one-hot targets; Y: where the logits go ([B][10]); hyp: this step's StepHyper record. The

@@ -4,14 +4,15 @@
 // rank q = 0 .. R-1 in order, the partial P_q is a chain of mma.sync.m16n8k8 tf32 steps onto +0
 // over rank q's k tiles [q per, min(q per + per, nk)) (per = ceil(nk / R), nk = ceil(K / 32)),
 // four k8 steps a tile, k past K read as +0 (the kernel's zero fill); S = P_0, then
-// S = add.rn(S, P_q) for q >= 1; then add.rn of the bias and max with +0. The operands are the raw
+// S = add.rn(S, P_q) for q >= 1; then add.rn of the bias, max with +0 and the mask (+0 where
+// !(Y > 0)), each as the flags ask. The operands are the raw
 // FP32 bits with the low 13 cleared (tf32 truncation: what the tensor core reads of a raw FP32
 // .tf32 element). One mma.sync k8 step gives the bits of one wgmma k8 step (densewgk.ptx's
 // header), so the twin equals the kernel bit for bit.
 #include "wg.cuh"
 
 extern "C" __global__ void dense_wg_k(float* C, const float* A, const float* B, const float* bias,
-                                      const TensorMap tmA, const TensorMap tmB, unsigned M, unsigned N,
+                                      const float* Y, const TensorMap tmA, const TensorMap tmB, unsigned M, unsigned N,
                                       unsigned K, unsigned ranks, unsigned flags)
 {
     // Programmatic dependent launch, as in the PTX (NVRTC has no CUDA C spelling of it).
@@ -37,6 +38,6 @@ extern "C" __global__ void dense_wg_k(float* C, const float* A, const float* B, 
                 mma_tf32(p, a_at(r0, k), a_at(r1, k), a_at(r0, k + 4), a_at(r1, k + 4), b_at(nb + g, k), b_at(nb + g, k + 4));
             for (unsigned e = 0; e < 4; ++e) s[e] = rq == 0 ? p[e] : __fadd_rn(s[e], p[e]);
         }
-        store_tile(C, bias, s, r0, nb + 2 * q, M, N, flags);
+        store_tile(C, bias, s, r0, nb + 2 * q, M, N, flags, Y);
     }
 }

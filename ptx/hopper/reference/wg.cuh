@@ -23,15 +23,16 @@ __device__ __forceinline__ void mma_tf32(float* c, unsigned a0, unsigned a1, uns
 
 // The epilogue of a lane's 16 x 8 tile: c0, c1 at row r0, columns n, n + 1 (n = the tile's first
 // column + 2q); c2, c3 at row r0 + 8. v = add.rn(c, bias[col]) with flags bit 1, max(v, +0) with
-// bit 0; nothing outside [M][N].
+// bit 0, +0 where !(Y[row][col] > 0) with bit 2 (dense_wg_k's mask); nothing outside [M][N].
 __device__ __forceinline__ void store_tile(float* C, const float* bias, const float c[4], unsigned r0, unsigned n,
-                                           unsigned M, unsigned N, unsigned flags)
+                                           unsigned M, unsigned N, unsigned flags, const float* Y = nullptr)
 {
     for (unsigned e = 0; e < 4; ++e) {
         const unsigned row = e < 2 ? r0 : r0 + 8, col = n + e % 2;
         if (row >= M || col >= N) continue;
         float v = (flags & 2u) ? __fadd_rn(c[e], bias[col]) : c[e];
         if (flags & 1u) v = fmaxf(v, 0.0f);
+        if ((flags & 4u) && !(Y[(size_t)row * N + col] > 0.0f)) v = 0.0f;
         C[(size_t)row * N + col] = v;
     }
 }

@@ -165,11 +165,12 @@ TEST_CASE("densewgk: verify's shapes, its float64 reference and its registry ent
                          InputError);
     CHECK_THROWS_WITH_AS(validate_case({"dense_wg_k", {64, 1024, 784, 3, 3}}), doctest::Contains("1, 2, 4 or 8"),
                          InputError);
-    CHECK_THROWS_WITH_AS(validate_case({"dense_wg_k", {64, 1024, 784, 0, 4}}), doctest::Contains("flags"), InputError);
+    CHECK_NOTHROW(validate_case({"dense_wg_k", {64, 1024, 784, 0, 7}}));
+    CHECK_THROWS_WITH_AS(validate_case({"dense_wg_k", {64, 1024, 784, 0, 8}}), doctest::Contains("flags"), InputError);
     CHECK_THROWS_AS(validate_case({"dense_wg_k", {0, 1024, 784, 0, 3}}), InputError);
     const KernelSpec& spec = kernel_spec("dense_wg_k");
     CHECK(spec.file == "hopper/densewgk");
-    CHECK(spec.signature() == "(.u64, .u64, .u64, .u64, .b8[128], .b8[128], .u32, .u32, .u32, .u32, .u32)");
+    CHECK(spec.signature() == "(.u64, .u64, .u64, .u64, .u64, .b8[128], .b8[128], .u32, .u32, .u32, .u32, .u32)");
     CHECK(kernel_arch_unfit(spec, 9, 0).empty());
     CHECK(kernel_arch_unfit(spec, 10, 0).find("compute capability 9.0") != std::string::npos);
     CHECK(kernel_arch_unfit(kernel_spec("dense_tc"), 10, 0).empty());
@@ -184,23 +185,25 @@ TEST_CASE("densewgk: verify's shapes, its float64 reference and its registry ent
     for (unsigned n : {1u, 10u, 127u, 128u, 129u, 1024u}) CHECK(Ns.count(n));
     for (unsigned k : {4u, 36u, 784u, 1024u}) CHECK(Ks.count(k));
     for (unsigned r : {1u, 2u, 4u, 8u}) CHECK(Rs.count(r));
-    for (unsigned f : {0u, 1u, 2u, 3u}) CHECK(Fs.count(f));
-    // The reference: relu?(A B^T + bias) by the flags.
-    for (unsigned flags = 0; flags < 4; ++flags) {
+    for (unsigned f : {0u, 1u, 2u, 3u, 4u, 7u}) CHECK(Fs.count(f));
+    // The reference: mask?(relu?(A B^T + bias)) by the flags.
+    for (unsigned flags = 0; flags < 8; ++flags) {
         CAPTURE(flags);
         const unsigned M = 3, N = 5, K = 8;
         Rng rng(3 + flags);
         const verify_detail::Harness h = kernel_row("dense_wg_k").harness({"dense_wg_k", {M, N, K, 2, flags}}, rng);
         std::map<std::string, const std::vector<float>*> in;
         for (const auto& t : h.tensors) in[t.name] = &t.data;
-        const auto &A = *in.at("A"), &B = *in.at("B"), &bias = *in.at("bias");
+        const auto &A = *in.at("A"), &B = *in.at("B"), &bias = *in.at("bias"), &Y = *in.at("Y");
         for (unsigned m = 0; m < M; ++m)
             for (unsigned n = 0; n < N; ++n) {
                 double z = (flags & 2) ? bias[n] : 0.0;
                 for (unsigned k = 0; k < K; ++k) z += double(A[m * K + k]) * B[n * K + k];
                 if (flags & 1) z = std::max(z, 0.0);
+                const bool cleared = (flags & 4) && !(Y[m * N + n] > 0.0f);
+                if (cleared) z = 0.0;
                 CHECK(h.expected.at("C").v[m * N + n] == doctest::Approx(z).epsilon(1e-12));
-                CHECK(h.expected.at("C").e[m * N + n] > 0.0);
+                CHECK((h.expected.at("C").e[m * N + n] > 0.0) == !cleared);
             }
     }
 }
@@ -237,10 +240,50 @@ TEST_CASE("densewgk: the tc set's hidden ReLU fc forward passes take it where it
     // The listing `train` prints on a 9.0 device: fc1 and fc2 forward on dense_wg_k.
     const Model m = parse_model("fc1024,fc1024,fc10");
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true) ==
-          "dense_wg_k x2, fused_output, dense_mm x4");
+          "transpose32, dense_wg_k x3, fused_output, dense_mm x3");
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, false) == "dense_mm x6, fused_output");
     CHECK(cnn_step_kernels(m, ConvKernels::Fp32, 64, Activation::Relu, false, true) == "dense_mm x6, fused_output");
     const std::string table = cnn_layer_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true);
     CHECK(table.find("fc1     dense_wg_k") != std::string::npos);
     CHECK(table.find("fc2     dense_wg_k") != std::string::npos);
+    CHECK(table.find("transpose32, dense_wg_k") != std::string::npos);  // fc2's deltas from W^T
+}
+
+TEST_CASE("densewgk: an fc layer's deltas take it from W^T where dY is already dL/dZ") {
+    FcDeltas d;
+    d.B = 64, d.I = 1024, d.O = 1024, d.act = 1;
+    d.dX = 0x100000, d.dY = 0x200000, d.Y = 0x300000, d.W = 0x400000, d.Wt = 0x500000, d.Yb = 0x600000;
+    d.dy_masked = true;
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(d, true, true)) == "dense_wg_k");
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(d, true, false)) != "dense_wg_k");  // not loaded
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(d, false, true)) != "dense_wg_k");  // FP32 sets
+    FcDeltas e = d;
+    e.dy_masked = false;  // ReLU's mask not yet applied: dense_wg_k would not apply it
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(e, true, true)) != "dense_wg_k");
+    e.act = 0;  // no activation (or dL/dZ from act_bwd): nothing to mask
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(e, true, true)) == "dense_wg_k");
+    e = d;
+    e.Wt = 0;  // no W^T kept
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(e, true, true)) != "dense_wg_k");
+    e = d;
+    e.O = 10;  // K = O % 4 != 0: TMA's rows
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(e, true, true)) != "dense_wg_k");
+    e = d;
+    e.B = 4096;  // dense_tc's size
+    CHECK(std::string(cnn_detail::fc_deltas_kernel(e, true, true)) == "dense_tc");
+    // The args: C = dX, A = dY, B = W^T, the mask Yb; M = B, N = I, K = O.
+    const DenseWgkArgs a = densewgk_deltas_args(64, 784, 256, 1, 2, 3, 4);
+    CHECK((a.C == 1 && a.A == 2 && a.B == 3 && a.mask == 4 && a.bias == 0));
+    CHECK((a.M == 64 && a.N == 784 && a.K == 256));
+    CHECK(a.flags() == kDenseWgkFlagMask);
+    const Model m = parse_model("fc256,fc128,fc10");
+    CHECK(cnn_detail::keeps_transposed_weights(m, 1, 64, true, true));
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 0, 64, true, true));  // no deltas below fc1
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 1, 64, true, false));
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 2, 64, true, true));  // fc10: O % 4
+    const Model cnn = parse_model("cnn");  // fc1 over pool2: fc_bwd_data (faster there)
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(cnn, 4, 64, true, true));
+    CHECK(cnn_step_kernels(cnn, ConvKernels::Tc, 64, Activation::Relu, false, true).find("transpose32") == std::string::npos);
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true) ==
+          "transpose32, dense_wg_k x3, fused_output, fused_grad, tc_grad_weights");
 }

@@ -9,6 +9,7 @@
 #include "rng.hpp"
 #include "train_cnn.hpp"
 #include "bn.hpp"
+#include "cnn_ops.hpp"
 
 #include <doctest/doctest.h>
 
@@ -133,6 +134,31 @@ struct HostOps : CnnOps {
                      unsigned act) override {
         const ConvDims d{B, I, 1, 1, O, 1};
         conv_bwd_data(d, dX, dY, Y, W, act);
+    }
+    // With wgk: an fc layer's deltas as dense_wg_k runs them where the step keeps W^T (KernelOps'
+    // rule: dY already dL/dZ or no activation), dX = dY W from W^T, unmasked dY, then +0 where
+    // !(Yb > 0); else fc_bwd_data. A wrong dz in the data flow (dY taken as masked when it is
+    // not) carries gradient through dead units: the float64 comparison fails.
+    bool wgk = false;
+    int wgk_deltas = 0, transposes = 0;
+    bool fc_deltas(const FcDeltas& d) override {
+        if (!wgk || !d.Wt || !(d.act == 0 || d.dy_masked)) return CnnOps::fc_deltas(d);
+        ++wgk_deltas;
+        const std::vector<double> dy = get(d.dY, size_t(d.B) * d.O), wt = get(d.Wt, size_t(d.I) * d.O);
+        std::vector<double> dx(size_t(d.B) * d.I, 0.0);
+        for (size_t s = 0; s < d.B; ++s)
+            for (size_t i = 0; i < d.I; ++i) {
+                double sum = 0.0;
+                for (size_t o = 0; o < d.O; ++o) sum += dy[s * d.O + o] * wt[i * d.O + o];
+                dx[s * d.I + i] = d.Yb && !(host<float>(d.Yb)[s * d.I + i] > 0.0f) ? 0.0 : sum;
+            }
+        put(d.dX, dx);
+        return d.Yb != 0;
+    }
+    void transpose_weights(unsigned O, unsigned I, CUdeviceptr Wt, CUdeviceptr W) override {
+        ++transposes;
+        for (size_t o = 0; o < O; ++o)
+            for (size_t i = 0; i < I; ++i) host<float>(Wt)[i * O + o] = host<float>(W)[o * I + i];
     }
     void fused_grad(const FusedArgs& f) override {
         Bounded G, Gb;
@@ -296,16 +322,38 @@ std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activ
     b.running = addr(running.data());
     HostOps ops;
     ops.fuse = fuse;
+    // With the fusions, the layers the tc set keeps W^T for run their deltas as dense_wg_k does.
+    ops.wgk = fuse;
+    std::vector<std::vector<float>> wt(m.layers.size());
+    int kept = 0;
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+        const bool keep = fuse && cnn_detail::keeps_transposed_weights(m, l, B, true, true);
+        if (keep) wt[l].assign(m.layers[l].weight_count(), nan), ++kept;
+        b.wt.push_back(keep ? addr(wt[l].data()) : 0);
+    }
+    cnn_transpose_weights(ops, m, b);
+    CHECK(ops.transposes == kept);
     cnn_forward(ops, m, b, addr(X.data()), addr(T.data()), addr(Y.data()), loss_code(loss));
     cnn_backward(ops, m, b, addr(X.data()), grad_scale(loss, B, kClasses));
     // Every conv under a pool pools in conv_fwd when the ops can, with ReLU; another activation
     // runs conv -> act_fwd -> pool, and act.ptx's passes only then.
     const std::string sp = spec;
-    const int pools = sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 2 : sp == "conv4,pool,fc10" || sp == "pool,conv2,pool,fc10" ? 1 : 0;
+    const int pools = sp == "conv4,pool,conv3k5,pool,fc6,fc10"                                               ? 2
+                      : sp == "conv4,pool,fc10" || sp == "pool,conv2,pool,fc10" || sp == "conv4,pool,fc8,fc10" ? 1
+                                                                                                               : 0;
     CHECK(ops.pooled == (fuse && act == Activation::Relu ? pools : 0));
     // A conv over a pool over a conv: the pool's backward in the upper conv's deltas pass (any
     // activation; the pool's output deltas stay NaN, unread).
     CHECK(ops.pooled_bwd == (fuse && sp == "conv4,pool,conv3k5,pool,fc6,fc10" ? 1 : 0));
+    // dense_wg_k's deltas wherever W^T is kept: after fused_output's masked D1 and then down the
+    // chain of masked deltas (each fc layer of widths % 4 == 0 over another fc); with ReLU not
+    // under fc_bwd_data's unmasked deltas (fc8,fc8,fc6,fc10's fc2), with other activations there
+    // too (act_bwd made dL/dZ).
+    const int wgk = sp == "fc8,fc8,fc4,fc10"                                                      ? 2
+                    : sp == "fc6,fc5,fc4,fc10"                                                          ? 1
+                    : sp == "fc8,fc8,fc6,fc10" && act != Activation::Relu                               ? 1
+                                                                                                        : 0;
+    CHECK(ops.wgk_deltas == (fuse ? wgk : 0));
     check_act_passes(m, ops, act);
 
     Recipe r;
@@ -335,7 +383,8 @@ std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activ
 // straight into the last fc, and under another fc.
 const char* const kHostSpecs[] = {"conv4,pool,conv3k5,pool,fc6,fc10", "conv4,pool,fc10", "pool,conv2,pool,fc10",
                                   "conv3k1,fc7,fc10", "conv2k1,fc10", "fc6,fc5,fc4,fc10", "fc7,fc10",
-                                  "conv4,bn,pool,conv3k5,bn,pool,fc6,bn,fc10", "conv3,bn,fc10", "fc6,bn,fc5,fc10"};
+                                  "conv4,bn,pool,conv3k5,bn,pool,fc6,bn,fc10", "conv3,bn,fc10", "fc6,bn,fc5,fc10",
+                                  "fc8,fc8,fc4,fc10", "conv4,fc8,fc10", "conv4,pool,fc8,fc10", "fc8,fc8,fc6,fc10"};
 
 }  // namespace
 

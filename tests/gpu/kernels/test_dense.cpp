@@ -71,14 +71,14 @@ TEST_CASE("dense: a dense_mm whose join skips a rank is caught by verify") {
 }
 
 TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 64 on dense_wg_k (9.0) and dense_mm, the PTX as its twins") {
-    // The 1024-wide layers take dense_mm for fc2's deltas, fc1's weight gradient and the last two
-    // layers' gradients (dense_replaces_fused_grad); their forward passes dense_wg_k on a device of
-    // compute capability 9.0 (cnn_ops.hpp), else dense_mm: 64 steps of the PTX and of the twins,
-    // bit for bit.
+    // The 1024-wide layers take dense_mm for fc1's weight gradient and the last two layers'
+    // gradients (dense_replaces_fused_grad); their forward passes and fc2's deltas (from W^T, a
+    // transpose32 copy) dense_wg_k on a device of compute capability 9.0 (cnn_ops.hpp), else
+    // dense_mm: 64 steps of the PTX and of the twins, bit for bit.
     const bool wgk = cnn_wgk_loaded(gpu().info());
     INFO("dense_wg_k loaded: ", wgk);
     CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64, Activation::Relu, false, wgk) ==
-          (wgk ? "dense_wg_k x2, fused_output, dense_mm x4" : "dense_mm x6, fused_output"));
+          (wgk ? "transpose32, dense_wg_k x3, fused_output, dense_mm x3" : "dense_mm x6, fused_output"));
     const Dataset data = load_dataset(default_data_dir());
     // (one_launch off: the layer-by-layer step, as train runs it without --dense-program.)
     const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 64, KernelSource::Ptx, 0, false),

@@ -34,6 +34,7 @@ PoolFuseSteps pool_fuse_steps(KernelSource src, const Model& m, const TrainConfi
                  cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels)));
     CnnParams p(m, init_model_params(m, Init::Torch, 7), cfg.optim);
     CnnActs a(m, B, cfg.activation);
+    a.keep_transposes(m, ks, conv_kernels_of(cfg.kernels));  // as train's step
     const StepBuffers in(X, t, cfg.optim, lrs);
     Stream s;
     PoolFuseSteps r;

@@ -64,6 +64,7 @@ Steps gpu_steps(KernelSource src, const Model& m, const std::vector<float>& init
     KernelSet ks(src, gpu().info(), KernelDirs::from_environment(), entries);
     CnnParams p(m, init, cfg.optim);
     CnnActs a(m, B, cfg.activation);
+    if (!dense) a.keep_transposes(m, ks, conv_kernels_of(cfg.kernels));  // as train's step
     std::vector<float> t(size_t(B) * kClasses, 0.0f);
     for (unsigned s = 0; s < B; ++s) t[size_t(s) * kClasses + labels[s]] = 1.0f;
     const StepBuffers in(X, t, cfg.optim, lrs);
@@ -335,11 +336,13 @@ TEST_CASE("cnn: --kernels tc runs the conv layers on the tensor cores, learns li
 TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the first) match float64, the PTX its twins") {
     // What `train --layers 784,64,32,10` runs: fused_forward x2 (on a device of compute capability
     // 9.0 dense_wg_k x2: TF32 products), fused_output, fused_grad (the last two layers),
-    // fc_bwd_data, tc_grad_weights (the first layer, TF32 products).
+    // fc_bwd_data (on 9.0 dense_wg_k from transpose32's W^T), tc_grad_weights (the first layer,
+    // TF32 products).
     const Model m = parse_model("fc64,fc32,fc10");
     const bool wgk = cnn_wgk_loaded(gpu().info());
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 16, Activation::Relu, false, wgk) ==
-          std::string(wgk ? "dense_wg_k" : "fused_forward") + " x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
+          (wgk ? "transpose32, dense_wg_k x3, fused_output, fused_grad, tc_grad_weights"
+               : "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights"));
     const unsigned B = 16;
     const auto [X, labels] = random_batch(B, 22);
     const std::vector<float> init = init_model_params(m, Init::Torch, 6);
@@ -501,7 +504,8 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
 TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the element") {
     // A fault planted in dense_mm's deltas (ptx/dense.ptx; the deltas are its one product with a
     // masked A read k-major): every delta of the batch's first sample becomes NaN (one unit would
-    // not do: a unit that is off for the whole batch passes no gradient).
+    // not do: a unit that is off for the whole batch passes no gradient). The FP32 set (fused): on
+    // a 9.0 device tc runs these deltas on dense_wg_k.
     // The NaN reaches fc1's parameters but never the loss: fc1's ReLU (max.f32) turns a NaN into 0.
     // The check of the parameters before each evaluation (here after every step) finds it.
     // The loop replays the failing steps one launch at a time, names the kernel and the buffer,
@@ -523,7 +527,7 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     cfg.epochs = 1;
     cfg.max_steps = 100;
     cfg.eval_every = 1;
-    cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    cfg.kernels = {Design::Fused, KernelSource::Ptx};
     cfg.one_launch = false;  // the layer-by-layer step (dense_mm), not dense_program
     cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
     cfg.progress = false;
