@@ -20,18 +20,27 @@ std::string bn_unfit(unsigned B, unsigned C, unsigned HW, unsigned act, bool tra
     return {};
 }
 
+unsigned bn_cache_bytes(unsigned B, unsigned HW, bool backward, bool train) {
+    if (!train) return 0;
+    const uint64_t per_thread = (uint64_t(B) * HW + kBnThreads * kBnCluster - 1) / (kBnThreads * kBnCluster);
+    const uint64_t bytes = per_thread * kBnThreads * 4 * (backward ? 2 : 1);
+    return bytes <= kBnCacheMax ? static_cast<unsigned>(bytes) : 0;
+}
+
 void launch_bn_fwd(const Kernel& k, unsigned B, unsigned C, unsigned HW, CUdeviceptr Y, CUdeviceptr stats,
                    CUdeviceptr running, CUdeviceptr X, CUdeviceptr gamma, CUdeviceptr beta, unsigned act, bool train,
                    CUstream s) {
     if (std::string why = bn_unfit(B, C, HW, act, train); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
-    k.launch(C * kBnCluster, kBnThreads, s, Y, stats, running, X, gamma, beta, B, C, HW, act, train ? 1u : 0u);
+    k.launch_smem(C * kBnCluster, kBnThreads, bn_cache_bytes(B, HW, false, train), s, Y, stats, running, X, gamma, beta,
+                  B, C, HW, act, train ? 1u : 0u);
 }
 
 void launch_bn_bwd(const Kernel& k, unsigned B, unsigned C, unsigned HW, CUdeviceptr dX, CUdeviceptr dgamma,
                    CUdeviceptr dbeta, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, CUdeviceptr gamma,
                    CUdeviceptr stats, unsigned act, float scale, CUstream s) {
     if (std::string why = bn_unfit(B, C, HW, act, true); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
-    k.launch(C * kBnCluster, kBnThreads, s, dX, dgamma, dbeta, dY, Y, X, gamma, stats, B, C, HW, act, scale);
+    k.launch_smem(C * kBnCluster, kBnThreads, bn_cache_bytes(B, HW, true, true), s, dX, dgamma, dbeta, dY, Y, X, gamma,
+                  stats, B, C, HW, act, scale);
 }
 
 }  // namespace ptxlab

@@ -14,6 +14,13 @@ inline constexpr unsigned kBnThreads = 256, kBnCluster = 8;
 // and none (a bn without the hidden activation, the verify cases').
 inline constexpr unsigned kBnActNone = 5;
 
+// The dynamic shared memory a launch gives the kernels' cache (ptx/bn.ptx: a thread's values
+// kept between the passes instead of read again): bn_fwd in training 1 KB, bn_bwd 2 KB, for each
+// of the ceil(B HW / 2048) values a thread takes; 0 (no cache: the passes read global memory
+// again) in evaluation or past kBnCacheMax.
+inline constexpr unsigned kBnCacheMax = 200 * 1024;
+unsigned bn_cache_bytes(unsigned B, unsigned HW, bool backward, bool train);
+
 // Why the kernels cannot run X [B][C][HW] (empty when they can): sizes >= 1, B * C * HW < 2^31,
 // an activation code they take; in training (train) at least 2 values a channel, as PyTorch
 // ("Expected more than 1 value per channel when training").

@@ -230,12 +230,15 @@ void validate_bn(const VerifyCase& c) {
 // The CNN's bn after conv1 (batch 64, 32x28x28) and conv2 (64x14x14), after fc1 (128 units, a
 // 1x1 plane: BatchNorm1d), a batch of 1 (variance over one 3x3 plane), two values a channel,
 // odd sizes, planes past 1024 (a thread's step wraps inside a plane), evaluation at the
-// evaluation batch and small; each activation.
+// evaluation batch and small; each activation. The kernels' cache (bn_cache_bytes): every
+// training shape here takes it but two: at 300 x 2 x 784 (115 values a thread) bn_bwd runs
+// without it and bn_fwd with it, at 600 x 1 x 784 (230) both without.
 std::vector<VerifyCase> bn_default_cases() {
     std::vector<VerifyCase> v;
     const std::vector<std::vector<unsigned>> shapes = {{64, 32, 784, 0}, {64, 64, 196, 0}, {64, 128, 1, 0},
                                                        {1, 3, 9, kBnActNone}, {2, 5, 1, 1}, {3, 7, 25, 1},
-                                                       {17, 3, 1030, kBnActNone}, {5, 1, 1, 0}};
+                                                       {17, 3, 1030, kBnActNone}, {5, 1, 1, 0}, {300, 2, 784, 1},
+                                                       {600, 1, 784, 0}};
     for (const auto& s : shapes) {
         v.push_back({"bn_fwd", {s[0], s[1], s[2], s[3], 1}});
         v.push_back({"bn_bwd", s});
