@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <string_view>
+#include <utility>
 
 namespace ptxlab {
 
@@ -126,47 +128,57 @@ void rmsprop_bound(const OptimBoundConsts& c, OptimBoundState& s) {
 // Rows in code order. entry_flag: optim_sgd's nesterov (0, 1), optim_adam's rule (0 Adam,
 // 1 AdamW, 2 NAdam). Variant numbers: each entry's list as verify has always numbered it.
 constexpr OptimizerRow kOptimizers[] = {
-    {.kind = OptimKind::Sgd, .name = "sgd", .torch = "torch.optim.SGD", .m = false, .v = false, .flags = 0,
+    {.name = "sgd", .torch = "torch.optim.SGD", .m = false, .v = false, .flags = 0,
      .decoupled = false, .note = "", .entry = "optim_sgd", .entry_flag = 0,
      .plain = {0, "plain", false}, .decayed = {4, "plain+wd", true}, .step_decay = StepCaseDecay::Off,
      .hyper = nullptr, .rule = sgd64, .bound = sgd_bound},
-    {.kind = OptimKind::Momentum, .name = "momentum", .torch = "torch.optim.SGD", .m = true, .v = false,
+    {.name = "momentum", .torch = "torch.optim.SGD", .m = true, .v = false,
      .flags = kFlagMomentum, .decoupled = false, .note = "", .entry = "optim_sgd", .entry_flag = 0,
      .plain = {1, "momentum", false}, .decayed = {}, .step_decay = StepCaseDecay::On,
      .hyper = nullptr, .rule = momentum64<false>, .bound = momentum_bound<false>},
-    {.kind = OptimKind::Nesterov, .name = "nesterov", .torch = "torch.optim.SGD", .m = true, .v = false,
+    {.name = "nesterov", .torch = "torch.optim.SGD", .m = true, .v = false,
      .flags = kFlagMomentum, .decoupled = false, .note = "", .entry = "optim_sgd", .entry_flag = 1,
      .plain = {2, "nesterov", false}, .decayed = {3, "nesterov+wd", true}, .step_decay = StepCaseDecay::Off,
      .hyper = nullptr, .rule = momentum64<true>, .bound = momentum_bound<true>},
-    {.kind = OptimKind::Adam, .name = "adam", .torch = "torch.optim.Adam", .m = true, .v = true,
+    {.name = "adam", .torch = "torch.optim.Adam", .m = true, .v = true,
      .flags = kFlagBetas | kFlagEps, .decoupled = false, .note = "", .entry = "optim_adam", .entry_flag = 0,
      .plain = {0, "adam", false}, .decayed = {1, "adam+wd", true}, .step_decay = StepCaseDecay::On,
      .hyper = nullptr, .rule = adam64<false>, .bound = adam_bound<false>},
-    {.kind = OptimKind::AdamW, .name = "adamw", .torch = "torch.optim.AdamW", .m = true, .v = true,
+    {.name = "adamw", .torch = "torch.optim.AdamW", .m = true, .v = true,
      .flags = kFlagBetas | kFlagEps, .decoupled = true, .note = "", .entry = "optim_adam", .entry_flag = 1,
      .plain = {}, .decayed = {2, "adamw", true}, .step_decay = StepCaseDecay::On,
      .hyper = nullptr, .rule = adam64<true>, .bound = adam_bound<false>},
-    {.kind = OptimKind::RmsProp, .name = "rmsprop", .torch = "torch.optim.RMSprop", .m = false, .v = true,
+    {.name = "rmsprop", .torch = "torch.optim.RMSprop", .m = false, .v = true,
      .flags = kFlagAlpha | kFlagEps, .decoupled = false, .note = "", .entry = "optim_rmsprop", .entry_flag = 0,
      .plain = {0, "plain", false}, .decayed = {1, "+wd", true}, .step_decay = StepCaseDecay::On,
      .hyper = nullptr, .rule = rmsprop64, .bound = rmsprop_bound},
-    {.kind = OptimKind::NAdam, .name = "nadam", .torch = "torch.optim.NAdam, momentum decay 0.004", .m = true,
+    {.name = "nadam", .torch = "torch.optim.NAdam, momentum decay 0.004", .m = true,
      .v = true, .flags = kFlagBetas | kFlagEps, .decoupled = false, .note = "momentum decay 0.004",
      .entry = "optim_adam", .entry_flag = 2, .plain = {3, "nadam", false}, .decayed = {4, "nadam+wd", true},
      .step_decay = StepCaseDecay::CeOnly, .hyper = nadam_hyper, .rule = nadam64, .bound = adam_bound<true>},
 };
-static_assert(std::size(kOptimizers) == kOptimCodes, "one row an optimizer code (OptimKind, recipe.hpp)");
-
-constexpr bool rows_in_code_order() {
-    for (unsigned c = 0; c < kOptimCodes; ++c)
-        if (static_cast<unsigned>(kOptimizers[c].kind) != c) return false;
+constexpr unsigned kOptimCodes = std::size(kOptimizers);
+// The rows the host names (recipe.hpp's OptimKind) keep their codes.
+constexpr bool named_rows_in_place() {
+    constexpr std::pair<OptimKind, std::string_view> named[] = {
+        {OptimKind::Sgd, "sgd"},   {OptimKind::Momentum, "momentum"}, {OptimKind::Nesterov, "nesterov"},
+        {OptimKind::Adam, "adam"}, {OptimKind::AdamW, "adamw"},       {OptimKind::RmsProp, "rmsprop"},
+        {OptimKind::NAdam, "nadam"}};
+    for (const auto& [k, name] : named)
+        if (unsigned(k) >= kOptimCodes || kOptimizers[unsigned(k)].name != name) return false;
     return true;
 }
-static_assert(rows_in_code_order(), "kOptimizers' rows are in the order of the optimizer codes");
+static_assert(named_rows_in_place(), "kOptimizers' rows are in the order of OptimKind's codes");
 
 }  // namespace
 
 std::span<const OptimizerRow> optimizer_rows() { return kOptimizers; }
+
+OptimKind OptimizerRow::kind() const {
+    const auto at = this - std::data(kOptimizers);
+    if (at < 0 || size_t(at) >= kOptimCodes) PTXLAB_THROW(Error, "internal error: an optimizer row outside the table");
+    return OptimKind(unsigned(at));
+}
 
 const OptimizerRow& optimizer_row(OptimKind k) {
     if (optim_code(k) >= kOptimCodes) PTXLAB_THROW(Error, "internal error: unknown optimizer kind {}", optim_code(k));
@@ -178,13 +190,15 @@ const OptimizerRow& optimizer_row(OptimKind k) {
 OptimKind parse_optimizer(const std::string& name) {
     std::string choices;
     for (size_t i = 0; i < kOptimCodes; ++i) {
-        if (name == kOptimizers[i].name) return kOptimizers[i].kind;
+        if (name == kOptimizers[i].name) return kOptimizers[i].kind();
         choices += fmt::format("{}{}", i == 0 ? "" : i + 1 == kOptimCodes ? " or " : ", ", kOptimizers[i].name);
     }
     PTXLAB_THROW(InputError, "unknown optimizer '{}' (choose {})", name, choices);
 }
 
 std::string to_string(OptimKind k) { return optim_code(k) < kOptimCodes ? kOptimizers[optim_code(k)].name : "?"; }
+
+unsigned optim_code_count() { return kOptimCodes; }
 
 std::string optim_code_list() {
     std::string out;

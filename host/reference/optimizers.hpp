@@ -60,7 +60,7 @@ struct OptimBoundState {
 };
 
 struct OptimizerRow {
-    OptimKind kind;
+    OptimKind kind() const;      // its code: the row's index in the table (an internal error for a copy)
     const char* name;            // --optimizer NAME, and describe()'s first word
     const char* torch;           // --help: the torch.optim class (and notes); rows in a row with the same text share it
     bool m, v;                   // the state kept: m (first moment or momentum), v (second moment)
@@ -80,7 +80,7 @@ struct OptimizerRow {
     void (*bound)(const OptimBoundConsts& c, OptimBoundState& s);
 };
 
-// Every row, in code order (rows()[c].kind == OptimKind(c)).
+// Every row, in code order (rows()[c].kind() == OptimKind(c)).
 std::span<const OptimizerRow> optimizer_rows();
 const OptimizerRow& optimizer_row(OptimKind k);
 

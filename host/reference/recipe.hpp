@@ -78,16 +78,21 @@ void loss_grad(Loss l, const double* y, const double* t, unsigned O, double* dy)
 // State buffers start at zero, as in PyTorch. Each optimizer is one row of the optimizer table
 // (optimizers.hpp, optimizers.cpp), which every function below reads: its name, state, flags,
 // per-step constants, float64 rule and rounding bound, its kernel entry and flag.
-enum class OptimKind { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp, NAdam };
-// "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop" | "nadam"
+//
+// An optimizer's code is the index of its row in that table. The enumerators name the codes the
+// host and the tests refer to by name; a new optimizer needs none (its row is its code, and
+// parse_optimizer returns it), so adding one does not touch this file.
+enum class OptimKind : unsigned { Sgd, Momentum, Nesterov, Adam, AdamW, RmsProp, NAdam };
+// A row's name: "sgd" | "momentum" | "nesterov" | "adam" | "adamw" | "rmsprop" | "nadam" | ...
 OptimKind parse_optimizer(const std::string& name);
 std::string to_string(OptimKind k);
 // The optimizer code the one-launch steps take (the `optim` parameter of fused_step, step.ptx,
-// and tc_step, tcstep.ptx): OptimKind's order, 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw,
-// 5 rmsprop, 6 nadam (a new optimizer takes the next code: here, its row of the optimizer table,
-// and optim.ptx's optimizer_update and optimizer_state). kOptimCodes: how many; optim_code_list(): "0 sgd, 1 momentum, ...".
+// and tc_step, tcstep.ptx): 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw, 5 rmsprop, 6 nadam
+// (a new optimizer takes the next code: its row of the optimizer table, and optim.ptx's
+// optimizer_update and optimizer_state). optim_code_count(): how many (the table's rows);
+// optim_code_list(): "0 sgd, 1 momentum, ...".
 inline unsigned optim_code(OptimKind k) { return static_cast<unsigned>(k); }
-inline constexpr unsigned kOptimCodes = static_cast<unsigned>(OptimKind::NAdam) + 1;
+unsigned optim_code_count();
 std::string optim_code_list();
 
 // Which state buffers an optimizer keeps: m (Momentum, Nesterov, Adam, AdamW, NAdam), v (Adam,

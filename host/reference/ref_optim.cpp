@@ -89,7 +89,7 @@ RefOptim ref_optim_adam(const std::vector<float>& P, const std::vector<float>& G
                         const std::vector<float>& V, const StepHyper& h, float beta1, float beta2, float eps,
                         float weight_decay, unsigned rule) {
     OptimConfig o;
-    o.kind = optimizer_of_entry("optim_adam", rule).kind;  // rule 0 Adam, 1 AdamW, 2 NAdam
+    o.kind = optimizer_of_entry("optim_adam", rule).kind();  // rule 0 Adam, 1 AdamW, 2 NAdam
     o.beta1 = beta1;
     o.beta2 = beta2;
     o.eps = eps;

@@ -19,7 +19,7 @@ Harness make_optim_harness(const VerifyCase& c, Rng& rng) {
     const OptimVariantOf variant = optimizer_variant(c.entry, c.shape[1]);
     const OptimizerRow& row = *variant.row;
     OptimConfig o;
-    o.kind = row.kind;
+    o.kind = row.kind();
     o.momentum = (row.flags & kFlagMomentum) ? rng.uniform(0.5f, 0.99f) : 0.0f;
     o.weight_decay = variant.weight_decay ? rng.uniform(1e-4f, 0.1f) : 0.0f;
     o.beta1 = rng.uniform(0.8f, 0.95f);

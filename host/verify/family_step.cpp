@@ -160,12 +160,12 @@ std::vector<VerifyCase> step_default_cases() {
         };
         if (i < 3) {
             for (unsigned loss : {kLossDiff, kLossSoftmax})
-                for (unsigned o = 0; o < kOptimCodes; ++o) with(loss, o, kActRelu);
+                for (unsigned o = 0; o < optim_code_count(); ++o) with(loss, o, kActRelu);
             for (unsigned act = kActRelu + 1; act <= kActGelu; ++act)
                 with(kLossSoftmax, optim_code(OptimKind::Nesterov), act);
         } else {
             const unsigned pair = unsigned(i - 3) * 5;  // walks the pairs
-            with(pair % 2, (pair / 2) % kOptimCodes, unsigned(i) % (kActGelu + 1));
+            with(pair % 2, (pair / 2) % optim_code_count(), unsigned(i) % (kActGelu + 1));
         }
     }
     return v;

@@ -138,7 +138,7 @@ static void check_field(const VerifyCase& c, const std::string& name, unsigned x
             PTXLAB_THROW(InputError, "kernel '{}': the loss code must be {} (y - t) or {} (softmax(y) - t), got {}",
                          c.entry, kLossDiff, kLossSoftmax, x);
     } else if (name == "optim") {
-        if (x >= kOptimCodes)
+        if (x >= optim_code_count())
             PTXLAB_THROW(InputError, "kernel '{}': the optimizer code must be one of {}, got {}", c.entry,
                          optim_code_list(), x);
     } else if (name == "act") {

@@ -151,7 +151,7 @@ TEST_CASE("kernels: outer, both sets") { check_both_sets("outer", {65, 128, 784}
 TEST_CASE("kernels: fused_step, both sets, every loss, optimizer and activation") {
     for (unsigned loss : {0u, 1u})
         for (const OptimizerRow& row : optimizer_rows()) {  // every row of the table, by its code
-            const unsigned optim = optim_code(row.kind);
+            const unsigned optim = optim_code(row.kind());
             CAPTURE(loss);
             CAPTURE(row.name);
             check_both_sets("fused_step", {64, 784, 128, 10, loss, optim, 0});  // one chunk, one tile a cluster
@@ -290,7 +290,7 @@ TEST_CASE("kernels: tc_step, both sets, every loss and optimizer") {
         for (const OptimizerRow& row : optimizer_rows()) {  // every row of the table, by its code
             CAPTURE(loss);
             CAPTURE(row.name);
-            check_both_sets("tc_step", {64, 784, 128, 10, loss, optim_code(row.kind)});  // the MNIST step
+            check_both_sets("tc_step", {64, 784, 128, 10, loss, optim_code(row.kind())});  // the MNIST step
         }
     check_both_sets("tc_step", {37, 300, 72, 7, 1, 5});   // 13 blocks with columns, 9 with units
     check_both_sets("tc_step", {5, 13, 9, 3, 0, 4});      // single-float copies, a part-empty unit block

@@ -185,7 +185,7 @@ TEST_CASE("train: every optimizer and loss gives the same losses as the twins") 
         const auto it = extra.find(row.name);
         const Tweak more = it == extra.end() ? Tweak{} : it->second;
         variants.push_back({row.name, [&row, more](TrainConfig& c) {
-                                c.optim.kind = row.kind;
+                                c.optim.kind = row.kind();
                                 if (row.flags & (kFlagBetas | kFlagAlpha)) c.lr = 1e-3f;
                                 if (more) more(c);
                             }});
