@@ -23,7 +23,7 @@ std::string bn_unfit(unsigned B, unsigned C, unsigned HW, unsigned act, bool tra
 unsigned bn_cache_bytes(unsigned B, unsigned HW, bool backward, bool train) {
     if (!train) return 0;
     const uint64_t per_thread = (uint64_t(B) * HW + kBnThreads * kBnCluster - 1) / (kBnThreads * kBnCluster);
-    const uint64_t bytes = per_thread * kBnThreads * 4 * (backward ? 2 : 1);
+    const uint64_t bytes = per_thread * kBnThreads * 4 * (backward ? 3 : 1);
     return bytes <= kBnCacheMax ? static_cast<unsigned>(bytes) : 0;
 }
 

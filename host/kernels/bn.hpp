@@ -15,9 +15,9 @@ inline constexpr unsigned kBnThreads = 256, kBnCluster = 8;
 inline constexpr unsigned kBnActNone = 5;
 
 // The dynamic shared memory a launch gives the kernels' cache (ptx/bn.ptx: a thread's values
-// kept between the passes instead of read again): bn_fwd in training 1 KB, bn_bwd 2 KB, for each
-// of the ceil(B HW / 2048) values a thread takes; 0 (no cache: the passes read global memory
-// again) in evaluation or past kBnCacheMax.
+// copied in at once and kept between the passes instead of read again): bn_fwd in training 1 KB
+// (x), bn_bwd 3 KB (dY, X, Y), for each of the ceil(B HW / 2048) values a thread takes; 0 (no
+// cache: the passes read global memory, four values at a time) in evaluation or past kBnCacheMax.
 inline constexpr unsigned kBnCacheMax = 200 * 1024;
 unsigned bn_cache_bytes(unsigned B, unsigned HW, bool backward, bool train);
 

@@ -172,16 +172,16 @@ TEST_CASE("bn: the kernels' limits, and one value a channel refused in training 
 }
 
 TEST_CASE("bn: the cache's dynamic shared memory, and verify's cases on both sides of its limit") {
-    // ceil(B HW / 2048) values a thread, 1 KB each a block forward (x), 2 KB backward (dz, xhat).
+    // ceil(B HW / 2048) values a thread, 1 KB each a block forward (x), 3 KB backward (dY, X, Y).
     CHECK(bn_cache_bytes(64, 784, false, true) == 25 * 1024);  // the CNN's conv1: 50176 values a channel
-    CHECK(bn_cache_bytes(64, 784, true, true) == 50 * 1024);
-    CHECK(bn_cache_bytes(64, 196, true, true) == 14 * 1024);   // conv2: 12544, 7 a thread
+    CHECK(bn_cache_bytes(64, 784, true, true) == 75 * 1024);
+    CHECK(bn_cache_bytes(64, 196, true, true) == 21 * 1024);   // conv2: 12544, 7 a thread
     CHECK(bn_cache_bytes(64, 1, false, true) == 1024);         // BatchNorm1d: one value a thread at most
     CHECK(bn_cache_bytes(64, 784, false, false) == 0);         // evaluation reads X once: no cache
     CHECK(bn_cache_bytes(409600, 1, false, true) == kBnCacheMax);  // 200 values a thread: the limit
     CHECK(bn_cache_bytes(409601, 1, false, true) == 0);
-    CHECK(bn_cache_bytes(204800, 1, true, true) == kBnCacheMax);
-    CHECK(bn_cache_bytes(204801, 1, true, true) == 0);
+    CHECK(bn_cache_bytes(135168, 1, true, true) == 66 * 3 * 1024);  // 66 values a thread: the most backward
+    CHECK(bn_cache_bytes(135169, 1, true, true) == 0);
     CHECK(bn_cache_bytes(65535, 32767, true, true) == 0);      // no overflow near 2^31 values
     // The default cases train with the cache everywhere but at 300x2x784 (bn_bwd without) and
     // 600x1x784 (both without), so verify runs both paths of each kernel.
