@@ -60,9 +60,9 @@ public:
         record(kDeltas, fc_bwd_data_kernel(B, I, O, tc_));
     }
     bool fc_deltas(const FcDeltas& d) override {  // KernelOps' rule
-        const std::string k = fc_deltas_kernel(d, tc_, wgk_);
+        const char* k = fc_deltas_kernel(d, tc_, wgk_);
         record(kDeltas, k);
-        return k == "dense_wg_k" && d.Yb != 0;
+        return fc_deltas_masked(d, k);
     }
     void transpose_weights(unsigned, unsigned, CUdeviceptr, CUdeviceptr) override { record(kDeltas, "transpose32"); }
     void act_fwd(unsigned, CUdeviceptr, CUdeviceptr, unsigned) override { record(kForward, "act_fwd"); }

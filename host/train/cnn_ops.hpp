@@ -11,6 +11,8 @@
 #include "tcwgrad.hpp"
 #include "train_cnn.hpp"
 
+#include <string_view>
+
 namespace ptxlab::cnn_detail {
 
 // A dense layer as the conv kernels see it: a 1x1 kernel on a 1x1 image.
@@ -84,6 +86,11 @@ inline const char* fc_deltas_kernel(const FcDeltas& d, bool tc, bool wgk) {
         densewgk_unfit(densewgk_deltas_args(d.B, d.I, d.O, d.dX, d.dY, d.Wt, d.Yb), 9, 0).empty())
         return "dense_wg_k";
     return fc_bwd_data_kernel(d.B, d.I, d.O, tc);
+}
+// Whether that launch leaves dX masked by the ReLU output below (dense_wg_k given Yb), so that
+// the next deltas launch takes it as dL/dZ: what CnnOps::fc_deltas returns.
+inline bool fc_deltas_masked(const FcDeltas& d, const char* kernel) {
+    return std::string_view(kernel) == "dense_wg_k" && d.Yb != 0;
 }
 
 }  // namespace ptxlab::cnn_detail

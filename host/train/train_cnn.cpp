@@ -236,9 +236,10 @@ public:
         launch_dense_mm(ks_.get("dense_mm"), dense_bwd_data_args(B, I, O, dX, dY, Y, W, act), s_);
     }
     bool fc_deltas(const FcDeltas& d) override {
-        if (std::string(fc_deltas_kernel(d, tc_, wgk_)) != "dense_wg_k") return CnnOps::fc_deltas(d);
-        launch_dense_wg_k(ks_.get("dense_wg_k"), densewgk_deltas_args(d.B, d.I, d.O, d.dX, d.dY, d.Wt, d.Yb), s_);
-        return d.Yb != 0;
+        const char* k = fc_deltas_kernel(d, tc_, wgk_);
+        if (std::string_view(k) != "dense_wg_k") return CnnOps::fc_deltas(d);
+        launch_dense_wg_k(ks_.get(k), densewgk_deltas_args(d.B, d.I, d.O, d.dX, d.dY, d.Wt, d.Yb), s_);
+        return fc_deltas_masked(d, k);
     }
     void transpose_weights(unsigned O, unsigned I, CUdeviceptr Wt, CUdeviceptr W) override {
         launch_transpose32(ks_.get("transpose32"), Wt, W, O, I, s_);
@@ -542,9 +543,9 @@ public:
         add(fc_bwd_data_kernel(B, I, O, tc_), {dX}, [=](KernelOps& k) { k.fc_bwd_data(B, I, O, dX, dY, Y, W, act); });
     }
     bool fc_deltas(const FcDeltas& d) override {
-        const std::string k = fc_deltas_kernel(d, tc_, wgk_);
+        const char* k = fc_deltas_kernel(d, tc_, wgk_);
         add(k, {d.dX}, [=](KernelOps& ops) { ops.fc_deltas(d); });
-        return k == "dense_wg_k" && d.Yb != 0;
+        return fc_deltas_masked(d, k);
     }
     void transpose_weights(unsigned O, unsigned I, CUdeviceptr Wt, CUdeviceptr W) override {
         add("transpose32", {}, [=](KernelOps& k) { k.transpose_weights(O, I, Wt, W); });
