@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
-#include <string_view>
-#include <utility>
 
 namespace ptxlab {
 
@@ -157,27 +155,17 @@ constexpr OptimizerRow kOptimizers[] = {
      .entry = "optim_adam", .entry_flag = 2, .plain = {3, "nadam", false}, .decayed = {4, "nadam+wd", true},
      .step_decay = StepCaseDecay::CeOnly, .hyper = nadam_hyper, .rule = nadam64, .bound = adam_bound<true>},
 };
+// OptimKind's enumerators name these rows' codes (test_optimizers.cpp holds each to its name).
 constexpr unsigned kOptimCodes = std::size(kOptimizers);
-// The rows the host names (recipe.hpp's OptimKind) keep their codes.
-constexpr bool named_rows_in_place() {
-    constexpr std::pair<OptimKind, std::string_view> named[] = {
-        {OptimKind::Sgd, "sgd"},   {OptimKind::Momentum, "momentum"}, {OptimKind::Nesterov, "nesterov"},
-        {OptimKind::Adam, "adam"}, {OptimKind::AdamW, "adamw"},       {OptimKind::RmsProp, "rmsprop"},
-        {OptimKind::NAdam, "nadam"}};
-    for (const auto& [k, name] : named)
-        if (unsigned(k) >= kOptimCodes || kOptimizers[unsigned(k)].name != name) return false;
-    return true;
-}
-static_assert(named_rows_in_place(), "kOptimizers' rows are in the order of OptimKind's codes");
 
 }  // namespace
 
 std::span<const OptimizerRow> optimizer_rows() { return kOptimizers; }
 
 OptimKind OptimizerRow::kind() const {
-    const auto at = this - std::data(kOptimizers);
-    if (at < 0 || size_t(at) >= kOptimCodes) PTXLAB_THROW(Error, "internal error: an optimizer row outside the table");
-    return OptimKind(unsigned(at));
+    for (unsigned c = 0; c < kOptimCodes; ++c)
+        if (this == &kOptimizers[c]) return OptimKind(c);
+    PTXLAB_THROW(Error, "internal error: an optimizer row outside the table");
 }
 
 const OptimizerRow& optimizer_row(OptimKind k) {

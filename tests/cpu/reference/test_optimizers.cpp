@@ -281,7 +281,8 @@ OptimConfig recorded_config(unsigned code) {
 
 TEST_CASE("optimizers: one row a code, in code order, with today's names and state") {
     // A new optimizer adds a row after these; the rows here keep their codes.
-        const char* names[] = {"sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop", "nadam"};
+    REQUIRE(optimizer_rows().size() == optim_code_count());
+    const char* names[] = {"sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop", "nadam"};
     const bool m[] = {false, true, true, true, true, false, true}, v[] = {false, false, false, true, true, true, true};
     REQUIRE(optimizer_rows().size() >= std::size(names));
     for (unsigned c = 0; c < std::size(names); ++c) {
