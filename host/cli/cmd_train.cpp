@@ -2,6 +2,7 @@
 #include "commands.hpp"
 #include "flags.hpp"
 #include "files.hpp"
+#include "layers.hpp"
 #include "model.hpp"
 #include "optim.hpp"
 #include "optimizers.hpp"
@@ -563,10 +564,8 @@ void setup_train(CLI::App& app, Command& chosen, PrepareCommand* prepare) {
                     "--three-launches or --steps-per-launch run on the notebook's "
                     "one-thread-per-sample kernels (train says why)")->capture_default_str();
     sub->add_option("--model", o->model,
-                    "the network as a layer list: conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, "
-                    "K = 1, 3, 5), pool (2x2 max, stride 2), fc<N> (dense; the first flattens), bn (BatchNorm2d after "
-                    "a conv, BatchNorm1d after a hidden fc; the activation after it); the last is fc10, "
-                    "without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. An fc list trains as --layers "
+                    "the network as a layer list: " + model_grammar_help() +
+                    "; the last is fc10, without activation; cnn = conv32,pool,conv64,pool,fc128,fc10. An fc list trains as --layers "
                     "(fc128,fc10 is --layers 784,128,10); a list with conv layers trains on the conv and pool "
                     "kernels (any --activation; defaults lr 0.05, 4 epochs, target 99 %, the conv layers on the tensor "
                     "cores: see --kernels)");

@@ -1,6 +1,7 @@
 #include "recipe.hpp"
 
 #include "error.hpp"
+#include "layers.hpp"
 #include "rng.hpp"
 
 #include <algorithm>
@@ -55,12 +56,7 @@ std::string describe(Init i) {
     return "?";
 }
 
-namespace {
-
-// One layer's weight and bias from the seeded stream: the weights first, in their flat order,
-// then the biases (only the inits that draw them). fan_in and fan_out as PyTorch's
-// torch.nn.init computes them: nn.Linear in and out, nn.Conv2d in*k*k and out*k*k.
-void init_layer(Rng& rng, Init init, double fan_in, double fan_out, float* W, size_t nW, float* b, size_t nb) {
+void init_layer_params(Rng& rng, Init init, double fan_in, double fan_out, float* W, size_t nW, float* b, size_t nb) {
     std::fill(b, b + nb, 0.0f);
     switch (init) {
         case Init::Torch: {
@@ -93,8 +89,6 @@ void init_layer(Rng& rng, Init init, double fan_in, double fan_out, float* W, si
     }
 }
 
-}  // namespace
-
 NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t seed) {
     Rng rng(seed);
     NetParams net;
@@ -102,7 +96,7 @@ NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t se
     for (size_t l = 0; l + 1 < sizes.size(); ++l) {
         const size_t rows = sizes[l + 1], cols = sizes[l];
         std::vector<float> W(rows * cols), b(rows, 0.0f);
-        init_layer(rng, init, double(cols), double(rows), W.data(), W.size(), b.data(), b.size());
+        init_layer_params(rng, init, double(cols), double(rows), W.data(), W.size(), b.data(), b.size());
         net.W.push_back(std::move(W));
         net.b.push_back(std::move(b));
     }
@@ -112,17 +106,8 @@ NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t se
 std::vector<float> init_model_params(const Model& m, Init init, uint64_t seed) {
     Rng rng(seed);
     std::vector<float> flat(m.param_count, 0.0f);
-    for (const LayerSpec& l : m.layers) {
-        if (l.kind == LayerKind::Pool) continue;
-        if (l.is_bn()) {  // nn.BatchNorm's gamma 1, beta 0 (no draw from the generator)
-            std::fill(flat.begin() + long(l.weight_offset), flat.begin() + long(l.weight_offset + l.width), 1.0f);
-            continue;
-        }
-        const double k2 = l.kind == LayerKind::Conv ? double(l.ksize) * l.ksize : 1.0;
-        const double fan_in = double(l.weight_dims[1]) * k2, fan_out = double(l.weight_dims[0]) * k2;
-        init_layer(rng, init, fan_in, fan_out, flat.data() + l.weight_offset, l.weight_count(),
-                   flat.data() + l.bias_offset, l.bias_count());
-    }
+    for (const LayerSpec& l : m.layers)  // in layer order: each row that draws takes its values in turn
+        if (const LayerRow& row = layer_row(l.kind); row.init) row.init(l, init, rng, flat.data());
     return flat;
 }
 

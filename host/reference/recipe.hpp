@@ -27,6 +27,8 @@ namespace ptxlab {
 //   HeNormal   weights ~ N(0, 2/fan_in), zero biases
 //   Xavier     weights ~ U(+-sqrt(6/(fan_in + fan_out))), zero biases
 //   Notebook   weights and biases ~ N(0, 0.01^2)
+class Rng;
+
 enum class Init { Torch, HeUniform, HeNormal, Xavier, Notebook };
 Init parse_init(const std::string& name);  // "torch" | "he-uniform" | "he-normal" | "xavier" | "notebook"
 std::string to_string(Init i);
@@ -38,7 +40,13 @@ NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t se
 // in*k*k, fan_out = out*k*k (Torch: U(+-1/sqrt(fan_in)) weights and biases, nn.Conv2d's
 // kaiming_uniform(a = sqrt(5)) default). One stream, layer by layer, weights then biases, so an
 // fc-only model gets exactly init_params's numbers, flattened.
+// Each layer as its row says (layers.hpp: conv and fc draw, bn sets gamma 1, pool has none).
 std::vector<float> init_model_params(const Model& m, Init init, uint64_t seed);
+// One layer's weight W [nW] and bias b [nb] from the stream: the weights first, in their flat
+// order, then the biases (only the inits that draw them; else 0). fan_in and fan_out as
+// PyTorch's torch.nn.init computes them: nn.Linear in and out, nn.Conv2d in*k*k and out*k*k.
+void init_layer_params(Rng& rng, Init init, double fan_in, double fan_out, float* W, size_t nW, float* b,
+                       size_t nb);
 
 // ---- Loss ----------------------------------------------------------------------------
 //   Ce       softmax cross-entropy on the logits, mean over the batch (F.cross_entropy);

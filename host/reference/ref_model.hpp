@@ -21,6 +21,7 @@
 // activated layer's pre-activation.
 #pragma once
 
+#include "layers.hpp"
 #include "model.hpp"
 #include "recipe.hpp"
 
@@ -28,18 +29,6 @@
 #include <vector>
 
 namespace ptxlab {
-
-// ---- Batch normalization (one bn layer) on x [B][C][HW], in float64 ----
-// Forward: z = gamma (x - mean) rstd + beta per channel; mean and rstd [C] are written. train:
-// the batch's mean and biased variance, and, where run_mean and run_var are given, the running
-// statistics updated (momentum 0.1, unbiased variance; it throws for a channel of one value, as
-// PyTorch does: "Expected more than 1 value per channel when training"); else the running ones.
-void bn_forward64(const double* x, unsigned B, unsigned C, unsigned HW, const double* gamma, const double* beta,
-                  bool train, double* run_mean, double* run_var, double* z, double* mean, double* rstd);
-// Backward in training, from dz = dL/dz: dgamma[c] = sum dz xhat, dbeta[c] = sum dz (written,
-// not accumulated) and dx = gamma rstd (dz - mean(dz) - xhat mean(dz xhat)), xhat = (x - mean) rstd.
-void bn_backward64(const double* x, const double* dz, unsigned B, unsigned C, unsigned HW, const double* gamma,
-                   const double* mean, const double* rstd, double* dgamma, double* dbeta, double* dx);
 
 // Every layer's values for one batch: a[l] is layer l's input (a[0] = X) and a[l + 1] its
 // output; z[l + 1] the pre-activation of conv, fc and bn layers (empty for pool); idx[l + 1] a
