@@ -3,6 +3,7 @@
 #include "files.hpp"
 
 #include "error.hpp"
+#include "layers.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -412,7 +413,7 @@ void save_model_safetensors(const std::string& path, const Model& m, const std::
     meta["input"] = fmt::format("{}x{}x{}", in.c, in.h, in.w);
     std::vector<TensorOut> out;
     for (const LayerSpec& l : m.layers) {
-        if (l.kind == LayerKind::Pool) continue;
+        if (!l.weight_count()) continue;  // a layer without parameters (pool)
         out.push_back({l.name + ".weight", {l.weight_dims.begin(), l.weight_dims.end()}, params.data() + l.weight_offset,
                        l.weight_count()});
         out.push_back({l.name + ".bias", {l.bias_dims.begin(), l.bias_dims.end()}, params.data() + l.bias_offset,
@@ -421,10 +422,11 @@ void save_model_safetensors(const std::string& path, const Model& m, const std::
     // The bn layers' buffers after the parameters (PyTorch's state_dict has them after each
     // layer's parameters; a reader goes by name).
     for (const LayerSpec& l : m.layers) {
-        if (!l.is_bn()) continue;
-        out.push_back({l.name + ".running_mean", {l.width}, bufs.data() + l.buffer_offset, l.width});
-        out.push_back({l.name + ".running_var", {l.width}, bufs.data() + l.buffer_offset + l.width, l.width});
-        out.push_back({l.name + ".num_batches_tracked", {}, &batches_tracked, 1, "I64", 8});
+        const LayerRow& row = layer_row(l.kind);
+        for (unsigned j = 0; j < row.buffers; ++j)
+            out.push_back({l.name + "." + row.buffer_names[j], {l.width}, bufs.data() + l.buffer_offset + j * l.width,
+                           l.width});
+        if (row.tracks_steps) out.push_back({l.name + ".num_batches_tracked", {}, &batches_tracked, 1, "I64", 8});
     }
     add_extra(out, extra);
     write_safetensors(path, out, meta);
@@ -483,12 +485,14 @@ void read_model_tensors(const std::string& path, const TensorTable& tt, const Mo
     };
     std::vector<const TensorSpan*> counters;
     for (const LayerSpec& l : m.layers) {
-        if (l.kind == LayerKind::Pool) continue;
-        take(l.name + ".weight", l.weight_dims, l.weight_offset);
-        take(l.name + ".bias", l.bias_dims, l.bias_offset);
-        if (!l.is_bn()) continue;
-        take(l.name + ".running_mean", {l.width}, l.buffer_offset, true);
-        take(l.name + ".running_var", {l.width}, l.buffer_offset + l.width, true);
+        if (l.weight_count()) {  // a layer with parameters (not a pool)
+            take(l.name + ".weight", l.weight_dims, l.weight_offset);
+            take(l.name + ".bias", l.bias_dims, l.bias_offset);
+        }
+        const LayerRow& row = layer_row(l.kind);
+        for (unsigned j = 0; j < row.buffers; ++j)
+            take(l.name + "." + row.buffer_names[j], {l.width}, l.buffer_offset + j * size_t(l.width), true);
+        if (!row.tracks_steps) continue;
         take(l.name + ".num_batches_tracked", {}, 0, true);
         counters.push_back(takes.back().span);
         takes.pop_back();

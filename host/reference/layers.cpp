@@ -216,6 +216,8 @@ void bn_place(const LayerItem&, LayerSpec& l) {
 
 std::string bn_text(const LayerSpec&) { return "bn"; }
 
+constexpr const char* kBnBuffers[] = {"running_mean", "running_var"};
+
 // running_mean 0, running_var 1 (nn.BatchNorm's).
 void bn_init_buffers(const LayerSpec& l, float* b) { std::fill(b + l.width, b + 2 * size_t(l.width), 1.0f); }
 
@@ -246,17 +248,51 @@ std::vector<double> bn_backward_layer64(const LayerSpec& l, const LayerPass64& p
 // ---- The table, in LayerKind order -------------------------------------------------------
 
 constexpr LayerRow kLayers[] = {
-    {"conv", "conv<N>[k<K>]", "conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, K = 1, 3, 5)",
-     conv_parse,
-     /*after_fc*/ false, /*activated*/ true, /*spatial*/ true, nullptr, conv_place, conv_text, 0, nullptr,
-     init_drawn, conv_forward64, conv_backward64},
-    {"pool", "pool", "pool (2x2 max, stride 2)", nullptr, false, false, true, nullptr, pool_place, pool_text, 0, nullptr,
-     nullptr, pool_forward64, pool_backward64},
-    {"fc", "fc<N>", "fc<N> (dense; the first flattens)", fc_parse, true, true, false, nullptr, fc_place, fc_text, 0, nullptr,
-     init_drawn, fc_forward64, fc_backward64},
-    {"bn", "bn", "bn (BatchNorm2d after a conv, BatchNorm1d after a hidden fc; the activation after it)", nullptr, true,
-     true, false, bn_check_place, bn_place, bn_text, 2, bn_init_buffers, bn_init, bn_forward_layer64,
-     bn_backward_layer64},
+    {.token = "conv",
+     .grammar = "conv<N>[k<K>]",
+     .help = "conv<N> (3x3, same padding, bias, activation), conv<N>k<K> (KxK, K = 1, 3, 5)",
+     .parse = conv_parse,
+     .activated = true,
+     .spatial = true,
+     .place = conv_place,
+     .text = conv_text,
+     .init = init_drawn,
+     .forward64 = conv_forward64,
+     .backward64 = conv_backward64},
+    {.token = "pool",
+     .grammar = "pool",
+     .help = "pool (2x2 max, stride 2)",
+     .spatial = true,
+     .place = pool_place,
+     .text = pool_text,
+     .forward64 = pool_forward64,
+     .backward64 = pool_backward64},
+    {.token = "fc",
+     .grammar = "fc<N>",
+     .help = "fc<N> (dense; the first flattens)",
+     .parse = fc_parse,
+     .after_fc = true,
+     .activated = true,
+     .place = fc_place,
+     .text = fc_text,
+     .init = init_drawn,
+     .forward64 = fc_forward64,
+     .backward64 = fc_backward64},
+    {.token = "bn",
+     .grammar = "bn",
+     .help = "bn (BatchNorm2d after a conv, BatchNorm1d after a hidden fc; the activation after it)",
+     .after_fc = true,
+     .activated = true,
+     .check_place = bn_check_place,
+     .place = bn_place,
+     .text = bn_text,
+     .buffers = 2,
+     .buffer_names = kBnBuffers,
+     .tracks_steps = true,
+     .init_buffers = bn_init_buffers,
+     .init = bn_init,
+     .forward64 = bn_forward_layer64,
+     .backward64 = bn_backward_layer64},
 };
 
 }  // namespace

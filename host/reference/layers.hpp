@@ -66,7 +66,12 @@ struct LayerRow {
     // throws InputError where the input does not fit it.
     void (*place)(const LayerItem& it, LayerSpec& l);
     std::string (*text)(const LayerSpec& l);  // as the grammar writes it: "conv32k5", "pool"
-    unsigned buffers;  // floats of running statistics per channel (l.width) in the buffer array
+    // Its running statistics in the buffer array (model.hpp): `buffers` tensors of l.width floats
+    // back to back, named in the checkpoint NAME.buffer_names[j] ("bn1.running_mean"); with
+    // tracks_steps also NAME.num_batches_tracked (I64: the training steps, as PyTorch counts them).
+    unsigned buffers;
+    const char* const* buffer_names;
+    bool tracks_steps;
     // Those buffers' initial values at b (null: zeros).
     void (*init_buffers)(const LayerSpec& l, float* b);
     // Its parameters' initial values in the flat array, drawn from rng in layer order where
