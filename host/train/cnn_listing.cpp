@@ -2,6 +2,7 @@
 // cnn_step_kernels, cnn_layer_kernels): the step's data flow run on RecordingOps.
 #include "cnn_ops.hpp"
 #include "dense.hpp"
+#include "layer_steps.hpp"
 #include "train_cnn.hpp"
 
 #include <fmt/format.h>
@@ -69,8 +70,9 @@ public:
     void act_bwd(unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, unsigned) override {
         record(kDeltas, "act_bwd");
     }
-    void bn_fwd(const BnArgs&) override { record(kForward, "bn_fwd"); }
-    void bn_bwd(const BnArgs&) override { record(kDeltas, "bn_bwd"); }
+    void layer_kernel(const LayerKernel& k) override {
+        record(k.role == LayerKernel::kForward ? kForward : k.role == LayerKernel::kDeltas ? kDeltas : kWeights, k.entry);
+    }
 
 private:
     void record(Role r, const std::string& name) {
@@ -121,7 +123,8 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
         std::string wgt = k[RecordingOps::kWeights];
         if (wgt.empty() && l + 2 == L && m.layers[l].kind == LayerKind::Fc && !ops.layers[l + 1][2].empty())
             wgt = fmt::format("{} (with {})", ops.layers[l + 1][2], m.layers[l + 1].name);
-        if (wgt.empty() && m.layers[l].is_bn()) wgt = "in bn_bwd";
+        if (const LayerStepRow* row = layer_step_row(m.layers[l].kind); wgt.empty() && row && row->weight_gradient)
+            wgt = row->weight_gradient;  // "in bn_bwd"
         std::string back = k[RecordingOps::kDeltas];
         // A pool whose backward runs in the deltas launch of the conv above (conv_bwd_data_pool).
         if (back.empty() && l > 0 && l + 1 < L && m.layers[l].kind == LayerKind::Pool &&

@@ -3,7 +3,7 @@
 // launches, or the CPU tests' float64 ones).
 #include "train_cnn.hpp"
 
-#include "bn.hpp"
+#include "layer_steps.hpp"
 #include "recipe.hpp"
 
 namespace ptxlab {
@@ -23,62 +23,6 @@ void require_buffers(const Model& m, const CnnBuffers& b) {
                      to_string(b.act), b.z.size(), L);
 }
 
-// Where layer l keeps its pre-activations Z when act.ptx applies the activation: the layer
-// under the last fc keeps them in its deltas' buffer (fused_output reads GELU's Z there and
-// overwrites it with the deltas), the others in z[l].
-CUdeviceptr pre_activations(const CnnBuffers& b, size_t l, size_t L) { return l + 2 == L ? b.delta[l] : b.z[l]; }
-
-// Whether bn_fwd and bn_bwd apply the activation themselves (ReLU, leaky-ReLU: bn.hpp's codes
-// are recipe.hpp's); for tanh, sigmoid and GELU bn runs without (kBnActNone), writing Z, and
-// act.ptx's passes apply it.
-bool bn_applies(Activation act) { return act == Activation::Relu || act == Activation::LeakyRelu; }
-
-// A bn layer's arguments on the batch `in` (X); the forward pass's writes: its output (Z where
-// act.ptx applies the activation), its batch statistics (training) and its running statistics.
-BnArgs bn_args(const LayerSpec& ly, const CnnBuffers& b, CUdeviceptr in, size_t l, size_t L) {
-    BnArgs a;
-    a.B = b.B;
-    a.C = ly.width;
-    a.HW = ly.in.h * ly.in.w;
-    const bool own = ly.activation && bn_applies(b.act);
-    a.act = own ? act_code(b.act) : kBnActNone;
-    a.train = b.train;
-    a.Y = own || !ly.activation ? b.out[l] : pre_activations(b, l, L);
-    a.stats = b.train ? b.idx[l] : 0;
-    a.running = b.running + ly.buffer_offset * 4;
-    a.X = in;
-    a.gamma = b.params + ly.weight_offset * 4;
-    a.beta = b.params + ly.bias_offset * 4;
-    return a;
-}
-
-// A bn layer's forward pass: bn_fwd, then act_fwd where act.ptx applies the activation.
-void forward_bn(CnnOps& ops, const LayerSpec& ly, const CnnBuffers& b, CUdeviceptr in, size_t l, size_t L) {
-    const BnArgs a = bn_args(ly, b, in, l, L);
-    ops.bn_fwd(a);
-    if (a.Y != b.out[l]) ops.act_fwd(static_cast<unsigned>(b.B * ly.out.size()), b.out[l], a.Y, act_code(b.act));
-}
-
-// A bn layer's backward pass from dY = delta[l]: the activation's derivative (fused_output's
-// for the layer under the last fc; act_bwd in place where act.ptx applied it; else bn_bwd's
-// code), then bn_bwd.
-void backward_bn(CnnOps& ops, const LayerSpec& ly, const CnnBuffers& b, CUdeviceptr in, CUdeviceptr dX, size_t l,
-                 size_t L, float scale) {
-    BnArgs a = bn_args(ly, b, in, l, L);
-    const CUdeviceptr dY = b.delta[l];
-    if (a.Y != b.out[l] && l + 2 != L)
-        ops.act_bwd(static_cast<unsigned>(b.B * ly.out.size()), dY, dY, b.out[l], a.Y, act_code(b.act));
-    // Under the last fc, fused_output applied the derivative: bn_bwd without it (ReLU's mask, the
-    // same twice, stays as bn had it).
-    if (l + 2 == L && b.act != Activation::Relu) a.act = kBnActNone;
-    a.dX = dX;
-    a.dY = dY;
-    a.dgamma = b.grads + ly.weight_offset * 4;
-    a.dbeta = b.grads + ly.bias_offset * 4;
-    a.scale = scale;
-    ops.bn_bwd(a);
-}
-
 // Hidden layer l's forward pass from `in`; returns the last layer it ran (l + 1 where the conv
 // pooled in its epilogue).
 size_t forward_hidden(CnnOps& ops, const Model& m, const CnnBuffers& b, size_t l, CUdeviceptr in) {
@@ -89,8 +33,8 @@ size_t forward_hidden(CnnOps& ops, const Model& m, const CnnBuffers& b, size_t l
         ops.pool_fwd(b.B * ly.in.c, ly.in.h, ly.in.w, b.out[l], b.idx[l], in);
         return l;
     }
-    if (ly.is_bn()) {
-        forward_bn(ops, ly, b, in, l, L);
+    if (const LayerStepRow* row = layer_step_row(ly.kind)) {  // a layer of its own kernels (bn)
+        row->forward(ops, ly, b, in, l, L);
         return l;
     }
     const CUdeviceptr W = b.params + ly.weight_offset * 4, bias = b.params + ly.bias_offset * 4;
@@ -100,7 +44,7 @@ size_t forward_hidden(CnnOps& ops, const Model& m, const CnnBuffers& b, size_t l
         f.W1 = W;
         f.b1 = bias;
         f.A1 = b.out[l];
-        f.D1 = relu ? 0 : pre_activations(b, l, L);
+        f.D1 = relu ? 0 : cnn_pre_activations(b, l, L);
         f.B = b.B;
         f.I = static_cast<unsigned>(ly.in.size());
         f.H = ly.width;
@@ -121,13 +65,15 @@ size_t forward_hidden(CnnOps& ops, const Model& m, const CnnBuffers& b, size_t l
         return l;
     }
     // Another activation: the conv writes Z (act 0), act_fwd A = f(Z); a pool above runs on A.
-    const CUdeviceptr Z = pre_activations(b, l, L);
+    const CUdeviceptr Z = cnn_pre_activations(b, l, L);
     ops.conv_fwd(d, in, W, bias, Z, kConvActNone, 0);
     ops.act_fwd(static_cast<unsigned>(b.B * ly.out.size()), b.out[l], Z, act_code(b.act));
     return l;
 }
 
 }  // namespace
+
+CUdeviceptr cnn_pre_activations(const CnnBuffers& b, size_t l, size_t L) { return l + 2 == L ? b.delta[l] : b.z[l]; }
 
 void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
                  unsigned loss_code) {
@@ -250,8 +196,8 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
             if (l > 0 && l != pool_done)
                 ops.pool_bwd(b.B * ly.in.c, ly.in.h, ly.in.w, dX, dY, b.idx[l],
                              relu && masked_by_pool(l - 1) ? b.out[l] : 0);
-        } else if (ly.is_bn()) {  // never the first layer: dX is the deltas of the layer below
-            backward_bn(ops, ly, b, input_of(l), dX, l, L, scale);
+        } else if (const LayerStepRow* row = layer_step_row(ly.kind)) {  // bn: never the first layer
+            row->backward(ops, ly, b, input_of(l), dX, l, L, scale);
         } else {
             // ReLU in the kernels unless a pool above applies its mask; a layer under a bn has none.
             const ConvDims d = cnn_kernel_dims(ly, b.B);

@@ -4,12 +4,12 @@
 #include "step_program.hpp"
 
 #include "act.hpp"
-#include "bn.hpp"
 #include "cnn_ops.hpp"
 #include "conv.hpp"
 #include "dense.hpp"
 #include "densetc.hpp"
 #include "fused.hpp"
+#include "layer_steps.hpp"
 #include "optim.hpp"
 #include "recipe.hpp"
 #include "rng.hpp"
@@ -47,8 +47,8 @@ void TrainConfig::validate_model_flags() const {
                      m.layers.front().in.c, m.layers.front().in.h, m.layers.front().in.w);
     for (const LayerSpec& l : m.layers) {
         if (l.kind == LayerKind::Pool) continue;
-        if (l.is_bn()) {  // PyTorch refuses one value a channel in training; evaluation takes any batch
-            if (std::string why = bn_unfit(batch, l.width, l.in.h * l.in.w, kActRelu, true); !why.empty())
+        if (const LayerStepRow* row = layer_step_row(l.kind)) {  // a layer of its own kernels (bn)
+            if (std::string why = row->unfit ? row->unfit(l, batch) : ""; !why.empty())
                 PTXLAB_THROW(InputError, "--model {}: layer {} at --batch {}: {}", m.text(), l.name, batch, why);
         } else {
             for (unsigned B : {batch, kEvalBatch})
@@ -65,8 +65,8 @@ void TrainConfig::validate_model_flags() const {
 ConvKernels conv_kernels_of(const KernelChoice& k) { return k.design == Design::Tc ? ConvKernels::Tc : ConvKernels::Fp32; }
 
 std::vector<std::string> cnn_forward_entries(ConvKernels conv) {
-    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm",
-                                  "bn_fwd"};
+    std::vector<std::string> v = {"conv_fwd", "pool_fwd", "fused_forward", "fused_output", "act_fwd", "dense_mm"};
+    for (const std::string& e : layer_step_entries(false)) v.push_back(e);  // bn_fwd
     // conv_fwd stays: layers of fewer than 8 channels; tc_forward: an fc under a bn; dense_tc: the
     // fc products of kDenseTcMinOutputs outputs or more (large batches); dense_wg_k: the hidden fc
     // layers' forward passes below that (loaded on a device of compute capability 9.0 only)
@@ -80,8 +80,10 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
     v.push_back("conv_bwd_data");
     if (conv == ConvKernels::Tc)
         for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights", "transpose32"}) v.push_back(e);
-    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "bn_bwd", "gather"})
+    for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "gather"})
         v.push_back(e);
+    for (const std::string& e : layer_step_entries(true))  // bn_bwd (bn_fwd is above)
+        if (std::find(v.begin(), v.end(), e) == v.end()) v.push_back(e);
     v.push_back(optimizer_entry(o.kind));
     return v;
 }
@@ -123,7 +125,8 @@ CnnActs::CnnActs(const Model& m, unsigned B_, Activation act_) : B(B_), act(act_
         z.emplace_back(pre ? DeviceBuffer(size_t(B) * l.out.size() * 4, fmt::format("{} pre-activations", l.name))
                            : DeviceBuffer());
         out.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} output", l.name));
-        if (l.is_bn()) idx.emplace_back(2 * size_t(l.width) * 4, fmt::format("{} batch statistics", l.name));
+        if (const LayerStepRow* row = layer_step_row(l.kind); row && row->scratch)
+            idx.emplace_back(std::max<size_t>(row->scratch(l, B), 1) * 4, fmt::format("{} {}", l.name, row->scratch_name));
         else idx.emplace_back(l.kind == LayerKind::Pool ? size_t(B) * l.out.size() * 4 : 4, fmt::format("{} argmax", l.name));
         if (i + 1 < m.layers.size()) delta.emplace_back(size_t(B) * l.out.size() * 4, fmt::format("{} deltas", l.name));
     }
@@ -250,15 +253,7 @@ public:
     void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         launch_act_bwd(ks_.get("act_bwd"), n, G, dA, A, Z, code, s_);
     }
-    void bn_fwd(const BnArgs& a) override {
-        launch_bn_fwd(ks_.get("bn_fwd"), a.B, a.C, a.HW, a.Y, a.stats, a.running, a.X, a.gamma, a.beta, a.act, a.train,
-                      s_);
-    }
-    // On the main stream: its dX is the next delta of the chain.
-    void bn_bwd(const BnArgs& a) override {
-        launch_bn_bwd(ks_.get("bn_bwd"), a.B, a.C, a.HW, a.dX, a.dgamma, a.dbeta, a.dY, a.Y, a.X, a.gamma, a.stats,
-                      a.act, a.scale, s_);
-    }
+    void layer_kernel(const LayerKernel& k) override { k.launch(ks_.get(k.entry), s_); }
 
 private:
     // Where a weight gradient goes: the next side stream in turn, after the main stream's work
@@ -405,7 +400,7 @@ public:
             const LayerSpec& ly = m_.layers[l];
             name(a_.out[l], ly.out.size());
             if (ly.kind == LayerKind::Pool) name(a_.idx[l], ly.out.size());
-            if (ly.is_bn()) name(a_.idx[l], ly.width);
+            if (const LayerStepRow* row = layer_step_row(ly.kind); row && row->scratch) name(a_.idx[l], ly.width);
             if (l < a_.delta.size()) name(a_.delta[l], ly.out.size());
             if (a_.z[l].bytes()) name(a_.z[l], ly.out.size());
             if (ly.kind == LayerKind::Pool) continue;
@@ -556,15 +551,15 @@ public:
     void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) override {
         add("act_bwd", {G}, [=](KernelOps& k) { k.act_bwd(n, G, dA, A, Z, code); });
     }
-    void bn_fwd(const BnArgs& a) override {
-        add("bn_fwd", {a.Y, a.stats, a.running}, [=](KernelOps& k) { k.bn_fwd(a); });
-    }
-    void bn_bwd(const BnArgs& a) override {
-        add("bn_bwd", {a.dX, a.dgamma, a.dbeta}, [=](KernelOps& k) { k.bn_bwd(a); });
+    void layer_kernel(const LayerKernel& k) override {
+        add(k.entry, k.writes, [=](KernelOps& ops) { ops.layer_kernel(k); });
     }
 
 private:
     void add(std::string name, std::initializer_list<CUdeviceptr> writes, std::function<void(KernelOps&)> op) {
+        add(std::move(name), std::vector<CUdeviceptr>(writes), std::move(op));
+    }
+    void add(std::string name, const std::vector<CUdeviceptr>& writes, std::function<void(KernelOps&)> op) {
         StepKernel sk;
         sk.name = std::move(name);
         for (CUdeviceptr p : writes)

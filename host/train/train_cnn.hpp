@@ -30,16 +30,9 @@
 //             for fc 3136->128 at batch 64 on an H100.)
 //   optimizer one launch of ptx/optim.ptx over the flat parameters, with this step's StepHyper
 //             record from the epoch's table (recipe.hpp step_hyper, schedule_lr).
-//   bn        a conv or fc under a bn runs without its activation (conv_fwd act 0: its output is
-//             written, no pool in its epilogue); bn_fwd (ptx/bn.ptx) normalizes it with the
-//             batch's statistics (kept in the layer's idx buffer, [2][C]: mean, rstd) and moves
-//             the running ones (CnnParams::running), then applies ReLU or leaky-ReLU (bn's own
-//             codes); for tanh, sigmoid and GELU it runs with kBnActNone, writing Z (as below),
-//             and act_fwd applies the activation. In evaluation on the running statistics.
-//             Backward: bn_bwd from the bn's output deltas and its output (the mask) writes
-//             dgamma, dbeta and the deltas of the layer below, whose passes then run with act
-//             0; act_bwd first where act.ptx applied the activation; kBnActNone under the last
-//             fc, whose fused_output applied the derivative (ReLU's mask again with ReLU).
+//   bn, and any layer with a layer step row (layer_steps.hpp): its row's forward and backward
+//             passes, launches of its own kernels (CnnOps::layer_kernel); a conv or fc under a
+//             bn runs without its activation (the bn carries it; layer_steps.cpp says how).
 // Hidden activation other than ReLU (--activation: recipe.hpp's act_code, the codes fused_forward,
 // fused_output and ptx/act.ptx take): the conv kernels' epilogues and the dense and conv backward
 // passes know ReLU alone, so there they run with act 0 (none) and act.ptx applies the activation:
@@ -69,6 +62,7 @@
 #include "train.hpp"
 
 #include <array>
+#include <functional>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -173,14 +167,18 @@ struct FcDeltas {
     CUdeviceptr dX = 0, dY = 0, Y = 0, W = 0, Wt = 0, Yb = 0;
     bool dy_masked = false;
 };
-// A bn layer's launches (bn.hpp launch_bn_fwd / launch_bn_bwd): bn_fwd reads X, gamma, beta
-// (and running in evaluation) and writes Y, stats and running (training); bn_bwd reads dY, Y, X,
-// gamma, stats and writes dX, dgamma, dbeta.
-struct BnArgs {
-    unsigned B = 0, C = 0, HW = 0, act = 0;
-    bool train = true;
-    float scale = 1.0f;
-    CUdeviceptr Y = 0, stats = 0, running = 0, X = 0, gamma = 0, beta = 0, dX = 0, dgamma = 0, dbeta = 0, dY = 0;
+// One launch of a layer's own kernel as the step issues it (a layer step row's, layer_steps.hpp):
+// its entry, its part in train's layer table (forward pass, deltas or weight gradient), the
+// buffers it writes (the NaN hunt checks them), and how it runs: launch on the GPU, or host64 in
+// float64 on host memory, the kernel's semantics with the addresses as host pointers (the CPU
+// tests' CnnOps run the step's data flow that way).
+struct LayerKernel {
+    enum Role { kForward, kDeltas, kWeights };
+    std::string entry;
+    Role role = kForward;
+    std::vector<CUdeviceptr> writes;
+    std::function<void(const Kernel& k, CUstream s)> launch;
+    std::function<void()> host64;
 };
 // The operations a step is made of, with the kernels' parameters and semantics (conv.hpp,
 // ref_conv.hpp: act 0 none, 1 ReLU; the backward passes mask dY where Y <= 0 with act 1;
@@ -234,9 +232,8 @@ struct CnnOps {
     virtual void transpose_weights(unsigned O, unsigned I, CUdeviceptr Wt, CUdeviceptr W) {
         (void)O, (void)I, (void)Wt, (void)W;
     }
-    // Batch normalization of X [B][C][HW] and the activation (bn.hpp: act 0 ReLU, 5 none).
-    virtual void bn_fwd(const BnArgs& a) = 0;
-    virtual void bn_bwd(const BnArgs& a) = 0;
+    // A layer's own kernel (a layer step row's: bn_fwd, bn_bwd), on the main stream.
+    virtual void layer_kernel(const LayerKernel& k) = 0;
     // The hidden activation as its own pass over n floats (ptx/act.ptx; code: recipe.hpp's
     // act_code): A = f(Z); G = dA * f'(.) from A (codes 0..3) or Z (GELU), G may be dA.
     virtual void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) = 0;

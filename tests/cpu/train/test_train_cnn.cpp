@@ -8,7 +8,6 @@
 #include "ref_model.hpp"
 #include "rng.hpp"
 #include "train_cnn.hpp"
-#include "bn.hpp"
 #include "cnn_ops.hpp"
 
 #include <doctest/doctest.h>
@@ -169,36 +168,10 @@ struct HostOps : CnnOps {
         put(f.GW2, G.v);
         put(f.Gb2, Gb.v);
     }
-    // bn: ref_model.hpp's bn_forward64 / bn_backward64 on the buffers' float values; bn.hpp's
-    // codes: ReLU (0), leaky-ReLU (1, slope 0.01) or none.
-    void bn_fwd(const BnArgs& a) override {
-        REQUIRE((a.act == kActRelu || a.act == kActLeakyRelu || a.act == kBnActNone));
-        const size_t n = size_t(a.B) * a.C * a.HW;
-        std::vector<double> z(n), st(2 * size_t(a.C)), run = get(a.running, 2 * size_t(a.C));
-        bn_forward64(get(a.X, n).data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), get(a.beta, a.C).data(), a.train,
-                     run.data(), run.data() + a.C, z.data(), st.data(), st.data() + a.C);
-        if (a.train) {
-            put(a.running, run);
-            put(a.stats, st);
-        }
-        for (auto& v : z)
-            if (a.act != kBnActNone && !(v > 0)) v = a.act == kActLeakyRelu ? 0.01 * v : 0.0;
-        put(a.Y, z);
-    }
-    void bn_bwd(const BnArgs& a) override {
-        REQUIRE((a.act == kActRelu || a.act == kActLeakyRelu || a.act == kBnActNone));
-        const size_t n = size_t(a.B) * a.C * a.HW;
-        std::vector<double> dz = get(a.dY, n), dx(n), dg(a.C), db(a.C);
-        if (a.act != kBnActNone)
-            for (size_t i = 0; i < n; ++i)
-                if (!(host<float>(a.Y)[i] > 0.0f)) dz[i] *= a.act == kActLeakyRelu ? 0.01 : 0.0;
-        const std::vector<double> st = get(a.stats, 2 * size_t(a.C));
-        bn_backward64(get(a.X, n).data(), dz.data(), a.B, a.C, a.HW, get(a.gamma, a.C).data(), st.data(),
-                      st.data() + a.C, dg.data(), db.data(), dx.data());
-        for (unsigned c = 0; c < a.C; ++c) dg[c] *= a.scale, db[c] *= a.scale;
-        put(a.dX, dx);
-        put(a.dgamma, dg);
-        put(a.dbeta, db);
+    // A layer's own kernel (bn's): the step row's float64 semantics on the buffers' float values.
+    void layer_kernel(const LayerKernel& k) override {
+        REQUIRE(k.host64);
+        k.host64();
     }
 };
 
