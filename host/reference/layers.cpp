@@ -283,6 +283,7 @@ constexpr LayerRow kLayers[] = {
      .help = "bn (BatchNorm2d after a conv, BatchNorm1d after a hidden fc; the activation after it)",
      .after_fc = true,
      .activated = true,
+     .takes_activation = true,
      .check_place = bn_check_place,
      .place = bn_place,
      .text = bn_text,

@@ -58,6 +58,9 @@ struct LayerRow {
     void (*parse)(const LayerItem& it, size_t pos, LayerSpec& l);
     bool after_fc;   // may come after an fc layer (fc, bn; a conv or a pool may not: the fc flattens)
     bool activated;  // carries the hidden activation (unless last or under a bn): conv, fc, bn
+    // Takes over the hidden activation of the layer right under it, which then has none (bn:
+    // PyTorch's Conv -> BN -> ReLU).
+    bool takes_activation;
     bool spatial;    // shapes_text writes its output as CxHxW even at 1x1 (conv, pool)
     // Throws where it may not come after the layers so far (m.layers; last: it ends the list);
     // null: any place the rules above allow.

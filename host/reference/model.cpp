@@ -110,15 +110,16 @@ Model parse_model(const std::string& spec_in, Shape3 input) {
                                  "MNIST",
                      spec, last.text(), m.layers.size(), kMnistClasses, kMnistClasses);
     // Numbered names (per kind, from 1); the hidden activation on every layer whose row carries
-    // it but the last layer and a layer under a bn (the bn carries it); the running statistics
+    // it but the last layer and a layer under one that takes it over (a bn); the running statistics
     // of the layers that keep them in the buffer array.
     std::vector<unsigned> counts(layer_rows().size(), 0);
     for (size_t i = 0; i < m.layers.size(); ++i) {
         LayerSpec& l = m.layers[i];
         const LayerRow& row = layer_row(l.kind);
         l.name = fmt::format("{}{}", row.token, ++counts[static_cast<size_t>(l.kind)]);
-        const bool under_bn = i + 1 < m.layers.size() && m.layers[i + 1].is_bn();
-        l.activation = row.activated && i + 1 < m.layers.size() && !under_bn;
+        const bool last = i + 1 == m.layers.size();
+        const bool under_bn = !last && layer_row(m.layers[i + 1].kind).takes_activation;
+        l.activation = row.activated && !last && !under_bn;
         if (row.buffers) {
             l.buffer_offset = m.buffer_count;
             m.buffer_count += size_t(row.buffers) * l.width;

@@ -1,6 +1,7 @@
 // The --model grammar (host/reference/model.hpp): shapes and parameter layout of good specs, and a
 // message naming the layer for every kind of bad spec.
 #include "error.hpp"
+#include "layers.hpp"
 #include "model.hpp"
 
 #include <doctest/doctest.h>
@@ -175,4 +176,33 @@ TEST_CASE("model: bn after a conv (BatchNorm2d) or a hidden fc (BatchNorm1d), th
     // An fc with a bn is not an MLP: the model trainer runs it.
     CHECK_FALSE(parse_model("fc128,bn,fc10").fc_only());
     CHECK(parse_model("fc128,bn,fc10").shapes_text() == "1x28x28 -fc128-> 128 -bn-> 128 -fc10-> 10");
+}
+
+TEST_CASE("model: the layer table has a row a kind, in kind order, each with what the grammar and the float64 step read") {
+    const auto rows = layer_rows();
+    REQUIRE(rows.size() >= 4);
+    for (size_t k = 0; k < rows.size(); ++k) {
+        const LayerRow& r = rows[k];
+        CAPTURE(r.token);
+        CHECK(r.kind() == static_cast<LayerKind>(k));
+        CHECK(&layer_row(r.kind()) == &r);
+        CHECK(layer_row_of(r.token) == &r);
+        CHECK(std::string(r.help).starts_with(r.token));
+        CHECK(model_grammar().find(r.grammar) != std::string::npos);
+        CHECK(model_grammar_help().find(r.help) != std::string::npos);
+        CHECK((r.place && r.text && r.forward64 && r.backward64));
+        CHECK((r.buffers == 0) == (r.buffer_names == nullptr));
+        CHECK_FALSE((r.init_buffers && !r.buffers));
+    }
+    // The named kinds sit at their rows.
+    CHECK(std::string(layer_row(LayerKind::Conv).token) == "conv");
+    CHECK(std::string(layer_row(LayerKind::Pool).token) == "pool");
+    CHECK(std::string(layer_row(LayerKind::Fc).token) == "fc");
+    CHECK(std::string(layer_row(LayerKind::Bn).token) == "bn");
+    // The longest token that begins an item wins; an item no token begins has no row.
+    CHECK(layer_row_of("fc128") == &layer_row(LayerKind::Fc));
+    CHECK(layer_row_of("bnx") == &layer_row(LayerKind::Bn));
+    CHECK(layer_row_of("xfc") == nullptr);
+    CHECK(model_grammar() == "conv<N>[k<K>], pool, fc<N> or bn, e.g. conv32,pool,conv64,pool,fc128,fc10; or cnn");
+    CHECK_THROWS_AS(layer_row(static_cast<LayerKind>(rows.size())), Error);
 }

@@ -9,6 +9,8 @@
 #include "rng.hpp"
 #include "train_cnn.hpp"
 #include "cnn_ops.hpp"
+#include "layer_steps.hpp"
+#include "layers.hpp"
 
 #include <doctest/doctest.h>
 
@@ -593,4 +595,25 @@ TEST_CASE("train_cnn: another activation than ReLU shows act.ptx's launches, and
           "fused_forward x2, fused_output, fused_grad, fc_bwd_data, act_bwd, tc_grad_weights");
     // ReLU's listing is unchanged by the activation parameter.
     CHECK(cnn_layer_kernels(cnn, ConvKernels::Tc, 64, Activation::Relu) == cnn_layer_kernels(cnn, ConvKernels::Tc, 64));
+}
+
+TEST_CASE("train_cnn: the layer step table: a place for every layer kind, bn's row complete, its kernels loaded") {
+    for (size_t k = 0; k < layer_rows().size(); ++k) CHECK_NOTHROW(layer_step_row(static_cast<LayerKind>(k)));
+    CHECK_THROWS_AS(layer_step_row(static_cast<LayerKind>(layer_rows().size())), Error);
+    // conv, pool and fc are the data flow's own.
+    for (LayerKind k : {LayerKind::Conv, LayerKind::Pool, LayerKind::Fc}) CHECK(layer_step_row(k) == nullptr);
+    const LayerStepRow* bn = layer_step_row(LayerKind::Bn);
+    REQUIRE(bn);
+    CHECK((bn->forward && bn->backward && bn->scratch && bn->unfit && bn->scratch_name && bn->weight_gradient));
+    const LayerSpec& l = parse_model("conv8,bn,pool,fc10").layers[1];
+    CHECK(bn->scratch(l, 64) == 16);  // mean and rstd of 8 channels
+    CHECK(bn->unfit(l, 64).empty());
+    CHECK(bn->unfit(parse_model("fc8,bn,fc10").layers[1], 1).find("more than 1 value per channel") != std::string::npos);
+    CHECK(layer_step_entries(false) == std::vector<std::string>{"bn_fwd"});
+    CHECK(layer_step_entries(true) == std::vector<std::string>{"bn_fwd", "bn_bwd"});
+    const auto f = cnn_forward_entries(), t = cnn_training_entries(OptimConfig{});
+    CHECK(std::count(f.begin(), f.end(), "bn_fwd") == 1);
+    CHECK(std::count(f.begin(), f.end(), "bn_bwd") == 0);
+    CHECK(std::count(t.begin(), t.end(), "bn_fwd") == 1);
+    CHECK(std::count(t.begin(), t.end(), "bn_bwd") == 1);
 }
