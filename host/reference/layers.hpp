@@ -100,6 +100,7 @@ std::string model_grammar_help();
 const LayerRow* layer_row_of(const std::string& item);
 
 // ---- Batch normalization (one bn layer) on x [B][C][HW], in float64 ----
+inline constexpr double kBnMomentum = 0.1, kBnEps = 1e-5;  // PyTorch's defaults
 // Forward: z = gamma (x - mean) rstd + beta per channel; mean and rstd [C] are written. train:
 // the batch's mean and biased variance, and, where run_mean and run_var are given, the running
 // statistics updated (momentum 0.1, unbiased variance; it throws for a channel of one value, as

@@ -1,7 +1,8 @@
 // A network as a list of layers: the `--model` grammar, every layer's shapes, and the
 // parameter layout (PyTorch's order and shapes).
 //
-// Grammar: a comma-separated list of layers, read left to right from a 1x28x28 image:
+// Grammar: a comma-separated list of layers, read left to right from a 1x28x28 image (each kind
+// a row of the layer table, layers.hpp, which parse_model reads):
 //   conv<N>       3x3 convolution to N channels, stride 1, same padding (1), bias, then the
 //                 hidden activation
 //   conv<N>k<K>   the same with a KxK kernel, K odd: 1, 3 or 5 (same padding K/2)
@@ -47,8 +48,6 @@ struct Shape3 {
 
 enum class LayerKind { Conv, Pool, Fc, Bn };
 
-inline constexpr double kBnMomentum = 0.1, kBnEps = 1e-5;  // PyTorch's defaults
-
 struct LayerSpec {
     LayerKind kind = LayerKind::Fc;
     unsigned width = 0;       // conv: output channels; fc: units; bn: channels (or units); pool: 0
@@ -74,7 +73,7 @@ struct Model {
     std::vector<LayerSpec> layers;
     size_t param_count = 0;   // floats in the flat parameter array
     size_t buffer_count = 0;  // floats in the flat buffer array (the bn layers' running statistics)
-    bool has_bn() const { return buffer_count > 0; }
+    bool has_buffers() const { return buffer_count > 0; }  // layers with running statistics (bn)
     // The buffer array's initial values: each bn's running_mean 0, running_var 1.
     std::vector<float> initial_buffers() const;
     bool fc_only() const;

@@ -26,7 +26,7 @@ ModelForward64 model_forward64(const Model& m, const std::vector<double>& params
     if (running && running->size() != m.buffer_count)
         PTXLAB_THROW(Error, "model_forward64: {} running statistics given, the model {} has {}", running->size(),
                      m.text(), m.buffer_count);
-    if (!train && m.has_bn() && !running)
+    if (!train && m.has_buffers() && !running)
         PTXLAB_THROW(Error, "model_forward64: evaluating {} needs its bn layers' running statistics", m.text());
     const size_t L = m.layers.size();
     ModelForward64 f;

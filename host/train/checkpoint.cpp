@@ -224,7 +224,7 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
     ResumeState r = std::move(*position);
     r.model = std::move(ck.net);
     r.params = std::move(mck.params);
-    if (cfg.model && cfg.model->has_bn() && mck.batches_tracked != int64_t(r.step))
+    if (cfg.model && cfg.model->has_buffers() && mck.batches_tracked != int64_t(r.step))
         PTXLAB_THROW(InputError, "--resume: {} counts {} steps in its bn layers' num_batches_tracked but {} in "
                                  "'resume.step'; a train --save checkpoint has them equal",
                      path, mck.batches_tracked, r.step);

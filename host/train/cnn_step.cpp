@@ -78,7 +78,7 @@ CUdeviceptr cnn_pre_activations(const CnnBuffers& b, size_t l, size_t L) { retur
 void cnn_forward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, CUdeviceptr T, CUdeviceptr Y,
                  unsigned loss_code) {
     require_buffers(m, b);
-    if (m.has_bn() && !b.running)
+    if (m.has_buffers() && !b.running)
         PTXLAB_THROW(Error, "internal error: the model {} has bn layers but no running statistics", m.text());
     const size_t L = m.layers.size();
     CUdeviceptr in = X;

@@ -171,6 +171,10 @@ const LayerStepRow* layer_step_row(LayerKind k) {
     const auto i = static_cast<size_t>(k);
     if (i >= std::size(kSteps) || i >= layer_rows().size())
         PTXLAB_THROW(Error, "internal error: layer kind {} has no place in the layer step table", i);
+    // conv, pool and fc are the data flow's own; any other layer runs through its row.
+    if (!kSteps[i] && k != LayerKind::Conv && k != LayerKind::Pool && k != LayerKind::Fc)
+        PTXLAB_THROW(Error, "internal error: layer '{}' has no row in the layer step table (layer_steps.cpp)",
+                     layer_rows()[i].token);
     return kSteps[i];
 }
 

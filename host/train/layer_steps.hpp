@@ -35,7 +35,8 @@ struct LayerStepRow {
     const char* weight_gradient;  // train's layer table: where its parameters' gradient is made ("in bn_bwd")
 };
 
-// The row of kind k, or null for the layers the data flow runs itself (conv, pool, fc).
+// The row of kind k, or null for the layers the data flow runs itself (conv, pool, fc); an
+// internal error for any other kind without a row (a layer table row needs its step row).
 const LayerStepRow* layer_step_row(LayerKind k);
 // Every row's entries (forward, or forward and backward), in table order.
 std::vector<std::string> layer_step_entries(bool backward);

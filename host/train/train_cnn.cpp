@@ -91,7 +91,7 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
 CnnParams::CnnParams(const Model& m, const std::vector<float>& init, const OptimConfig& o,
                      const std::vector<float>& buffers)
     : count(m.param_count) {
-    if (m.has_bn()) {
+    if (m.has_buffers()) {
         if (!buffers.empty() && buffers.size() != m.buffer_count)
             PTXLAB_THROW(Error, "internal error: {} running statistics for the model {} of {}", buffers.size(),
                          m.text(), m.buffer_count);

@@ -163,8 +163,8 @@ TEST_CASE("model: bn after a conv (BatchNorm2d) or a hidden fc (BatchNorm1d), th
     CHECK(bn1.buffer_offset == 0);
     CHECK(m.layers[4].buffer_offset == 64);
     CHECK(m.layers[7].buffer_offset == 64 + 128);
-    CHECK(m.has_bn());
-    CHECK_FALSE(parse_model("cnn").has_bn());
+    CHECK(m.has_buffers());
+    CHECK_FALSE(parse_model("cnn").has_buffers());
     const std::vector<float> b = m.initial_buffers();
     REQUIRE(b.size() == m.buffer_count);
     CHECK(b[0] == 0.0f);

@@ -496,8 +496,8 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
         // bn: the running statistics survive the checkpoint bit for bit, num_batches_tracked the steps.
         CHECK(same_bits(rest.end.buffers, whole.end.buffers));
         CHECK(same_bits(ck.buffers, part.end.buffers));
-        CHECK(ck.batches_tracked == (cfg.model->has_bn() ? int64_t(part.steps) : 0));
-        CHECK(cfg.model->has_bn() == !whole.end.buffers.empty());
+        CHECK(ck.batches_tracked == (cfg.model->has_buffers() ? int64_t(part.steps) : 0));
+        CHECK(cfg.model->has_buffers() == !whole.end.buffers.empty());
     }
 }
 
