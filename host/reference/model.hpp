@@ -46,6 +46,8 @@ struct Shape3 {
     bool operator==(const Shape3&) const = default;
 };
 
+// A layer's kind: its row's index in the layer table (layers.hpp); the named ones are those the
+// code names, a new row needs no enumerator.
 enum class LayerKind { Conv, Pool, Fc, Bn };
 
 struct LayerSpec {
