@@ -543,6 +543,42 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     CHECK(r.stop_reason.find("fc1.") != std::string::npos);
 }
 
+TEST_CASE("cnn: a bn kernel that writes NaN is named, with its buffer and element (a layer step row's launch)") {
+    // A fault planted in bn_fwd (ptx/bn.ptx): thread 0 of every channel stores a NaN as the batch's
+    // mean in stats (its scratch buffer), while it normalizes with the true one: its output Y and the
+    // running statistics stay finite. bn_bwd reads the NaN, so the gradient below goes NaN and the
+    // parameters after step 1. The loop replays the step one launch at a time (bn's launches through
+    // CnnOps::layer_kernel, with the buffers its LayerKernel says it writes) and names bn_fwd and the
+    // statistics, not a later kernel; the twins stay finite.
+    TempDir t;
+    std::filesystem::copy(std::string(PTXLAB_SOURCE_DIR) + "/ptx", t.path, std::filesystem::copy_options::recursive);
+    std::string src = read_source_file(t.file("bn.ptx")).text;
+    const std::string at = "    st.global.f32   [ax], mean;\n";
+    REQUIRE(src.find(at) != std::string::npos);
+    src.replace(src.find(at), at.size(),
+                "    {\n    .reg .f32 nan_mean;\n    mov.f32         nan_mean, 0f7FFFFFFF;\n"
+                "    st.global.f32   [ax], nan_mean;\n    }\n");
+    write_text(t.file("bn.ptx"), src);
+    const Dataset data = load_dataset(default_data_dir());
+    TrainConfig cfg;
+    cfg.model = parse_model("conv8,bn,pool,fc10");
+    cfg.epochs = 1;
+    cfg.max_steps = 100;
+    cfg.eval_every = 1;
+    cfg.kernels = {Design::Fused, KernelSource::Ptx};
+    cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
+    cfg.progress = false;
+    std::ostringstream out;
+    const TrainResult r = train(gpu(), data, cfg, out);
+    CHECK(r.diverged);
+    CAPTURE(r.fault);
+    CHECK(r.fault.find("kernel 'bn_fwd'") != std::string::npos);
+    CHECK(r.fault.find("bn1 batch statistics[0][0] = nan") != std::string::npos);
+    CHECK(r.fault.find("twins stay finite") != std::string::npos);
+    CHECK(r.steps == 1);
+    CHECK(r.stop_reason.find("a parameter is non-finite after step 1") != std::string::npos);
+}
+
 TEST_CASE("cnn: the evaluation takes a test split of any size, its last batch smaller than 500") {
     // 1234 images: two batches of 500 and one of 234. Each sample's logits are its own, so the
     // 1234 score as the first 1000 (two full batches) and the last 234 (one short batch) apart.
