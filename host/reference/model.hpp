@@ -89,6 +89,8 @@ inline constexpr Shape3 kMnistInput{1, 28, 28};
 inline constexpr unsigned kMnistClasses = 10;
 inline constexpr unsigned kMaxWidth = 1u << 20;  // the largest channel count or fc width taken
 
+// parse_model, LayerSpec::text, Model::initial_buffers and Model::shapes_text read the layer table:
+// layers.cpp defines them.
 // Parses a --model spec; throws InputError naming the layer (its position, from 1) and what
 // is wrong with it. `input` is the image's shape (MNIST's; tests take smaller ones).
 Model parse_model(const std::string& spec, Shape3 input = kMnistInput);

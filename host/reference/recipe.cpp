@@ -1,7 +1,6 @@
 #include "recipe.hpp"
 
 #include "error.hpp"
-#include "layers.hpp"
 #include "rng.hpp"
 
 #include <algorithm>
@@ -103,13 +102,6 @@ NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t se
     return net;
 }
 
-std::vector<float> init_model_params(const Model& m, Init init, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<float> flat(m.param_count, 0.0f);
-    for (const LayerSpec& l : m.layers)  // in layer order: each row that draws takes its values in turn
-        if (const LayerRow& row = layer_row(l.kind); row.init) row.init(l, init, rng, flat.data());
-    return flat;
-}
 
 // ---- Loss ----------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ NetParams init_params(const std::vector<unsigned>& sizes, Init init, uint64_t se
 // in*k*k, fan_out = out*k*k (Torch: U(+-1/sqrt(fan_in)) weights and biases, nn.Conv2d's
 // kaiming_uniform(a = sqrt(5)) default). One stream, layer by layer, weights then biases, so an
 // fc-only model gets exactly init_params's numbers, flattened.
-// Each layer as its row says (layers.hpp: conv and fc draw, bn sets gamma 1, pool has none).
+// Each layer as its row says (layers.cpp defines it: conv and fc draw, bn sets gamma 1, pool has none).
 std::vector<float> init_model_params(const Model& m, Init init, uint64_t seed);
 // One layer's weight W [nW] and bias b [nb] from the stream: the weights first, in their flat
 // order, then the biases (only the inits that draw them; else 0). fan_in and fan_out as
