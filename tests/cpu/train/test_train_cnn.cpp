@@ -605,7 +605,8 @@ TEST_CASE("train_cnn: the layer step table: a place for every layer kind, bn's r
     const LayerStepRow* bn = layer_step_row(LayerKind::Bn);
     REQUIRE(bn);
     CHECK((bn->forward && bn->backward && bn->scratch && bn->unfit && bn->scratch_name && bn->weight_gradient));
-    const LayerSpec& l = parse_model("conv8,bn,pool,fc10").layers[1];
+    const Model m = parse_model("conv8,bn,pool,fc10");  // alive while l is used
+    const LayerSpec& l = m.layers[1];
     CHECK(bn->scratch(l, 64) == 16);  // mean and rstd of 8 channels
     CHECK(bn->unfit(l, 64).empty());
     CHECK(bn->unfit(parse_model("fc8,bn,fc10").layers[1], 1).find("more than 1 value per channel") != std::string::npos);
