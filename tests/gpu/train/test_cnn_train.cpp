@@ -501,6 +501,32 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
     }
 }
 
+namespace {
+
+// A run of `cfg`'s model on a copy of ptx/ where `file`'s text `at` (which must be there) is
+// replaced by `with`: a fault planted in one kernel. One epoch on the FP32 set (fused) for up to
+// 100 steps, the parameters checked after every step, so the first step that writes NaN stops it.
+TrainResult train_with_fault(TrainConfig cfg, const std::string& file, const std::string& at,
+                             const std::string& with) {
+    TempDir t;
+    std::filesystem::copy(std::string(PTXLAB_SOURCE_DIR) + "/ptx", t.path, std::filesystem::copy_options::recursive);
+    std::string src = read_source_file(t.file(file)).text;
+    REQUIRE(src.find(at) != std::string::npos);
+    src.replace(src.find(at), at.size(), with);
+    write_text(t.file(file), src);
+    cfg.epochs = 1;
+    cfg.max_steps = 100;
+    cfg.eval_every = 1;
+    cfg.kernels = {Design::Fused, KernelSource::Ptx};
+    cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
+    cfg.progress = false;
+    const Dataset data = load_dataset(default_data_dir());
+    std::ostringstream out;
+    return train(gpu(), data, cfg, out);
+}
+
+}  // namespace
+
 TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the element") {
     // A fault planted in dense_mm's deltas (ptx/dense.ptx; the deltas are its one product with a
     // masked A read k-major): every delta of the batch's first sample becomes NaN (one unit would
@@ -510,29 +536,16 @@ TEST_CASE("cnn: a kernel of a --model step that writes NaN is named, with the el
     // The check of the parameters before each evaluation (here after every step) finds it.
     // The loop replays the failing steps one launch at a time, names the kernel and the buffer,
     // and blames the PTX because its twins stay finite.
-    TempDir t;
-    std::filesystem::copy(std::string(PTXLAB_SOURCE_DIR) + "/ptx", t.path, std::filesystem::copy_options::recursive);
-    std::string src = read_source_file(t.file("dense.ptx")).text;
-    const std::string at = "RANKS_DONE:\n";
-    REQUIRE(src.find(at) != std::string::npos);
-    src.replace(src.find(at), at.size(),
-                at + "    {\n    .reg .pred nan_at;\n    add.u32         m, m0, ml;\n"
-                     "    setp.eq.u32     nan_at, m, 0;\n    and.pred        nan_at, nan_at, has_mask;\n"
-                     "    and.pred        nan_at, nan_at, kmaj;\n    @nan_at mov.f32 v, 0f7FFFFFFF;\n    }\n");
-    write_text(t.file("dense.ptx"), src);
-    const Dataset data = load_dataset(default_data_dir());
     TrainConfig cfg;
     cfg.model = parse_model("fc1024,fc1024,fc10");  // layers of kDenseMin weights or more: dense_mm
     cfg.layers = cfg.model->fc_sizes();
-    cfg.epochs = 1;
-    cfg.max_steps = 100;
-    cfg.eval_every = 1;
-    cfg.kernels = {Design::Fused, KernelSource::Ptx};
     cfg.one_launch = false;  // the layer-by-layer step (dense_mm), not dense_program
-    cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
-    cfg.progress = false;
-    std::ostringstream out;
-    const TrainResult r = train(gpu(), data, cfg, out);
+    const std::string at = "RANKS_DONE:\n";
+    const TrainResult r = train_with_fault(
+        cfg, "dense.ptx", at,
+        at + "    {\n    .reg .pred nan_at;\n    add.u32         m, m0, ml;\n"
+             "    setp.eq.u32     nan_at, m, 0;\n    and.pred        nan_at, nan_at, has_mask;\n"
+             "    and.pred        nan_at, nan_at, kmaj;\n    @nan_at mov.f32 v, 0f7FFFFFFF;\n    }\n");
     CHECK(r.diverged);
     CAPTURE(r.fault);
     CHECK(r.fault.find("kernel 'dense_mm'") != std::string::npos);
@@ -550,26 +563,11 @@ TEST_CASE("cnn: a bn kernel that writes NaN is named, with its buffer and elemen
     // parameters after step 1. The loop replays the step one launch at a time (bn's launches through
     // CnnOps::layer_kernel, with the buffers its LayerKernel says it writes) and names bn_fwd and the
     // statistics, not a later kernel; the twins stay finite.
-    TempDir t;
-    std::filesystem::copy(std::string(PTXLAB_SOURCE_DIR) + "/ptx", t.path, std::filesystem::copy_options::recursive);
-    std::string src = read_source_file(t.file("bn.ptx")).text;
-    const std::string at = "    st.global.f32   [ax], mean;\n";
-    REQUIRE(src.find(at) != std::string::npos);
-    src.replace(src.find(at), at.size(),
-                "    {\n    .reg .f32 nan_mean;\n    mov.f32         nan_mean, 0f7FFFFFFF;\n"
-                "    st.global.f32   [ax], nan_mean;\n    }\n");
-    write_text(t.file("bn.ptx"), src);
-    const Dataset data = load_dataset(default_data_dir());
     TrainConfig cfg;
     cfg.model = parse_model("conv8,bn,pool,fc10");
-    cfg.epochs = 1;
-    cfg.max_steps = 100;
-    cfg.eval_every = 1;
-    cfg.kernels = {Design::Fused, KernelSource::Ptx};
-    cfg.dirs = KernelDirs::from_ptx_dir(t.path.string());
-    cfg.progress = false;
-    std::ostringstream out;
-    const TrainResult r = train(gpu(), data, cfg, out);
+    const TrainResult r = train_with_fault(cfg, "bn.ptx", "    st.global.f32   [ax], mean;\n",
+                                           "    {\n    .reg .f32 nan_mean;\n    mov.f32         nan_mean, 0f7FFFFFFF;\n"
+                                           "    st.global.f32   [ax], nan_mean;\n    }\n");
     CHECK(r.diverged);
     CAPTURE(r.fault);
     CHECK(r.fault.find("kernel 'bn_fwd'") != std::string::npos);
