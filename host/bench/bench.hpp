@@ -91,7 +91,7 @@ struct TargetTiming {
 struct HeadlineRow {
     std::string figure, unit;
     double ptxlab = 0;
-    std::optional<double> torch_eager, torch_graph;  // absent: PyTorch did not run or not give it
+    std::optional<double> torch_eager = {}, torch_graph = {};  // absent: PyTorch did not run or not give it
 };
 
 struct BenchResult {
