@@ -28,4 +28,17 @@ void launch_act_bwd(const Kernel& k, unsigned N, CUdeviceptr G, CUdeviceptr dA, 
     k.launch(grid_for(N, kActBlock), kActBlock, s, G, dA, A, Z, N, act);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // The hidden activation as its own pass (act.hpp; act: recipe.hpp's code). A Z | N act
+    {"act_fwd", "act", {P, P, U, U}},
+    // G dA A Z | N act   (G = dA * f'; A read for codes 0..3, Z for GELU; G may be dA)
+    {"act_bwd", "act", {P, P, P, P, U, U}},
+};
+}  // namespace
+
 }  // namespace ptxlab

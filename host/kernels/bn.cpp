@@ -43,4 +43,17 @@ void launch_bn_bwd(const Kernel& k, unsigned B, unsigned C, unsigned HW, CUdevic
                   stats, B, C, HW, act, scale);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // Batch normalization (bn.hpp). Y stats running X gamma beta | B C HW act train
+    {"bn_fwd", "bn", {P, P, P, P, P, P, U, U, U, U, U}},
+    // dX dgamma dbeta dY Y X gamma stats | B C HW act | scale
+    {"bn_bwd", "bn", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
+};
+}  // namespace
+
 }  // namespace ptxlab

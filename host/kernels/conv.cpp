@@ -149,4 +149,25 @@ void launch_pool_bwd(const Kernel& k, unsigned P, unsigned H, unsigned W, CUdevi
     k.launch(grid_for(size_t(P) * ((H + 1) / 2) * ((W + 1) / 2)), 256, s, dX, dY, idx, Yp, P, H, W);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
+    {"conv_fwd", "conv", {P, P, P, P, P, U, U, U, U, U, U, U}},
+    // dX dY Y Wt | N C H W K KS act
+    {"conv_bwd_data", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
+    // dW db X dY Y | N C H W K KS act | scale
+    {"conv_bwd_weights", "conv", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
+    // dX dY Y W | B I O act   (a dense layer's backward pass to its input)
+    {"fc_bwd_data", "fc", {P, P, P, P, U, U, U, U}},
+    // Y idx X | P H W
+    {"pool_fwd", "pool", {P, P, P, U, U, U}},
+    // dX dY idx | P H W
+    {"pool_bwd", "pool", {P, P, P, P, U, U, U}},
+};
+}  // namespace
+
 }  // namespace ptxlab

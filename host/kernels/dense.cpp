@@ -104,4 +104,15 @@ void launch_dense_grads(const Kernel& k, const FusedArgs& a, CUstream s) {
     launch_dense_mm(k, dense_bwd_weights_args(a.B, a.H, a.O, a.GW2, a.Gb2, a.A1, a.D2, 0, 0, a.scale), s);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // C db A Am Bo bias | M N K a_sm a_sk b_sn b_sk relu | scale   (dense.hpp: a dense layer's three GEMMs)
+    {"dense_mm", "dense", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, F}},
+};
+}  // namespace
+
 }  // namespace ptxlab

@@ -183,4 +183,15 @@ void launch_dense_program(const Kernel& k, CUdeviceptr phases, unsigned nphases,
     k.launch_cluster(clusters * kDenseStepCluster, kDenseStepBlock, kDenseStepCluster, false, s, phases, nphases, sync);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // phases | nphases | sync   (densestep.hpp: a list of GEMM phases and the loss delta, grid barriers)
+    {"dense_program", "densestep", {P, U, P}},
+};
+}  // namespace
+
 }  // namespace ptxlab

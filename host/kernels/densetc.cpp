@@ -80,4 +80,15 @@ double densetc_bound(unsigned K, unsigned split, double S, float scale, double s
     return ev + u * (std::fabs(exact) + ev);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // C db A Am Bo bias | M N K a_sm a_sk b_sn b_sk relu | scale   (densetc.hpp: dense_mm's GEMM, TF32 mma.sync)
+    {"dense_tc", "densetc", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, F}},
+};
+}  // namespace
+
 }  // namespace ptxlab

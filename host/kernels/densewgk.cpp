@@ -122,4 +122,19 @@ double densewgk_bound(unsigned K, unsigned ranks, double S, double exact) {
     return ec + u * (std::fabs(exact) + ec);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // C A B bias Y | tmA tmB | M N K ranks flags   (densewgk.hpp: a dense layer's forward product for
+    // few rows on wgmma TF32 fed by TMA, K split over a cluster; sm_90a code: compute capability 9.0 only)
+    {"dense_wg_k", "hopper/densewgk", {P, P, P, P, P, T, T, U, U, U, U, U}, 90},
+    // out in | R C   (densewgk.hpp: W^T for dense_wg_k's deltas; sm_90 code, loaded beside
+    // dense_wg_k alone, on the same devices)
+    {"transpose32", "hopper/transpose", {P, P, U, U}, 90},
+};
+}  // namespace
+
 }  // namespace ptxlab

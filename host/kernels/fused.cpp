@@ -90,4 +90,25 @@ void launch_fast_mean(const KernelSet& ks, const FusedArgs& a, CUdeviceptr gW1, 
     k.launch(grid_for(a.O), 256, s, a.Gb2, a.D2, a.O, a.B, a.scale);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // G Gs | N B | scale
+    {"batch_mean", "mean", {P, P, U, U, F}},
+    // G D V | B R C
+    {"outer", "outer", {P, P, P, U, U, U}},
+    // X W b A Z | B I H | act   (Z may be 0)
+    {"fused_forward", "fused", {P, P, P, P, P, U, U, U, U}},
+    // A W b T Y D2 D1 | B H O | loss act   (GELU: D1 holds Z on entry)
+    {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U, U, U}},
+    // GW1 Gb1 GW2 Gb2 X A D1 D2 | B I H O | scale
+    {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
+    // X T P M V A Z Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd | act
+    {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F, U}},
+};
+}  // namespace
+
 }  // namespace ptxlab

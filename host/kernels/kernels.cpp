@@ -31,88 +31,29 @@ std::string KernelSpec::signature() const {
     return s + ")";
 }
 
+namespace {
+// The entries registered so far (KernelSpecs), in registration order.
+std::vector<KernelSpec>& registered_specs() {
+    static std::vector<KernelSpec> specs;
+    return specs;
+}
+}  // namespace
+
+KernelSpecs::KernelSpecs(std::initializer_list<KernelSpec> specs) {
+    for (const KernelSpec& s : specs) registered_specs().push_back(s);
+}
+
 const std::vector<KernelSpec>& kernel_specs() {
-    constexpr ParamKind P = ParamKind::Ptr, U = ParamKind::U32, F = ParamKind::F32, T = ParamKind::TensorMap;
-    static const std::vector<KernelSpec> specs = {
-        // X W1 b1 W2 b2 A1 Y | B I H O | act
-        {"forward2", "forward", {P, P, P, P, P, P, P, U, U, U, U, U}},
-        // X W1 b1 W2 b2 W3 b3 A1 A2 Y | B I H1 H2 O | act
-        {"forward3", "forward", {P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U}},
-        // X T W1 b1 W2 b2 A1 Y gW1 gb1 gW2 gb2 | B I H O | loss act
-        {"grad2", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U}},
-        // X T W1 b1 W2 b2 W3 b3 A1 A2 Y gW1 gb1 gW2 gb2 gW3 gb3 | B I H1 H2 O | loss act
-        {"grad3", "grad", {P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, U}},
-        // G Gs | N B | scale
-        {"batch_mean", "mean", {P, P, U, U, F}},
-        // P G M hyp | N | momentum weight_decay | nesterov
-        {"optim_sgd", "optim", {P, P, P, P, U, F, F, U}},
-        // P G M V hyp | N | beta1 beta2 eps weight_decay | decoupled
-        {"optim_adam", "optim", {P, P, P, P, P, U, F, F, F, F, U}},
-        // P G V hyp | N | alpha eps weight_decay
-        {"optim_rmsprop", "optim", {P, P, P, P, U, F, F, F}},
-        // dst src idx | rows cols
-        {"gather", "gather", {P, P, P, U, U}},
-        // G D V | B R C
-        {"outer", "outer", {P, P, P, U, U, U}},
-        // X W b A Z | B I H | act   (Z may be 0)
-        {"fused_forward", "fused", {P, P, P, P, P, U, U, U, U}},
-        // A W b T Y D2 D1 | B H O | loss act   (GELU: D1 holds Z on entry)
-        {"fused_output", "fused", {P, P, P, P, P, P, P, U, U, U, U, U}},
-        // GW1 Gb1 GW2 Gb2 X A D1 D2 | B I H O | scale
-        {"fused_grad", "fused", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
-        // X T P M V A Z Y Yp sync hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd | act
-        {"fused_step", "step", {P, P, P, P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F, U}},
-        // The hidden activation as its own pass (act.hpp; act: recipe.hpp's code). A Z | N act
-        {"act_fwd", "act", {P, P, U, U}},
-        // G dA A Z | N act   (G = dA * f'; A read for codes 0..3, Z for GELU; G may be dA)
-        {"act_bwd", "act", {P, P, P, P, U, U}},
-        // The CNN layers (conv.hpp). X Wt b Y | N C H W K KS act
-        {"conv_fwd", "conv", {P, P, P, P, P, U, U, U, U, U, U, U}},
-        // dX dY Y Wt | N C H W K KS act
-        {"conv_bwd_data", "conv", {P, P, P, P, U, U, U, U, U, U, U}},
-        // dW db X dY Y | N C H W K KS act | scale
-        {"conv_bwd_weights", "conv", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
-        // dX dY Y W | B I O act   (a dense layer's backward pass to its input)
-        {"fc_bwd_data", "fc", {P, P, P, P, U, U, U, U}},
-        // C db A Am Bo bias | M N K a_sm a_sk b_sn b_sk relu | scale   (dense.hpp: a dense layer's three GEMMs)
-        {"dense_mm", "dense", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, F}},
-        // C db A Am Bo bias | M N K a_sm a_sk b_sn b_sk relu | scale   (densetc.hpp: dense_mm's GEMM, TF32 mma.sync)
-        {"dense_tc", "densetc", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, F}},
-        // phases | nphases | sync   (densestep.hpp: a list of GEMM phases and the loss delta, grid barriers)
-        {"dense_program", "densestep", {P, U, P}},
-        // Y idx X | P H W
-        {"pool_fwd", "pool", {P, P, P, U, U, U}},
-        // dX dY idx | P H W
-        {"pool_bwd", "pool", {P, P, P, P, U, U, U}},
-        // Batch normalization (bn.hpp). Y stats running X gamma beta | B C HW act train
-        {"bn_fwd", "bn", {P, P, P, P, P, P, U, U, U, U, U}},
-        // dX dgamma dbeta dY Y X gamma stats | B C HW act | scale
-        {"bn_bwd", "bn", {P, P, P, P, P, P, P, P, U, U, U, U, F}},
-        // The convolutions on the tensor cores (tcconv.hpp): conv_fwd's and conv_bwd_data's signatures.
-        {"tc_conv_fwd", "tcconv", {P, P, P, P, P, U, U, U, U, U, U, U}},
-        {"tc_conv_bwd_data", "tcconv", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, U}},  // + the pool below
-        // The tensor-core kernels (tc.hpp). X W b A | B I H act   (a dense layer's forward pass, TF32 mma.sync)
-        {"tc_forward", "tc", {P, P, P, P, U, U, U, U}},
-        // dX dY Y W | B I O act   (dX = G W, G = dY masked by ReLU: fc_bwd_data's signature)
-        {"tc_grad_input", "tc", {P, P, P, P, U, U, U, U}},
-        // dW db dY Y X | B I O act | scale   (dW = scale G^T X, db = scale sum_s G)
-        {"tc_grad_weights", "tc", {P, P, P, P, P, U, U, U, U, F}},
-        // The same three on BF16 inputs (m16n8k16), the same signatures (ptx/tcbf16.ptx).
-        {"tc_forward_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},
-        {"tc_grad_input_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},
-        {"tc_grad_weights_bf16", "tcbf16", {P, P, P, P, P, U, U, U, U, F}},
-        // dW db X dY Y | N C H W K KS act | scale   (conv_bwd_weights' sums and signature, TF32 mma.sync)
-        {"tc_conv_bwd_weights", "tcwgrad", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
-        // X T P M V A Y hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
-        // (whole MLP steps in one 16-block cluster, TF32 mma.sync: tcstep.hpp)
-        {"tc_step", "tcstep", {P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F}},
-        // C A B bias Y | tmA tmB | M N K ranks flags   (densewgk.hpp: a dense layer's forward product for
-        // few rows on wgmma TF32 fed by TMA, K split over a cluster; sm_90a code: compute capability 9.0 only)
-        {"dense_wg_k", "hopper/densewgk", {P, P, P, P, P, T, T, U, U, U, U, U}, 90},
-        // out in | R C   (densewgk.hpp: W^T for dense_wg_k's deltas; sm_90 code, loaded beside
-        // dense_wg_k alone, on the same devices)
-        {"transpose32", "hopper/transpose", {P, P, U, U}, 90},
-    };
+    static const std::vector<KernelSpec> specs = [] {
+        std::vector<KernelSpec> v = registered_specs();
+        std::stable_sort(v.begin(), v.end(), [](const KernelSpec& a, const KernelSpec& b) { return a.file < b.file; });
+        for (size_t i = 1; i < v.size(); ++i)
+            for (size_t j = 0; j < i; ++j)
+                if (v[i].entry == v[j].entry)
+                    PTXLAB_THROW(Error, "internal error: kernel '{}' is registered twice ({}.ptx and {}.ptx)",
+                                 v[i].entry, v[j].file, v[i].file);
+        return v;
+    }();
     return specs;
 }
 

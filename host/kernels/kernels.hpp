@@ -3,12 +3,15 @@
 // Each kernel file is a pair: ptx/NAME.ptx (hand-written) and its CUDA C twin
 // ptx/reference/NAME.cu (compiled by NVRTC). The host finds pairs by file name.
 // kernel_specs() lists every entry the host launches with the parameter types it
-// passes; a loaded module whose entry differs is refused before any launch.
+// passes; a loaded module whose entry differs is refused before any launch. Each family's
+// host module (host/kernels/FAMILY.cpp, beside its launchers) registers its entries with a
+// KernelSpecs object; no list names them all.
 #pragma once
 
 #include "compile.hpp"
 #include "cuda.hpp"
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,7 +35,18 @@ struct KernelSpec {
     std::string signature() const;  // "(.u64, .u32, ...)"
 };
 
-const std::vector<KernelSpec>& kernel_specs();
+// A module's entries, registered before main: at namespace scope in host/kernels/FAMILY.cpp,
+//   const KernelSpecs kSpecs{{"bn_fwd", "bn", {P, P, ..., U}}, ...};
+// (P, U, F, T from kernel_params). kernel_specs() orders them by file, then as each module
+// lists them; an entry registered twice is an internal error at its first use.
+struct KernelSpecs {
+    KernelSpecs(std::initializer_list<KernelSpec> specs);
+};
+namespace kernel_params {
+inline constexpr ParamKind P = ParamKind::Ptr, U = ParamKind::U32, F = ParamKind::F32, T = ParamKind::TensorMap;
+}
+
+const std::vector<KernelSpec>& kernel_specs();  // every registered entry (after main has begun)
 const KernelSpec& kernel_spec(std::string_view entry);  // throws InputError for an unknown name
 // Why `spec` cannot load on a device of compute capability cc_major.cc_minor (empty when it can).
 std::string kernel_arch_unfit(const KernelSpec& spec, int cc_major, int cc_minor);

@@ -70,4 +70,19 @@ void launch_optimizer(const KernelSet& ks, const OptimConfig& o, CUdeviceptr P, 
     launch_optimizer_kernel(ks.get(optimizer_entry(o.kind)), o, P, G, M, V, hyp, N, s);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // P G M hyp | N | momentum weight_decay | nesterov
+    {"optim_sgd", "optim", {P, P, P, P, U, F, F, U}},
+    // P G M V hyp | N | beta1 beta2 eps weight_decay | decoupled
+    {"optim_adam", "optim", {P, P, P, P, P, U, F, F, F, F, U}},
+    // P G V hyp | N | alpha eps weight_decay
+    {"optim_rmsprop", "optim", {P, P, P, P, U, F, F, F}},
+};
+}  // namespace
+
 }  // namespace ptxlab

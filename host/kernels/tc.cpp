@@ -198,4 +198,23 @@ void ref_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>&
     }
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // The tensor-core kernels (tc.hpp). X W b A | B I H act   (a dense layer's forward pass, TF32 mma.sync)
+    {"tc_forward", "tc", {P, P, P, P, U, U, U, U}},
+    // dX dY Y W | B I O act   (dX = G W, G = dY masked by ReLU: fc_bwd_data's signature)
+    {"tc_grad_input", "tc", {P, P, P, P, U, U, U, U}},
+    // dW db dY Y X | B I O act | scale   (dW = scale G^T X, db = scale sum_s G)
+    {"tc_grad_weights", "tc", {P, P, P, P, P, U, U, U, U, F}},
+    // The same three on BF16 inputs (m16n8k16), the same signatures (ptx/tcbf16.ptx).
+    {"tc_forward_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},
+    {"tc_grad_input_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},
+    {"tc_grad_weights_bf16", "tcbf16", {P, P, P, P, P, U, U, U, U, F}},
+};
+}  // namespace
+
 }  // namespace ptxlab

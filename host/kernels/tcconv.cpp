@@ -72,4 +72,16 @@ void launch_tc_conv_bwd_data(const Kernel& k, const ConvDims& d, CUdeviceptr dX,
                   d.C, d.H, d.W, d.K, d.KS, act, pool.PH, pool.PW);
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // The convolutions on the tensor cores (tcconv.hpp): conv_fwd's and conv_bwd_data's signatures.
+    {"tc_conv_fwd", "tcconv", {P, P, P, P, P, U, U, U, U, U, U, U}},
+    {"tc_conv_bwd_data", "tcconv", {P, P, P, P, P, P, U, U, U, U, U, U, U, U, U}},  // + the pool below
+};
+}  // namespace
+
 }  // namespace ptxlab

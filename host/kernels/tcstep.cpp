@@ -52,4 +52,16 @@ void launch_tc_step(const Kernel& k, const FusedArgs& a, CUstream s) {
 
 TcProducts tc_step_products(unsigned B, unsigned I) { return {tc_sum_bound(I), tc_sum_bound(B)}; }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // X T P M V A Y hyp | B I H O steps | loss scale | optim momentum beta1 beta2 eps alpha wd
+    // (whole MLP steps in one 16-block cluster, TF32 mma.sync: tcstep.hpp)
+    {"tc_step", "tcstep", {P, P, P, P, P, P, P, P, U, U, U, U, U, U, F, U, F, F, F, F, F, F}},
+};
+}  // namespace
+
 }  // namespace ptxlab

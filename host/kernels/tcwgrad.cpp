@@ -129,4 +129,15 @@ void ref_tc_conv_bwd_weights(const ConvDims& d, const std::vector<float>& X, con
     }
 }
 
+// ----------------------------------------------------------------------------
+// The entries this module launches, with the parameters it passes (kernels.hpp: KernelSpecs).
+
+namespace {
+using namespace kernel_params;
+const KernelSpecs kSpecs{
+    // dW db X dY Y | N C H W K KS act | scale   (conv_bwd_weights' sums and signature, TF32 mma.sync)
+    {"tc_conv_bwd_weights", "tcwgrad", {P, P, P, P, P, U, U, U, U, U, U, U, F}},
+};
+}  // namespace
+
 }  // namespace ptxlab

@@ -98,4 +98,8 @@ const KernelFamily& act_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{act_family, 150, 130};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

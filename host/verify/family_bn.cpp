@@ -282,4 +282,8 @@ const KernelFamily& bn_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{bn_family, 160, 140};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

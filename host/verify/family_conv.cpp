@@ -488,4 +488,8 @@ const KernelFamily& conv_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{conv_family, 80, 90};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

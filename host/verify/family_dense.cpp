@@ -218,4 +218,8 @@ const KernelFamily& dense_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{dense_family, 110, 110};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -321,4 +321,8 @@ const KernelFamily& densestep_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{densestep_family, 140, 150};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -251,4 +251,8 @@ const KernelFamily& densetc_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{densetc_family, 120, 120};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

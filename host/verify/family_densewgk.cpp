@@ -164,4 +164,8 @@ const KernelFamily& densewgk_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{densewgk_family, 130, 160};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

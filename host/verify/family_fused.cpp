@@ -178,4 +178,8 @@ const KernelFamily& fused_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{fused_family, 50, 40};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -60,4 +60,8 @@ const KernelFamily& gather_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{gather_family, 40, 30};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

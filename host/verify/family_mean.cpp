@@ -56,4 +56,8 @@ const KernelFamily& mean_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{mean_family, 20, 20};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -157,4 +157,8 @@ const KernelFamily& mlp_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{mlp_family, 10, 10};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

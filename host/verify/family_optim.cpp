@@ -118,4 +118,8 @@ const KernelFamily& optim_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{optim_family, 30, 80};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -55,4 +55,8 @@ const KernelFamily& outer_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{outer_family, 70, 50};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -205,4 +205,8 @@ const KernelFamily& step_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{step_family, 60, 60};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -172,4 +172,8 @@ const KernelFamily& tc_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{tc_family, 90, 100};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

@@ -56,4 +56,8 @@ const KernelFamily& tcstep_family() {
     return f;
 }
 
+namespace {
+const FamilyRegistration kRegistered{tcstep_family, 100, 70};  // default set, quick set (registry.hpp)
+}  // namespace
+
 }  // namespace ptxlab::verify_detail

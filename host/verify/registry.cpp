@@ -11,12 +11,48 @@ namespace ptxlab {
 
 using namespace verify_detail;
 
+namespace {
+
+struct Registered {
+    const KernelFamily& (*table)();
+    int order, quick_order;
+};
+
+// The tables registered so far (FamilyRegistration), in registration order.
+std::vector<Registered>& registered() {
+    static std::vector<Registered> v;
+    return v;
+}
+
+// Every registered family ordered by `key`; two families with the same key are an internal error.
+std::vector<const KernelFamily*> families_by(int Registered::*key, const char* what) {
+    std::vector<Registered> r = registered();
+    std::sort(r.begin(), r.end(), [&](const Registered& a, const Registered& b) { return a.*key < b.*key; });
+    std::vector<const KernelFamily*> out;
+    for (size_t i = 0; i < r.size(); ++i) {
+        out.push_back(&r[i].table());
+        if (i > 0 && r[i].*key == r[i - 1].*key)
+            PTXLAB_THROW(Error, "internal error: the kernel families '{}' and '{}' both take {} {}", out[i - 1]->name,
+                         out[i]->name, what, r[i].*key);
+    }
+    return out;
+}
+
+}  // namespace
+
+FamilyRegistration::FamilyRegistration(const KernelFamily& (*table)(), int order, int quick_order) {
+    registered().push_back({table, order, quick_order});
+}
+
 const std::vector<const KernelFamily*>& kernel_families() {
-    static const std::vector<const KernelFamily*> families = {
-        &mlp_family(),   &mean_family(), &optim_family(), &gather_family(), &fused_family(),
-        &step_family(),  &outer_family(), &conv_family(), &tc_family(),     &tcstep_family(),
-        &dense_family(), &densetc_family(), &densewgk_family(), &densestep_family(), &act_family(), &bn_family()};
+    static const std::vector<const KernelFamily*> families = families_by(&Registered::order, "order");
     return families;
+}
+
+const KernelFamily& kernel_family(std::string_view name) {
+    for (const KernelFamily* f : kernel_families())
+        if (f->name == name) return *f;
+    PTXLAB_THROW(InputError, "no kernel family '{}'", name);
 }
 
 const KernelRow* find_kernel_row(std::string_view entry) {
@@ -114,12 +150,7 @@ std::vector<VerifyCase> default_cases() {
 
 std::vector<VerifyCase> quick_cases() {
     // The quick set runs the families in an order of its own (the one it has always run in).
-    const std::vector<const KernelFamily*> order = {&mlp_family(),  &mean_family(),   &gather_family(),
-                                                    &fused_family(), &outer_family(),  &step_family(),
-                                                    &tcstep_family(), &optim_family(), &conv_family(),
-                                                    &tc_family(),    &dense_family(), &densetc_family(),
-                                                    &act_family(),   &bn_family(),    &densestep_family(),
-                                                    &densewgk_family()};
+    static const std::vector<const KernelFamily*> order = families_by(&Registered::quick_order, "quick order");
     std::vector<VerifyCase> out;
     for (const KernelFamily* f : order)
         for (auto& c : f->quick_cases()) out.push_back(std::move(c));

@@ -4,10 +4,12 @@
 // float64 reference, launch), its cases, and the case and work bench times it at.
 //
 // Each family's table lives in its own module, host/verify/family_NAME.cpp, beside its
-// harnesses and cases. A module holds one ptx/FILE.ptx family, or a few that share their
-// harness and shapes (family_mlp: forward and grad; family_conv: conv, tcconv, pool, tcwgrad
-// and fc; family_tc: tc and tcbf16). A new family: its module, a line in kernel_families()
-// (registry.cpp) and one in CMakeLists.txt.
+// harnesses and cases, and registers itself there (FamilyRegistration): no list here or in
+// registry.cpp names the families. A module holds one ptx/FILE.ptx family, or a few that share
+// their harness and shapes (family_mlp: forward and grad; family_conv: conv, tcconv, pool,
+// tcwgrad and fc; family_tc: tc and tcbf16). A new family: its module (CMake finds it) and its
+// entries' parameter lists beside its launchers (host/kernels/FAMILY.cpp, kernels.hpp's
+// KernelSpecs).
 #pragma once
 
 #include "verify.hpp"
@@ -53,8 +55,18 @@ struct KernelFamily {
     std::vector<VerifyCase> (*quick_cases)() = nullptr;    // its part of quick_cases()
 };
 
+// A family module registers its table before main, at namespace scope:
+//   const FamilyRegistration kRegistered{bn_family, 160, 140};
+// `order` places the family's cases in the default set (verify --list), `quick_order` in the
+// quick set (ascending; each module takes numbers no other takes: its first use checks).
+struct FamilyRegistration {
+    FamilyRegistration(const KernelFamily& (*table)(), int order, int quick_order);
+};
+
 // Every family, in the order of the default set (verify --list).
 const std::vector<const KernelFamily*>& kernel_families();
+// The family of that name (KernelFamily::name: "bn"); throws InputError for an unknown name.
+const KernelFamily& kernel_family(std::string_view name);
 const KernelRow* find_kernel_row(std::string_view entry);  // nullptr for an unknown entry
 // Throws InputError "no verify harness for kernel 'NAME'" for an unknown entry.
 const KernelRow& kernel_row(std::string_view entry);
@@ -64,25 +76,8 @@ inline constexpr unsigned kBenchI = 784, kBenchH = 128, kBenchO = 10;
 
 namespace verify_detail {
 
-// The family tables (each in its module).
-const KernelFamily& mlp_family();
-const KernelFamily& mean_family();
-const KernelFamily& optim_family();
-const KernelFamily& gather_family();
-const KernelFamily& fused_family();
-const KernelFamily& step_family();
-const KernelFamily& outer_family();
-const KernelFamily& conv_family();
-const KernelFamily& tc_family();
-const KernelFamily& tcstep_family();
-const KernelFamily& bn_family();
-const KernelFamily& dense_family();
-const KernelFamily& densetc_family();
 // dense_tc's default cases on the cp.async path with operands along rows, and its fallbacks.
 std::vector<VerifyCase> densetc_fast_cases();
-const KernelFamily& densewgk_family();  // hopper/densewgk (sm_90a: skipped off a 9.0 device)
-const KernelFamily& densestep_family();
-const KernelFamily& act_family();
 
 // The checks of a shape given by its field names (the MLP-style kernels): the count, sizes
 // >= 1, and the codes named loss, optim, act and variant within their ranges.

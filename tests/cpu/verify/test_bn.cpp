@@ -143,7 +143,7 @@ size_t outside(const VerifyCase& c, Slip slip) {
 }  // namespace
 
 TEST_CASE("bn: a float model of ptx/bn.ptx lies within verify's float64 bound at every default case") {
-    for (const VerifyCase& c : verify_detail::bn_family().default_cases()) {
+    for (const VerifyCase& c : kernel_family("bn").default_cases()) {
         if (c.shape[0] * c.shape[1] * c.shape[2] > 2000000) continue;  // the large ones: the GPU's
         CAPTURE(shape_text(c));
         CHECK(outside(c, Slip::None) == 0);
@@ -186,7 +186,7 @@ TEST_CASE("bn: the cache's dynamic shared memory, and verify's cases on both sid
     // The default cases train with the cache everywhere but at 300x2x784 (bn_bwd without) and
     // 600x1x784 (both without), so verify runs both paths of each kernel.
     int with = 0, without = 0;
-    for (const VerifyCase& c : verify_detail::bn_family().default_cases()) {
+    for (const VerifyCase& c : kernel_family("bn").default_cases()) {
         const bool bwd = c.entry == "bn_bwd", train = bwd || c.shape[4] == 1;
         if (!train) continue;
         const bool cached = bn_cache_bytes(c.shape[0], c.shape[2], bwd, true) != 0;

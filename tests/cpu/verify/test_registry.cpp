@@ -69,6 +69,29 @@ TEST_CASE("registry: one row for each kernel the host launches, in the module of
                          InputError);
 }
 
+TEST_CASE("registry: every kernel file's module registered itself: its entries and its verify table") {
+    // The modules register from static objects that nothing names (KernelSpecs, FamilyRegistration):
+    // a module the link left out would take its file's entries and table with it, unseen by the
+    // tests above. Every ptx/FILE.ptx of the tree has its entries and its family here.
+    const KernelDirs dirs = KernelDirs::from_ptx_dir(std::string(PTXLAB_SOURCE_DIR) + "/ptx");
+    const std::vector<KernelPair> pairs = find_kernel_pairs(dirs);
+    REQUIRE(pairs.size() >= 20);
+    std::set<std::string> spec_files, family_files;
+    for (const KernelSpec& s : kernel_specs()) spec_files.insert(s.file);
+    for (const KernelFamily* f : kernel_families()) family_files.insert(f->files.begin(), f->files.end());
+    for (const KernelPair& p : pairs) {
+        CAPTURE(p.stem);
+        CHECK(spec_files.count(p.stem) == 1);
+        CHECK(family_files.count(p.stem) == 1);
+    }
+    for (const char* sub : {"hopper/densewgk", "hopper/transpose"}) CHECK(spec_files.count(sub) == 1);
+    CHECK(&kernel_family("bn") == kernel_families().back());
+    CHECK(kernel_family("mlp").files == std::vector<std::string>{"forward", "grad"});
+    CHECK_THROWS_WITH_AS(kernel_family("nope"), doctest::Contains("no kernel family 'nope'"), InputError);
+    // kernel_specs(): by file, then in each module's order.
+    for (size_t i = 1; i < kernel_specs().size(); ++i) CHECK(kernel_specs()[i - 1].file <= kernel_specs()[i].file);
+}
+
 TEST_CASE("registry: every row has its fields, a check, a harness, and cases in both sets that it accepts") {
     std::map<std::string, size_t> n_default, n_quick;
     for (const KernelFamily* f : kernel_families()) {
