@@ -50,43 +50,43 @@ struct LayerPass64 {
 
 struct LayerRow {
     LayerKind kind() const;  // its index in the table (an internal error for a copy)
-    const char* token;       // the grammar's word, and its layers' names: "conv" -> conv1, conv2, ...
-    const char* grammar;     // its form in the messages' list: "conv<N>[k<K>]"
-    const char* help;        // --help's text of it: "conv<N> (3x3, same padding, bias, activation), ..."
+    const char* token = nullptr;  // the grammar's word, and its layers' names: "conv" -> conv1, conv2, ...
+    const char* grammar = nullptr;  // its form in the messages' list: "conv<N>[k<K>]"
+    const char* help = nullptr;  // --help's text of it: "conv<N> (3x3, same padding, bias, activation), ..."
     // The item's text after the token into l.width and l.ksize, from pos (conv: "32", "32k5";
     // fc: "128"); null: the item is the token alone (pool, bn).
-    void (*parse)(const LayerItem& it, size_t pos, LayerSpec& l);
-    bool after_fc;   // may come after an fc layer (fc, bn; a conv or a pool may not: the fc flattens)
-    bool activated;  // carries the hidden activation (unless last or under a bn): conv, fc, bn
+    void (*parse)(const LayerItem& it, size_t pos, LayerSpec& l) = nullptr;
+    bool after_fc = false;  // may come after an fc layer (fc, bn; a conv or a pool may not: the fc flattens)
+    bool activated = false;  // carries the hidden activation (unless last or under a bn): conv, fc, bn
     // Takes over the hidden activation of the layer right under it, which then has none (bn:
     // PyTorch's Conv -> BN -> ReLU).
-    bool takes_activation;
-    bool spatial;    // shapes_text writes its output as CxHxW even at 1x1 (conv, pool)
+    bool takes_activation = false;
+    bool spatial = false;  // shapes_text writes its output as CxHxW even at 1x1 (conv, pool)
     // Throws where it may not come after the layers so far (m.layers; last: it ends the list);
     // null: any place the rules above allow.
-    void (*check_place)(const LayerItem& it, const Model& m, bool last);
+    void (*check_place)(const LayerItem& it, const Model& m, bool last) = nullptr;
     // l.out, l.width where it follows its input (bn), and the parameters' dims from l.in;
     // throws InputError where the input does not fit it.
-    void (*place)(const LayerItem& it, LayerSpec& l);
-    std::string (*text)(const LayerSpec& l);  // as the grammar writes it: "conv32k5", "pool"
+    void (*place)(const LayerItem& it, LayerSpec& l) = nullptr;
+    std::string (*text)(const LayerSpec& l) = nullptr;  // as the grammar writes it: "conv32k5", "pool"
     // Its running statistics in the buffer array (model.hpp): `buffers` tensors of l.width floats
     // back to back, named in the checkpoint NAME.buffer_names[j] ("bn1.running_mean"); with
     // tracks_steps also NAME.num_batches_tracked (I64: the training steps, as PyTorch counts them).
-    unsigned buffers;
-    const char* const* buffer_names;
-    bool tracks_steps;
+    unsigned buffers = 0;
+    const char* const* buffer_names = nullptr;
+    bool tracks_steps = false;
     // Those buffers' initial values at b (null: zeros).
-    void (*init_buffers)(const LayerSpec& l, float* b);
+    void (*init_buffers)(const LayerSpec& l, float* b) = nullptr;
     // Its parameters' initial values in the flat array, drawn from rng in layer order where
     // the row draws (init_layer_params); null: none.
-    void (*init)(const LayerSpec& l, Init init, Rng& rng, float* flat);
+    void (*init)(const LayerSpec& l, Init init, Rng& rng, float* flat) = nullptr;
     // The float64 forward pass (LayerPass64's writes), and the backward pass from d = dL/d(its
     // output), the activation's derivative already applied (dL/dz): it adds its parameters'
     // gradient to grad and returns dL/d(its input), or nothing where `below` is false (the first
     // layer).
-    void (*forward64)(const LayerSpec& l, const LayerPass64& p);
+    void (*forward64)(const LayerSpec& l, const LayerPass64& p) = nullptr;
     std::vector<double> (*backward64)(const LayerSpec& l, const LayerPass64& p, std::vector<double> d,
-                                      std::vector<double>& grad, bool below);
+                                      std::vector<double>& grad, bool below) = nullptr;
 };
 
 // Every row, in LayerKind order (layer_rows()[k].kind() == LayerKind(k)).
