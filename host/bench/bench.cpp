@@ -238,12 +238,12 @@ void bench_dense_step(const Context& ctx, const BenchOptions& opt, const Model& 
                       CUstream s) {
     TrainConfig cfg;
     cfg.kernels = {Design::Tc, KernelSource::Ptx};
-    if (!dense_step_unfit(m, cfg.kernels, kCnnBatch, cfg.activation).empty()) return;
+    if (!dense_step_unfit(m, cfg.kernels, opt.model_batch, cfg.activation).empty()) return;
     std::vector<std::string> entries = cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
     entries.push_back("dense_program");
     KernelSet ks(KernelSource::Ptx, ctx.info(), opt.dirs, entries);
     CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
-    CnnActs a(m, kCnnBatch);
+    CnnActs a(m, opt.model_batch);
     const StepInputs in(X, T, cfg.optim);
     DenseStep step(m, p, a, cfg);
     step.enqueue(ks, in.X.ptr(), in.T.ptr(), in.Y.ptr(), in.H.ptr(), s);  // uploads its table, outside the capture
@@ -251,7 +251,7 @@ void bench_dense_step(const Context& ctx, const BenchOptions& opt, const Model& 
         for (unsigned i = 0; i < kCnnChunk; ++i)
             step.enqueue(ks, in.X.ptr(), in.T.ptr(), in.Y.ptr(), in.H.ptr() + i * sizeof(StepHyper), s);
     });
-    KernelTiming t{fmt::format("{}:dense_program", prefix), "model step", kCnnBatch};
+    KernelTiming t{fmt::format("{}:dense_program", prefix), "model step", opt.model_batch};
     t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kCnnChunk;
     fmt::print(out, "{:<32} {:>10.2f}\n", t.set, t.us);
     out.flush();
@@ -265,12 +265,12 @@ void bench_torch_step(const BenchOptions& opt, const std::string& spec, const st
     static const std::string missing = torch_missing();
     std::string note = missing;
     TorchFigures f;
-    if (note.empty()) f = run_torch(torch_model_step_args(spec), opt, note);
+    if (note.empty()) f = run_torch(torch_model_step_args(spec, opt.model_batch), opt, note);
     const std::pair<const char*, std::optional<double>> rows[] = {{"torch+graph", f.step_graph_us},
                                                                   {"torch", f.step_eager_us}};
     for (const auto& [name, us] : rows) {
         if (!us) continue;
-        KernelTiming t{fmt::format("{}:{}", prefix, name), "pytorch step", kCnnBatch};
+        KernelTiming t{fmt::format("{}:{}", prefix, name), "pytorch step", opt.model_batch};
         t.us = *us;
         fmt::print(out, "{:<32} {:>10.2f}\n", t.set, t.us);
         r.kernels.push_back(t);
@@ -280,19 +280,19 @@ void bench_torch_step(const BenchOptions& opt, const std::string& spec, const st
     out.flush();
 }
 
-// The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch kCnnBatch)
+// The model trainer's training step (`train --model SPEC`'s recipe: CE, Nesterov, batch opt.model_batch)
 // as the trainer runs it: kCnnChunk steps a CUDA graph, replayed; GPU time a step, the median
 // over replays. Random images in [0, 1) and labels; the FP32 conv kernels and the tensor cores.
 void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
     Rng rng(opt.seed);
-    std::vector<float> X(size_t(kCnnBatch) * 784), T(size_t(kCnnBatch) * kClasses, 0.0f);
+    std::vector<float> X(size_t(opt.model_batch) * 784), T(size_t(opt.model_batch) * kClasses, 0.0f);
     for (auto& x : X) x = rng.uniform(0.0f, 1.0f);
-    for (unsigned i = 0; i < kCnnBatch; ++i) T[size_t(i) * kClasses + rng.below(kClasses)] = 1.0f;
+    for (unsigned i = 0; i < opt.model_batch; ++i) T[size_t(i) * kClasses + rng.below(kClasses)] = 1.0f;
     for (const std::string& spec : opt.models) {
         const Model m = parse_model(spec);
         const std::string prefix = spec == "cnn" ? "cnn-step" : fmt::format("step[{}]", m.text());
         fmt::print(out, "model training step (--model {}, CE + Nesterov, batch {}; {} steps a CUDA graph)\n", m.text(),
-                   kCnnBatch, kCnnChunk);
+                   opt.model_batch, kCnnChunk);
         fmt::print(out, "{:<32} {:>10}\n", "set", "us/step");
         // The FP32 and tensor-core steps as train runs them (the weight gradients on a second
         // stream, beside the deltas of the layers below), and the tensor-core step on one stream
@@ -312,7 +312,7 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
             cfg.overlap = overlap;
             KernelSet ks(k.source, ctx.info(), opt.dirs, cnn_training_entries(cfg.optim, conv_kernels_of(k)));
             CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
-            CnnActs a(m, kCnnBatch);
+            CnnActs a(m, opt.model_batch);
             a.keep_transposes(m, ks, conv_kernels_of(k));  // as train's step: W^T for dense_wg_k's deltas
             const StepInputs in(X, T, cfg.optim);
             Graph g(s, [&] {
@@ -320,7 +320,7 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
                     enqueue_cnn_step(ks, m, p, a, in.X.ptr(), in.T.ptr(), in.Y.ptr(), cfg, in.H.ptr() + i * sizeof(StepHyper),
                                      s);
             });
-            KernelTiming t{fmt::format("{}:{}", prefix, name), spec == "cnn" ? "cnn step" : "model step", kCnnBatch};
+            KernelTiming t{fmt::format("{}:{}", prefix, name), spec == "cnn" ? "cnn step" : "model step", opt.model_batch};
             t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kCnnChunk;
             fmt::print(out, "{:<32} {:>10.2f}\n", t.set, t.us);
             out.flush();

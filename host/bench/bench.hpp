@@ -48,6 +48,7 @@ struct BenchOptions {
     // The model trainer's steps to time (train --model SPEC; fc-only lists of 3 layers or more
     // are what `train --layers` runs on it): "cnn" as "cnn-step:SET", others as "step[SPEC]:SET".
     std::vector<std::string> models = {"cnn"};
+    unsigned model_batch = 64;  // the batch those steps (and PyTorch's beside them) are timed at
     double target = 0.98;
     unsigned epochs = 5;
     unsigned seed_steps = 160;  // steps timed for the (slow) seed design

@@ -43,8 +43,8 @@ std::string torch_missing() {
     return "";
 }
 
-std::vector<std::string> torch_model_step_args(const std::string& spec) {
-    return {"--model", spec, "--max-steps", "20"};
+std::vector<std::string> torch_model_step_args(const std::string& spec, unsigned batch) {
+    return {"--model", spec, "--max-steps", "20", "--batch", std::to_string(batch)};
 }
 
 TorchFigures run_torch(const std::vector<std::string>& args, const BenchOptions& opt, std::string& note) {

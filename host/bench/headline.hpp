@@ -23,7 +23,7 @@ TorchFigures parse_torch_reference(const std::string& text);
 std::string torch_missing();
 // tools/torch_reference.py's arguments for PyTorch's step time of `train --model spec`'s recipe
 // (20 steps of training, then --time-steps steps eager and as CUDA-graph replays).
-std::vector<std::string> torch_model_step_args(const std::string& spec);
+std::vector<std::string> torch_model_step_args(const std::string& spec, unsigned batch);
 // One tools/torch_reference.py run (seed opt.seed, --time-steps 1000, --stop-at-target, opt's
 // --data): its figures, or absent ones with the reason in `note`.
 TorchFigures run_torch(const std::vector<std::string>& args, const BenchOptions& opt, std::string& note);

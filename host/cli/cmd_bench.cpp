@@ -18,7 +18,7 @@ struct BenchCliOptions {
     std::string batches = "64,1024", step_batches = "64,256";
     std::vector<std::string> sets, target_sets, models;
     double target = 0.98;
-    unsigned epochs = 5;
+    unsigned epochs = 5, model_batch = 64;
     uint64_t seed = 1;
     std::string data, ptx_dir, json;
     bool no_kernels = false, no_steps = false, no_target = false, no_torch = false, headline = false;
@@ -33,8 +33,8 @@ int run_bench_cmd(const BenchCliOptions& o) {
     require_outputs({{"--json", o.json, o.json_given}});
     if (!o.file.empty()) {
         // What times the built-in kernels has no meaning for a FILE.ptx: say so instead of ignoring it.
-        for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--target-sets", "--target", "--epochs",
-                                 "--data", "--ptx-dir", "--no-kernels", "--no-steps", "--no-target", "--no-torch"})
+        for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--model-batch", "--target-sets",
+                                 "--target", "--epochs", "--data", "--ptx-dir", "--no-kernels", "--no-steps", "--no-target", "--no-torch"})
             if (o.sub->count(flag))
                 PTXLAB_THROW(InputError, "{} does not go with a FILE.ptx: bench {} times that kernel and its twin at "
                                          "its contract's shapes (--shape, --seed, --timeout, --device and --json apply)",
@@ -51,8 +51,8 @@ int run_bench_cmd(const BenchCliOptions& o) {
     }
     if (!o.shape.empty()) PTXLAB_THROW(InputError, "--shape goes with a FILE.ptx (bench FILE.ptx --shape N=1000)");
     if (o.headline)  // the four figures have their own recipes: what would change them is refused, not ignored
-        for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--target-sets", "--target",
-                                 "--epochs", "--no-kernels", "--no-steps", "--no-target", "--no-torch"})
+        for (const char* flag : {"--batches", "--step-batches", "--sets", "--models", "--model-batch", "--target-sets",
+                                 "--target", "--epochs", "--no-kernels", "--no-steps", "--no-target", "--no-torch"})
             if (o.sub->count(flag))
                 PTXLAB_THROW(InputError, "{} does not go with --headline: it times the README's four figures on "
                                          "their own recipes (the MLP's and the CNN's step and time to target)", flag);
@@ -64,6 +64,11 @@ int run_bench_cmd(const BenchCliOptions& o) {
     for (const auto& s : opt.sets) parse_bench_set(s);  // unknown names are an error
     for (const auto& s : opt.target_sets) parse_bench_set(s);
     if (!o.models.empty()) opt.models = o.models;
+    if (o.no_steps && o.sub->count("--model-batch"))
+        PTXLAB_THROW(InputError, "--model-batch is the batch of the model trainer's step timings, which --no-steps skips");
+    if (o.model_batch < 1 || o.model_batch > 16384)
+        PTXLAB_THROW(InputError, "--model-batch must be 1 to 16384, got {}", o.model_batch);
+    opt.model_batch = o.model_batch;
     if (o.no_steps && o.sub->count("--models"))
         PTXLAB_THROW(InputError, "--models names model trainer steps to time, and --no-steps skips the step timings: "
                                  "give one of them");
@@ -131,6 +136,9 @@ void setup_bench(CLI::App& app, Command& chosen) {
                     "fc256,fc128,fc10 fc1024,fc1024,fc10, the networks `train --layers 784,256,128,10` and "
                     "784,1024,1024,10 run): each on tc, tc on one stream (/serial), and the FP32 set for models "
                     "with conv layers");
+    sub->add_option("--model-batch", o->model_batch,
+                    "the batch the --models steps are timed at, PyTorch's beside them too (1 to 16384)")
+        ->capture_default_str();
     sub->add_option("--target-sets", o->target_sets, "kernel sets to train to the target (default: fused fused-reference fast)");
     sub->add_option("--target", o->target, "test accuracy for the time-to-target run")->capture_default_str();
     sub->add_option("--epochs", o->epochs, "epochs of the time-to-target run (the schedule's length)")->capture_default_str();

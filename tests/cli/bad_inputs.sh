@@ -564,6 +564,10 @@ fi
 expect "bench: --models, a bad layer"     2 "layer 3 'fc1o'"                                  $nogpu "$P" bench --models cnn fc256,fc128,fc1o
 expect "bench: --models with --no-steps"  2 "--no-steps skips the step timings: give one of them" $nogpu "$P" bench --no-steps --models cnn
 expect "bench: --models, one layer"       2 "--models fc10: the model trainer's step takes 2 layers or more" $nogpu "$P" bench --models fc10
+expect "bench: --model-batch 0"           2 "--model-batch must be 1 to 16384, got 0"          $nogpu "$P" bench --model-batch 0
+expect "bench: --model-batch too large"   2 "--model-batch must be 1 to 16384, got 16385"      $nogpu "$P" bench --model-batch 16385
+expect "bench: --model-batch, --no-steps" 2 "which --no-steps skips"                           $nogpu "$P" bench --no-steps --model-batch 256
+expect "bench: --model-batch, --headline" 2 "--model-batch does not go with --headline"       $nogpu "$P" bench --headline --model-batch 256
 expect "bench: --models, good ones"       3 "no NVIDIA driver found"                          $nogpu "$P" bench --models cnn fc256,fc128,fc10
 echo "bad inputs: $passes ok, $fails failed, $skips skipped"
 [ "$fails" = 0 ]

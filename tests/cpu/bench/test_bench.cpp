@@ -99,11 +99,12 @@ TEST_CASE("bench --models: PyTorch's step beside each model, from torch_referenc
     // The arguments bench passes (run_torch adds --seed, --time-steps 1000, --stop-at-target and
     // --data): torch_reference.py must take them for an fc list and for cnn, or PyTorch's rows
     // would silently be a usage error's note.
-    CHECK(torch_model_step_args("fc256,fc128,fc10") ==
-          std::vector<std::string>{"--model", "fc256,fc128,fc10", "--max-steps", "20"});
+    // The batch is --model-batch's (64 by default).
+    CHECK(torch_model_step_args("fc256,fc128,fc10", 64) ==
+          std::vector<std::string>{"--model", "fc256,fc128,fc10", "--max-steps", "20", "--batch", "64"});
     for (const std::string spec : {"fc256,fc128,fc10", "cnn", "conv16k5,pool,conv32,pool,fc64,fc10"}) {
         std::string args;
-        for (const std::string& a : torch_model_step_args(spec)) args += "'" + a + "', ";
+        for (const std::string& a : torch_model_step_args(spec, 64)) args += "'" + a + "', ";
         const RunResult r = run_command(
             "python3 -c \"import sys; sys.path.insert(0, '" PTXLAB_SOURCE_DIR "/tools'); import torch_reference as t; "
             "a = t.parse_args([" + args + "'--seed', '1', '--time-steps', '1000', '--stop-at-target']); "
@@ -112,6 +113,13 @@ TEST_CASE("bench --models: PyTorch's step beside each model, from torch_referenc
         CHECK(r.code == 0);
         CHECK(r.output.find("parsed " + spec + " 20 1000 64") != std::string::npos);
     }
+    std::string args;
+    for (const std::string& a : torch_model_step_args("fc1024,fc1024,fc10", 4096)) args += "'" + a + "', ";
+    const RunResult r = run_command(
+        "python3 -c \"import sys; sys.path.insert(0, '" PTXLAB_SOURCE_DIR "/tools'); import torch_reference as t; "
+        "a = t.parse_args([" + args + "'--seed', '1']); print('parsed', a.model, a.batch)\"");
+    CAPTURE(r.output);
+    CHECK(r.output.find("parsed fc1024,fc1024,fc10 4096") != std::string::npos);
 }
 
 TEST_CASE("bench FILE.ptx --json: a row per shape and side, rates from the contract's bytes and flops, null without") {
