@@ -46,22 +46,22 @@ inline const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
     return "conv_bwd_weights";
 }
 
-// The fc layers' products on the tensor-core set (tc): dense_tc (ptx/densetc.ptx, TF32 in 128 x
-// 128 tiles) where the product's output has kDenseTcMinOutputs elements or more (densetc.hpp:
-// a full wave of tiles; today's models at batch 64 stay below it, on the kernels dense.hpp
-// chooses); the FP32 sets (tc false) keep dense.hpp's choice. A hidden ReLU layer's forward pass
-// (B x H outputs) and its deltas to its input (B x I outputs); its weight gradient is
-// conv_bwd_weights_kernel's (O x (I + 1) outputs); the last two layers' gradients stay
-// fused_grad_kernel's (their outputs do not grow with the batch).
-// A hidden ReLU layer's forward pass below dense_tc's size runs on dense_wg_k (densewgk.hpp: wgmma
-// TF32 fed by TMA, K split over a cluster; 5.5 us at 64 x 1024 x 1024 on an H100 where dense_mm
-// takes 17) where `wgk` says it is loaded (the set's KernelSet has it: a device of compute
-// capability 9.0) and the product fits it (densewgk_unfit: K % 4 == 0, X and W 16-byte aligned).
+// The fc layers' products on the tensor-core set (tc). A hidden ReLU layer's forward pass (B x H
+// outputs) and its deltas to its input (B x I outputs) run on dense_wg_k (densewgk.hpp: wgmma
+// TF32 fed by TMA, K split over a cluster) where `wgk` says it is loaded (the set's KernelSet has
+// it: a device of compute capability 9.0) and the product fits it (densewgk_unfit: K % 4 == 0,
+// the operands 16-byte aligned), at every size: on an H100 64 x 1024 x 1024 takes 5.5 us there
+// against dense_mm's 17, and 4096 x 1024 x 1024 55.6 us against dense_tc's 85.4 (the masked
+// deltas 92.2 against 124.8; BENCHMARKS.md). Elsewhere dense_tc (ptx/densetc.ptx, TF32 in 128 x
+// 128 tiles) takes the products of kDenseTcMinOutputs outputs or more (densetc.hpp: a full wave
+// of tiles), and the smaller ones the kernels dense.hpp chooses, as the FP32 sets (tc false) do.
+// A layer's weight gradient is conv_bwd_weights_kernel's (O x (I + 1) outputs); the last two
+// layers' gradients stay fused_grad_kernel's (their outputs do not grow with the batch).
 inline const char* fc_forward_kernel(const FusedArgs& a, bool tc, bool wgk = false) {
-    if (tc && a.act == kActRelu && densetc_product(a.B, a.H)) return "dense_tc";
     if (tc && wgk && a.act == kActRelu &&
         densewgk_unfit(densewgk_forward_args(a.B, a.I, a.H, a.X, a.W1, a.b1, a.A1, true), 9, 0).empty())
         return "dense_wg_k";
+    if (tc && a.act == kActRelu && densetc_product(a.B, a.H)) return "dense_tc";
     return ptxlab::fc_forward_kernel(a);
 }
 inline const char* fc_bwd_data_kernel(unsigned B, unsigned I, unsigned O, bool tc) {
@@ -69,20 +69,20 @@ inline const char* fc_bwd_data_kernel(unsigned B, unsigned I, unsigned O, bool t
 }
 // The tc set keeps W^T of fc layer l over another fc layer (its deltas go to that layer) for
 // dense_wg_k, which takes only K-major operands: dX = dZ W as A = dZ [B][O], B = W^T [I][O], K = O,
-// so O % 4 == 0 (TMA's rows of 4 O bytes); below dense_tc's size; where dense_wg_k is loaded.
+// so O % 4 == 0 (TMA's rows of 4 O bytes); where dense_wg_k is loaded.
 // Over a pool or a conv the deltas stay on fc_bwd_data: the CNN's fc1 (3136 -> 128, over pool2) on
 // dense_wg_k made its step 4 us slower on an H100 (111.8 -> 115.9; BENCHMARKS.md).
-inline bool keeps_transposed_weights(const Model& m, size_t l, unsigned B, bool tc, bool wgk) {
+inline bool keeps_transposed_weights(const Model& m, size_t l, unsigned /*B: any batch*/, bool tc, bool wgk) {
     const LayerSpec& ly = m.layers[l];
     return tc && wgk && l >= 1 && ly.kind == LayerKind::Fc && m.layers[l - 1].kind == LayerKind::Fc &&
-           ly.width % 4 == 0 && !densetc_product(B, static_cast<unsigned>(ly.in.size()));
+           ly.width % 4 == 0;
 }
 // Which kernel runs an fc layer's deltas (FcDeltas): dense_wg_k where the step keeps W^T, dY is
 // dL/dZ already (dy_masked, or no activation) and the operands fit it (densewgk_unfit: 16-byte
 // aligned, O % 4 == 0); else fc_bwd_data_kernel's (which masks dY itself). 64 x 1024 from
 // 1024 on an H100: dense_wg_k 5.5 us, dense_mm 17.
 inline const char* fc_deltas_kernel(const FcDeltas& d, bool tc, bool wgk) {
-    if (tc && wgk && d.Wt && (d.act == 0 || d.dy_masked) && !densetc_product(d.B, d.I) &&
+    if (tc && wgk && d.Wt && (d.act == 0 || d.dy_masked) &&
         densewgk_unfit(densewgk_deltas_args(d.B, d.I, d.O, d.dX, d.dY, d.Wt, d.Yb), 9, 0).empty())
         return "dense_wg_k";
     return fc_bwd_data_kernel(d.B, d.I, d.O, tc);

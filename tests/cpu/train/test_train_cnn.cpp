@@ -413,8 +413,9 @@ TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
     CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) == "fused_forward x2, fused_output, fused_grad, fc_bwd_data, dense_mm");
     // 1024-wide: every product on dense_mm, the last two layers' gradients as two launches.
     CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
-    // At batch 4096 the tc set's products of a full wave of 128 x 128 tiles or more
-    // (densetc.hpp's kDenseTcMinOutputs) take dense_tc: both forward passes and fc2's deltas
+    // At batch 4096, without dense_wg_k (a device other than 9.0: test_densewgk.cpp has 9.0's), the
+    // tc set's products of a full wave of 128 x 128 tiles or more (densetc.hpp's
+    // kDenseTcMinOutputs) take dense_tc: both forward passes and fc2's deltas
     // (4096 x 1024 outputs); the weight gradients (1024 x 785, 1024 x 1025, 10 x 1025) stay on
     // dense_mm. The FP32 set keeps dense_mm everywhere, and batch 64 is as above on either set.
     CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 4096) ==

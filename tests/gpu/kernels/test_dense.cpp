@@ -177,18 +177,29 @@ TEST_CASE("dense: a dense_tc that skips its last k chunk is caught by verify") {
     CHECK(one.pass());
 }
 
-TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 4096 on dense_tc, the PTX as its twins") {
-    // At batch 4096 both forward passes and fc2's deltas (4096 x 1024 outputs) take dense_tc
-    // (densetc.hpp's kDenseTcMinOutputs); the weight gradients stay on dense_mm. 10 steps of the
-    // PTX and of the twins, bit for bit.
-    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 4096) ==
-          "dense_tc x3, fused_output, dense_mm x3");
+TEST_CASE("dense: train --kernels tc at batch 4096 on dense_wg_k (9.0) and dense_tc, the PTX as its twins") {
+    // At batch 4096 fc1024,fc1024,fc10's two forward passes and fc2's deltas (4096 x 1024 outputs)
+    // take dense_wg_k on a 9.0 device (cnn_ops.hpp), dense_tc elsewhere. fc1022,fc1022,fc10 puts
+    // fc2's forward pass and deltas on dense_tc there too: K = 1022 and O = 1022 are not multiples of
+    // 4, which dense_wg_k's tensor maps need. The weight gradients stay on dense_mm. 10 steps of the
+    // PTX and of the twins of each, bit for bit.
+    const bool wgk = cnn_wgk_loaded(gpu().info());
+    const std::string wide = cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 4096,
+                                              Activation::Relu, false, wgk),
+                      odd = cnn_step_kernels(parse_model("fc1022,fc1022,fc10"), ConvKernels::Tc, 4096,
+                                             Activation::Relu, false, wgk);
+    CHECK(wide == (wgk ? "transpose32, dense_wg_k x3, fused_output, dense_mm x3" : "dense_tc x3, fused_output, dense_mm x3"));
+    CHECK(odd.find("dense_tc") != std::string::npos);
+    CHECK((odd.find("dense_wg_k") != std::string::npos) == wgk);  // fc1's forward pass (K = 784)
     const Dataset data = load_dataset(default_data_dir());
-    const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 10, KernelSource::Ptx, 4096),
-                      twin = train_model_steps(data, "fc1024,fc1024,fc10", 10, KernelSource::Reference, 4096);
-    CHECK(ptx.steps == 10);
-    CHECK(ptx.step_losses == twin.step_losses);
-    REQUIRE(ptx.params.size() == twin.params.size());
-    CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);
-    CHECK(ptx.step_losses.back() < ptx.step_losses.front());
+    for (const char* spec : {"fc1024,fc1024,fc10", "fc1022,fc1022,fc10"}) {
+        CAPTURE(spec);
+        const TrainResult ptx = train_model_steps(data, spec, 10, KernelSource::Ptx, 4096),
+                          twin = train_model_steps(data, spec, 10, KernelSource::Reference, 4096);
+        CHECK(ptx.steps == 10);
+        CHECK(ptx.step_losses == twin.step_losses);
+        REQUIRE(ptx.params.size() == twin.params.size());
+        CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);
+        CHECK(ptx.step_losses.back() < ptx.step_losses.front());
+    }
 }
