@@ -274,10 +274,10 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
         } else {
             fmt::print("  a step: {}, {}{}\n",
                        cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation, cfg.pool_bwd_in_conv,
-                                        cnn_wgk_loaded(ctx.info())),
+                                        cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs)),
                        optimizer_entry(cfg.optim.kind), m->fc_only() ? " (no one-launch step: " + why + ")" : "");
             fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation,
-                                               cfg.pool_bwd_in_conv, cnn_wgk_loaded(ctx.info())));
+                                               cfg.pool_bwd_in_conv, cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs)));
         }
     } else {
         fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n  a step: {}\n", layers_text(cfg.layers),

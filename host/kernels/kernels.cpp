@@ -265,11 +265,11 @@ void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream s
                         source_location(__FILE__, __LINE__));
 }
 
-namespace {
 // Why a set leaves `s` out: code for one compute capability only (hopper/densewgk: sm_90a) on
 // another device, or such a file missing from the directory (a --ptx-dir of copies of ptx/*.ptx
 // alone); the trainer then keeps its other kernels. Empty: it loads.
-std::string absent_why(const KernelSpec& s, KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs) {
+std::string kernel_absent_reason(const KernelSpec& s, KernelSource source, const DeviceInfo& dev,
+                                 const KernelDirs& dirs) {
     if (s.only_cc == 0) return {};
     if (std::string why = kernel_arch_unfit(s, dev.cc_major, dev.cc_minor); !why.empty()) return why;
     const std::string path = source == KernelSource::Ptx ? kernel_ptx_path(dirs, s.file) : kernel_twin_path(dirs, s.file);
@@ -277,7 +277,6 @@ std::string absent_why(const KernelSpec& s, KernelSource source, const DeviceInf
     if (fs::is_regular_file(path, ec)) return {};
     return fmt::format("'{}' is left out: {} does not exist (optional: code for one GPU only)", s.entry, path);
 }
-}  // namespace
 
 KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDirs& dirs,
                      const std::vector<std::string>& entries)
@@ -289,7 +288,7 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
             wanted.push_back(&s);
     for (const auto& e : entries) kernel_spec(e);  // unknown names are an error
     std::erase_if(wanted, [&](const KernelSpec* s) {
-        std::string why = absent_why(*s, source, dev, dirs);
+        std::string why = kernel_absent_reason(*s, source, dev, dirs);
         if (why.empty()) return false;
         absent_[s->entry] = std::move(why);
         return true;

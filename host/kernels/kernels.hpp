@@ -200,6 +200,11 @@ private:
                     bool overlapped, unsigned cluster = 0, unsigned grid_y = 1) const;
 };
 
+// Why a KernelSet of `source` from `dirs` on `dev` leaves `s` out (empty: it loads it): code for
+// another compute capability (only_cc), or such a file missing from the directory.
+std::string kernel_absent_reason(const KernelSpec& s, KernelSource source, const DeviceInfo& dev,
+                                 const KernelDirs& dirs);
+
 // One loaded set of kernels: the hand-written PTX or the NVRTC twins, JIT-loaded by the driver.
 class KernelSet {
 public:

@@ -140,8 +140,8 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
     return out;
 }
 
-bool cnn_wgk_loaded(const DeviceInfo& dev) {
-    return kernel_arch_unfit(kernel_spec("dense_wg_k"), dev.cc_major, dev.cc_minor).empty();
+bool cnn_wgk_loaded(const DeviceInfo& dev, KernelSource source, const KernelDirs& dirs) {
+    return kernel_absent_reason(kernel_spec("dense_wg_k"), source, dev, dirs).empty();
 }
 
 std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv,

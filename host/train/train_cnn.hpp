@@ -266,8 +266,11 @@ std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activ
 // and of its weight gradient (a table, what `train` prints under its first line).
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu,
                               bool pool_in_conv = false, bool wgk = false);
-// Whether the model trainer's KernelSet loads dense_wg_k on this device (compute capability 9.0).
-bool cnn_wgk_loaded(const DeviceInfo& dev);
+// Whether the model trainer's KernelSet loads dense_wg_k on this device (compute capability 9.0)
+// from these kernels (a --ptx-dir without hopper/densewgk.ptx leaves it out, and the step keeps
+// its other kernels): what train's listing of a step's kernels takes as `wgk`.
+bool cnn_wgk_loaded(const DeviceInfo& dev, KernelSource source = KernelSource::Ptx,
+                    const KernelDirs& dirs = KernelDirs::from_environment());
 
 // ---- An fc-only model's step in one launch (cnn_densestep.cpp) ----
 // Why the training loop does not run `m`'s step as dense_program (ptx/densestep.ptx: the forward

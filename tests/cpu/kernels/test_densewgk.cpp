@@ -2,6 +2,7 @@
 // refuses (the device, K % 4, TMA's alignment), the bound (with a CPU model of the kernel's sums
 // that must stay within it, and the TF32 truncation that needs its 2^-9), verify's shape checks and
 // reference, the registry's twin path, and where the tc set's trainer takes it.
+#include "../../helpers.hpp"
 #include "cnn_ops.hpp"
 #include "densewgk.hpp"
 #include "error.hpp"
@@ -298,4 +299,28 @@ TEST_CASE("densewgk: an fc layer's deltas take it from W^T where dY is already d
     // K = 1022 and O = 1022 are past dense_wg_k's tensor maps: fc2's forward pass and deltas on dense_tc.
     CHECK(cnn_step_kernels(parse_model("fc1022,fc1022,fc10"), ConvKernels::Tc, 4096, Activation::Relu, false, true) ==
           "dense_wg_k, dense_tc x2, fused_output, dense_mm x3");
+}
+
+TEST_CASE("densewgk: train's listing names it where the set loads it: a 9.0 device and hopper/densewgk.ptx in the kernels") {
+    DeviceInfo h100;
+    h100.cc_major = 9, h100.cc_minor = 0;
+    DeviceInfo b200 = h100;
+    b200.cc_major = 10;
+    CHECK(cnn_wgk_loaded(h100));  // the tree's ptx/ has ptx/hopper
+    CHECK(cnn_wgk_loaded(h100, KernelSource::Reference));
+    CHECK_FALSE(cnn_wgk_loaded(b200));  // sm_90a code
+    // A --ptx-dir of copies of ptx/*.ptx alone: the set leaves dense_wg_k out (the step keeps its
+    // other kernels), so the listing must not name it; with hopper/densewgk.ptx beside them it does.
+    ptxlab::test::TempDir t;
+    const std::filesystem::path src = std::filesystem::path(PTXLAB_SOURCE_DIR) / "ptx";
+    for (const auto& e : std::filesystem::directory_iterator(src))
+        if (e.path().extension() == ".ptx") std::filesystem::copy_file(e.path(), t.path / e.path().filename());
+    const KernelDirs flat = KernelDirs::from_ptx_dir(t.path.string());
+    CHECK_FALSE(cnn_wgk_loaded(h100, KernelSource::Ptx, flat));
+    const Model m = parse_model("fc1024,fc1024,fc10");
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, cnn_wgk_loaded(h100, KernelSource::Ptx, flat)) ==
+          "dense_mm x6, fused_output");
+    std::filesystem::create_directory(t.path / "hopper");
+    std::filesystem::copy_file(src / "hopper/densewgk.ptx", t.path / "hopper/densewgk.ptx");
+    CHECK(cnn_wgk_loaded(h100, KernelSource::Ptx, flat));
 }
