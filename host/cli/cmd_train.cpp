@@ -272,12 +272,13 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
                        optimizer_entry(cfg.optim.kind));
             fmt::print("{}", dense_step_layer_kernels(*m));
         } else {
+            const bool wgk = cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs);
             fmt::print("  a step: {}, {}{}\n",
                        cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation, cfg.pool_bwd_in_conv,
-                                        cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs)),
+                                        wgk),
                        optimizer_entry(cfg.optim.kind), m->fc_only() ? " (no one-launch step: " + why + ")" : "");
             fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation,
-                                               cfg.pool_bwd_in_conv, cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs)));
+                                               cfg.pool_bwd_in_conv, wgk));
         }
     } else {
         fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n  a step: {}\n", layers_text(cfg.layers),

@@ -97,7 +97,7 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
         b.idx.push_back(CUdeviceptr(0x1000 * (3 * l + 2)));
         if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
         b.z.push_back(CUdeviceptr(0x100000 + 0x1000 * l));
-        const bool wt = keeps_transposed_weights(m, l, B, conv == ConvKernels::Tc, wgk);
+        const bool wt = keeps_transposed_weights(m, l, conv == ConvKernels::Tc, wgk);
         b.wt.push_back(wt ? CUdeviceptr(0x200000 + 0x1000 * l) : 0);
     }
     b.running = 0x400;

@@ -69,10 +69,10 @@ inline const char* fc_bwd_data_kernel(unsigned B, unsigned I, unsigned O, bool t
 }
 // The tc set keeps W^T of fc layer l over another fc layer (its deltas go to that layer) for
 // dense_wg_k, which takes only K-major operands: dX = dZ W as A = dZ [B][O], B = W^T [I][O], K = O,
-// so O % 4 == 0 (TMA's rows of 4 O bytes); where dense_wg_k is loaded.
+// so O % 4 == 0 (TMA's rows of 4 O bytes); where dense_wg_k is loaded, at any batch.
 // Over a pool or a conv the deltas stay on fc_bwd_data: the CNN's fc1 (3136 -> 128, over pool2) on
 // dense_wg_k made its step 4 us slower on an H100 (111.8 -> 115.9; BENCHMARKS.md).
-inline bool keeps_transposed_weights(const Model& m, size_t l, unsigned /*B: any batch*/, bool tc, bool wgk) {
+inline bool keeps_transposed_weights(const Model& m, size_t l, bool tc, bool wgk) {
     const LayerSpec& ly = m.layers[l];
     return tc && wgk && l >= 1 && ly.kind == LayerKind::Fc && m.layers[l - 1].kind == LayerKind::Fc &&
            ly.width % 4 == 0;

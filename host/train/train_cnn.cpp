@@ -138,7 +138,7 @@ void CnnActs::keep_transposes(const Model& m, const KernelSet& ks, ConvKernels c
     const bool tc = conv == ConvKernels::Tc, wgk = ks.has("dense_wg_k") && ks.has("transpose32");
     for (size_t l = 0; l < m.layers.size(); ++l) {
         const LayerSpec& ly = m.layers[l];
-        wt.emplace_back(cnn_detail::keeps_transposed_weights(m, l, B, tc, wgk)
+        wt.emplace_back(cnn_detail::keeps_transposed_weights(m, l, tc, wgk)
                             ? DeviceBuffer(ly.weight_count() * 4, fmt::format("{} W^T", ly.name))
                             : DeviceBuffer());
     }

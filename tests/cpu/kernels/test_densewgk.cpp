@@ -282,13 +282,12 @@ TEST_CASE("densewgk: an fc layer's deltas take it from W^T where dY is already d
     CHECK((a.M == 64 && a.N == 784 && a.K == 256));
     CHECK(a.flags() == kDenseWgkFlagMask);
     const Model m = parse_model("fc256,fc128,fc10");
-    CHECK(cnn_detail::keeps_transposed_weights(m, 1, 64, true, true));
-    CHECK(cnn_detail::keeps_transposed_weights(m, 1, 4096, true, true));  // any batch
-    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 0, 64, true, true));  // no deltas below fc1
-    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 1, 64, true, false));
-    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 2, 64, true, true));  // fc10: O % 4
+    CHECK(cnn_detail::keeps_transposed_weights(m, 1, true, true));
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 0, true, true));  // no deltas below fc1
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 1, true, false));
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(m, 2, true, true));  // fc10: O % 4
     const Model cnn = parse_model("cnn");  // fc1 over pool2: fc_bwd_data (faster there)
-    CHECK_FALSE(cnn_detail::keeps_transposed_weights(cnn, 4, 64, true, true));
+    CHECK_FALSE(cnn_detail::keeps_transposed_weights(cnn, 4, true, true));
     CHECK(cnn_step_kernels(cnn, ConvKernels::Tc, 64, Activation::Relu, false, true).find("transpose32") == std::string::npos);
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true) ==
           "transpose32, dense_wg_k x3, fused_output, fused_grad, tc_grad_weights");

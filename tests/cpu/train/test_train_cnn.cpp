@@ -302,7 +302,7 @@ std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activ
     std::vector<std::vector<float>> wt(m.layers.size());
     int kept = 0;
     for (size_t l = 0; l < m.layers.size(); ++l) {
-        const bool keep = fuse && cnn_detail::keeps_transposed_weights(m, l, B, true, true);
+        const bool keep = fuse && cnn_detail::keeps_transposed_weights(m, l, true, true);
         if (keep) wt[l].assign(m.layers[l].weight_count(), nan), ++kept;
         b.wt.push_back(keep ? addr(wt[l].data()) : 0);
     }

@@ -1,0 +1,1179 @@
+// ============================================================================
+// tools/dev/fc3_step.cu -- a design study in CUDA C (llm.c's dev/cuda style: a float64 reference,
+// versions, check before time), NOT a kernel of ptx/ and not built by CMake or CI: the whole
+// training step of a 3-layer fc network in ONE launch, to measure before writing it in PTX
+// whether that road reaches issue 33's 15 us a step at 784,256,128,10, batch 64 (the model
+// trainer's chain of six dependent kernels takes 24.19 us on the H100: BENCHMARKS.md, "fc
+// networks of 3 layers").
+//
+// The step: I -> H1 -> H2 -> O, ReLU, softmax cross-entropy, SGD with Nesterov momentum
+// (the default recipe's rule; lr fixed), batch B <= 64. G clusters of 8 blocks of 256 threads,
+// all resident; four stages with a grid-wide barrier between them (a 64-bit arrival count):
+//   S1 fc1 forward: cluster c owns H1 tile c (16 units); rank r sums its 100 columns of I for
+//      64 samples x 16 units; the partial tiles meet through DSMEM; rank r finishes samples
+//      8r .. 8r+7: A1 = max(sum + b1, 0) -> memory.
+//   S2 fc2 forward: cluster c < H2/16 owns H2 tile c; rank r sums its 32 columns of H1; DSMEM
+//      join; rank r finishes its 8 samples: A2, and Yp[s][o][c] = its tile's part of A2 W3^T.
+//   S3 per H2 tile: Y = sum_c Yp + b3, D3 = softmax(Y) - T, D2 = D3 W3 * [A2 > 0] for the
+//      tile's units; rank r: gW2 over its 32 columns (and W2's update), D1p[c][s][k] = the
+//      tile's part of D2 W2 (with the old W2); W3's columns and b2 updated; b3's gradient kept.
+//   S4 per H1 tile: D1 = sum_c D1p * [A1 > 0]; gW1 over rank r's columns, W1's and b1's
+//      updates; b3's (cluster 0).
+// Versions: v1 the plain code; v2 every load of a stage issued before its first use, the
+// optimizer state and targets loaded at the start, the loss on 80 threads, the gradient sums
+// interleaved; v3 = v2 with S steps a launch (no barrier between steps beyond the three a step:
+// what a stage reads was written by its own cluster or before a grid barrier), the W1 and W2
+// tiles and their state kept in shared memory, and S3 without cluster barriers (every rank
+// computes Y, D3, D2 for all 64 samples from L2).
+//
+// Measured (2026-11-28; `nvcc -O3 -arch=sm_90 -std=c++17 tools/dev/fc3_step.cu -o fc3_step &&
+// ./fc3_step [H1 H2]`; us a step, a CUDA graph of 20 steps replayed 100 times; every version
+// checked against float64 after 1 and 4 steps first):
+//   784,256,128,10 on an H100: v1 39.77, v2 23.77 (S1 3.72, barrier 2.01, S2 3.04, barrier 1.04,
+//     S3 5.57, barrier 1.04, S4 3.52 us in block 0), v3 27.80 (at most 128 registers so that
+//     16 clusters fit: 468 bytes of spills, and two blocks share an SM).
+//   784,128,64,10 (8 clusters) on an H100: v3 16.92 (S1 3.09, S2 2.92, S3 4.40, S4 3.16, the
+//     three barriers 2.91); v2 on an H200 18.56.
+// What it says: (1) the launches between steps cost about 4 us (v2's stages sum to 19, its step
+//   is 23.8): several steps a launch, as fused_step does, are part of the road; (2) the H100 holds
+//   at most 15 clusters of 8 at one block a SM (30 of 4, 7 of 16; 120 blocks in clusters of the
+//   132 SMs), so 16 tiles of 16 units need 2 blocks a SM (128 registers) or another split
+//   (clusters of 4, tiles of 32 units); (3) the stages are latency chains (an L2 round trip, a
+//   cluster barrier, a DSMEM join each): S3 and S4 at 3.5 to 5.6 us are where the 15 us goes.
+// ============================================================================
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <random>
+namespace cg = cooperative_groups;
+
+#define MARK(i) do { if (blockIdx.x == 0 && threadIdx.x == 0) a.tsb[i] = clock64(); } while (0)
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+constexpr int KC = 100;   // columns of I a rank (I <= 800)
+constexpr int KS = 100;   // xs / ws row stride
+constexpr int K2 = 32;    // columns of H1 a rank (H1 <= 256)
+constexpr int MAXO = 32;
+constexpr int SMEM_FLOATS = 64 * KS + 16 * KS + 64 * 16 + 64 * K2 + 16 * K2 + MAXO * 16 + 8 * 16 + 8 * 16 + 8 * MAXO + 64 * 16 + 64 * MAXO + 64 * 16 + 32 + 128 + 16 * KS + 16 * K2;
+
+struct Args {
+    const float* X; const float* T; float* P; float* M;
+    float* A1; float* A2; float* Y; float* Yp; float* D1p; float* gb3;
+    unsigned long long* sync;
+    long long* tsb;
+    int B, I, H1, H2, O;
+    float lr, mu, scale;
+};
+
+__device__ __forceinline__ void grid_barrier(unsigned long long* sync, unsigned nblk) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        unsigned long long old = atomicAdd(sync, 1ull);
+        unsigned long long tgt = (old / nblk + 1) * nblk;
+        while (true) {
+            unsigned long long v;
+            asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(sync));
+            if (v >= tgt) break;
+        }
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ float sgd_nesterov(float p, float& m, float g, float lr, float mu) {
+    m = fmaf(mu, m, g);
+    return p - lr * fmaf(mu, m, g);
+}
+
+__global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 1) fc3_v1(Args a) {
+    cg::cluster_group cl = cg::this_cluster();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rank = cl.block_rank();
+    const int c = blockIdx.x / 8;
+    const unsigned nblk = gridDim.x;
+    const int B = a.B, I = a.I, H1 = a.H1, H2 = a.H2, O = a.O;
+    float* W1 = a.P; float* b1 = W1 + H1 * I; float* W2 = b1 + H1; float* b2 = W2 + H2 * H1;
+    float* W3 = b2 + H2; float* b3 = W3 + O * H2;
+    const long dM = a.M - a.P;
+    const int T2 = (H2 + 15) / 16;
+
+    extern __shared__ __align__(16) float sm[];
+    float* xs = sm;                   // S1, S4: X[64][rank's columns]
+    float* ws = xs + 64 * KS;         // S1, S4: W1 tile [16][rank's columns]
+    float* part = ws + 16 * KS;       // partial sums (S1, S2)
+    float* a1s = part + 64 * 16;      // S2, S3: A1[64][rank's 32 columns]
+    float* w2s = a1s + 64 * K2;       // S2, S3: W2 tile [16][32 columns]
+    float* w3s = w2s + 16 * K2;       // W3[o][h0 + u]
+    float* aown = w3s + MAXO * 16;    // S2: A2 of this rank's 8 samples
+    float* d2own = aown + 8 * 16;     // S3: D2 of this rank's 8 samples
+    float* d3own = d2own + 8 * 16;    // S3: D3 of this rank's 8 samples
+    float* d2s = d3own + 8 * MAXO;    // S3: D2 chunk; S4: D1 chunk
+    float* d3s = d2s + 64 * 16;
+    float* a2s = d3s + 64 * MAXO;
+    float* b1s = a2s + 64 * 16;
+    float* b2s = b1s + 16;
+
+    MARK(0);
+    const int k_lo = min(rank * KC, I), k_hi = min(k_lo + KC, I);
+    // ---------------- S1: fc1 forward, H1 tile c ----------------
+    const int h0 = c * 16;
+    const bool t1 = h0 < H1;
+    // Thread's 2 samples x 2 units (fused_step's map).
+    const int sa = 16 * (warp >> 1) + (lane >> 2), ua = 8 * (warp & 1) + (lane & 3);
+    if (t1) {
+        for (int e = tid; e < 64 * KC; e += 256) {
+            int r = e / KC, k = e % KC, col = k_lo + k;
+            xs[r * KS + k] = (r < B && col < k_hi) ? a.X[r * I + col] : 0.f;
+        }
+        for (int e = tid; e < 16 * KC; e += 256) {
+            int r = e / KC, k = e % KC, col = k_lo + k, h = h0 + r;
+            ws[r * KS + k] = (h < H1 && col < k_hi) ? W1[h * I + col] : 0.f;
+        }
+        if (tid < 16) b1s[tid] = h0 + tid < H1 ? b1[h0 + tid] : 0.f;
+        __syncthreads();
+        float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+        const float4* xa = (const float4*)&xs[sa * KS]; const float4* xb = (const float4*)&xs[(sa + 8) * KS];
+        const float4* wa = (const float4*)&ws[ua * KS]; const float4* wb = (const float4*)&ws[(ua + 4) * KS];
+#pragma unroll 5
+        for (int k = 0; k < KC / 4; ++k) {
+            float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+            pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+            pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+            pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+            pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+        }
+        part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+        part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+    }
+    cl.sync();
+    if (t1 && tid < 128) {   // rank r finishes samples 8r .. 8r+7: thread (s, u)
+        int s = 8 * rank + (tid >> 4), u = tid & 15;
+        float z = 0;
+        for (int q = 0; q < 8; ++q) z += cl.map_shared_rank(part, q)[s * 16 + u];
+        z += b1s[u];
+        if (s < B && h0 + u < H1) a.A1[s * H1 + h0 + u] = fmaxf(z, 0.f);
+    }
+    MARK(1);
+    grid_barrier(a.sync, nblk);
+    MARK(2);
+
+    // ---------------- S2: fc2 forward, H2 tile c, + Yp ----------------
+    const int g0 = c * 16;
+    const bool t2 = c < T2;
+    const int j_lo = min(rank * K2, H1), j_hi = min(j_lo + K2, H1);
+    if (t2) {
+        for (int e = tid; e < 64 * K2; e += 256) {
+            int r = e >> 5, k = e & 31, col = j_lo + k;
+            a1s[e] = (r < B && col < j_hi) ? __ldcg(&a.A1[r * H1 + col]) : 0.f;
+        }
+        for (int e = tid; e < 16 * K2; e += 256) {
+            int r = e >> 5, k = e & 31, col = j_lo + k, h = g0 + r;
+            w2s[e] = (h < H2 && col < j_hi) ? W2[h * H1 + col] : 0.f;
+        }
+        for (int e = tid; e < O * 16; e += 256) {
+            int o = e >> 4, u = e & 15;
+            w3s[e] = g0 + u < H2 ? W3[o * H2 + g0 + u] : 0.f;
+        }
+        if (tid < 16) b2s[tid] = g0 + tid < H2 ? b2[g0 + tid] : 0.f;
+        __syncthreads();
+        float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+        const float4* xa = (const float4*)&a1s[sa * K2]; const float4* xb = (const float4*)&a1s[(sa + 8) * K2];
+        const float4* wa = (const float4*)&w2s[ua * K2]; const float4* wb = (const float4*)&w2s[(ua + 4) * K2];
+#pragma unroll
+        for (int k = 0; k < K2 / 4; ++k) {
+            float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+            pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+            pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+            pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+            pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+        }
+        part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+        part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+    }
+    cl.sync();
+    if (t2 && tid < 128) {
+        int sl = tid >> 4, s = 8 * rank + sl, u = tid & 15;
+        float z = 0;
+        for (int q = 0; q < 8; ++q) z += cl.map_shared_rank(part, q)[s * 16 + u];
+        z += b2s[u];
+        float v = (g0 + u < H2 && s < B) ? fmaxf(z, 0.f) : 0.f;
+        aown[sl * 16 + u] = v;
+    }
+    __syncthreads();
+    if (t2 && tid < 8 * O) {   // Yp[s][o][c] for this rank's 8 samples
+        int sl = tid / O, o = tid % O, s = 8 * rank + sl;
+        float y = 0;
+        for (int u = 0; u < 16; ++u) y = fmaf(aown[sl * 16 + u], w3s[o * 16 + u], y);
+        if (s < B) a.Yp[(s * O + o) * 16 + c] = y;
+    }
+    MARK(3);
+    grid_barrier(a.sync, nblk);
+    MARK(4);
+
+    // ---------------- S3: loss, D2, gW2, D1 partials (H2 tile c) ----------------
+    if (t2) {
+        if (tid < 8) {   // Y and D3 of sample 8 rank + tid
+            int s = 8 * rank + tid;
+            if (s < B) {
+                float y[MAXO]; float mx = -INFINITY;
+                for (int o = 0; o < O; ++o) {
+                    float v = 0;
+                    for (int q = 0; q < T2; ++q) v += __ldcg(&a.Yp[(s * O + o) * 16 + q]);
+                    v += b3[o]; y[o] = v; mx = fmaxf(mx, v);
+                }
+                float es = 0;
+                for (int o = 0; o < O; ++o) { y[o] = exp2f((y[o] - mx) * 1.44269504f); es += y[o]; }
+                for (int o = 0; o < O; ++o) {
+                    float d = y[o] / es - a.T[s * O + o];
+                    d3own[tid * MAXO + o] = d;
+                }
+                if (c == 0) for (int o = 0; o < O; ++o) a.Y[s * O + o] = y[o];  // (probabilities; prototype)
+            } else for (int o = 0; o < O; ++o) d3own[tid * MAXO + o] = 0.f;
+        }
+        __syncthreads();
+        if (tid < 128) {   // D2 own slice
+            int sl = tid >> 4, u = tid & 15;
+            float d = 0;
+            for (int o = 0; o < O; ++o) d = fmaf(d3own[sl * MAXO + o], w3s[o * 16 + u], d);
+            d2own[sl * 16 + u] = aown[sl * 16 + u] > 0.f ? d : 0.f;
+        }
+    }
+    cl.sync();
+    if (t2) {
+        for (int e = tid; e < 64 * 16; e += 256) {   // gather D2 and A2 of all 64 samples
+            int s = e >> 4, u = e & 15, q = s >> 3;
+            d2s[e] = cl.map_shared_rank(d2own, q)[(s & 7) * 16 + u];
+            a2s[e] = cl.map_shared_rank(aown, q)[(s & 7) * 16 + u];
+        }
+        for (int e = tid; e < 64 * O; e += 256) {
+            int s = e / O, o = e % O, q = s >> 3;
+            d3s[s * MAXO + o] = cl.map_shared_rank(d3own, q)[(s & 7) * MAXO + o];
+        }
+    }
+    cl.sync();   // peers' slices read; W3 columns no longer read for D2
+    if (t2) {
+        // gW2[u][k], rank's 32 columns: 512 sums, 2 a thread; then D1p: 2048, 8 a thread.
+        for (int e = tid; e < 16 * K2; e += 256) {
+            int u = e >> 5, k = e & 31;
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g = fmaf(d2s[s * 16 + u], a1s[s * K2 + k], g);
+            int h = g0 + u, col = j_lo + k;
+            if (h < H2 && col < j_hi) {
+                float* p = &W2[h * H1 + col];
+                float m = p[dM];
+                float np = sgd_nesterov(w2s[e], m, g * a.scale, a.lr, a.mu);
+                p[dM] = m; *p = np;
+            }
+        }
+        for (int e = tid; e < 64 * K2; e += 256) {
+            int s = e >> 5, k = e & 31;
+            float d = 0;
+            for (int u = 0; u < 16; ++u) d = fmaf(d2s[s * 16 + u], w2s[u * K2 + k], d);
+            int col = j_lo + k;
+            if (col < j_hi) a.D1p[(c * 64 + s) * H1 + col] = d;
+        }
+        if (rank == 1 && tid < O * 16) {   // W3[o][g0 + u]
+            int o = tid >> 4, u = tid & 15;
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g = fmaf(d3s[s * MAXO + o], a2s[s * 16 + u], g);
+            if (g0 + u < H2) {
+                float* p = &W3[o * H2 + g0 + u];
+                float m = p[dM];
+                float np = sgd_nesterov(*p, m, g * a.scale, a.lr, a.mu);
+                p[dM] = m; *p = np;
+            }
+        }
+        if (rank == 0 && tid < 16 && g0 + tid < H2) {   // b2
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g += d2s[s * 16 + tid];
+            float* p = &b2[g0 + tid];
+            float m = p[dM];
+            float np = sgd_nesterov(*p, m, g * a.scale, a.lr, a.mu);
+            p[dM] = m; *p = np;
+        }
+        if (c == 0 && rank == 2 && tid < O) {   // b3's gradient, applied after the barrier
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g += d3s[s * MAXO + tid];
+            a.gb3[tid] = g;
+        }
+    }
+    MARK(5);
+    grid_barrier(a.sync, nblk);
+    MARK(6);
+
+    // ---------------- S4: D1, gW1, b1 (H1 tile c) ----------------
+    if (t1) {
+        for (int e = tid; e < 64 * 16; e += 256) {
+            int s = e >> 4, u = e & 15, h = h0 + u;
+            float d = 0;
+            if (h < H1 && s < B) {
+                for (int q = 0; q < T2; ++q) d += __ldcg(&a.D1p[(q * 64 + s) * H1 + h]);
+                if (!(__ldcg(&a.A1[s * H1 + h]) > 0.f)) d = 0.f;
+            }
+            d2s[e] = d;
+        }
+        __syncthreads();
+        const int kc = k_hi - k_lo;
+        for (int e = tid; e < 16 * kc; e += 256) {
+            int u = e / kc, k = e % kc, h = h0 + u;
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g = fmaf(d2s[s * 16 + u], xs[s * KS + k], g);
+            if (h < H1) {
+                float* p = &W1[h * I + k_lo + k];
+                float m = p[dM];
+                float np = sgd_nesterov(ws[u * KS + k], m, g * a.scale, a.lr, a.mu);
+                p[dM] = m; *p = np;
+            }
+        }
+        if (rank == 0 && tid < 16 && h0 + tid < H1) {
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g += d2s[s * 16 + tid];
+            float* p = &b1[h0 + tid];
+            float m = p[dM];
+            float np = sgd_nesterov(*p, m, g * a.scale, a.lr, a.mu);
+            p[dM] = m; *p = np;
+        }
+        if (c == 0 && rank == 1 && tid < O) {
+            float* p = &b3[tid];
+            float m = p[dM];
+            float np = sgd_nesterov(*p, m, a.gb3[tid] * a.scale, a.lr, a.mu);
+            p[dM] = m; *p = np;
+        }
+    }
+    MARK(7);
+    cl.sync();   // no block leaves while a peer may still read its shared memory
+}
+
+// ---------------------------------------------------------------------------------------------
+// v2: the same stages, with every load of a stage issued before its first use (float4, all in
+// registers, then stored), the optimizer state and the targets loaded at the start, the loss on
+// 80 threads (one (sample, output) each) and the 64-term gradient sums interleaved 2 to 8 chains
+// a thread. Needs I % 4 == 0, H1 % 4 == 0, O <= 16.
+// ---------------------------------------------------------------------------------------------
+__global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 1) fc3_v2(Args a) {
+    cg::cluster_group cl = cg::this_cluster();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rank = cl.block_rank();
+    const int c = blockIdx.x / 8;
+    const unsigned nblk = gridDim.x;
+    const int B = a.B, I = a.I, H1 = a.H1, H2 = a.H2, O = a.O;
+    float* W1 = a.P; float* b1 = W1 + H1 * I; float* W2 = b1 + H1; float* b2 = W2 + H2 * H1;
+    float* W3 = b2 + H2; float* b3 = W3 + O * H2;
+    const long dM = a.M - a.P;
+    const int T2 = (H2 + 15) / 16;
+
+    extern __shared__ __align__(16) float sm[];
+    float* xs = sm;                   // S1, S4: X[64][rank's columns]
+    float* ws = xs + 64 * KS;         // S1, S4: W1 tile [16][rank's columns]
+    float* part = ws + 16 * KS;       // partial sums (S1, S2)
+    float* a1s = part + 64 * 16;      // S2, S3: A1[64][rank's 32 columns]
+    float* w2s = a1s + 64 * K2;       // S2, S3: W2 tile [16][32 columns]
+    float* w3s = w2s + 16 * K2;       // W3[o][h0 + u]
+    float* aown = w3s + MAXO * 16;    // S2: A2 of this rank's 8 samples
+    float* d2own = aown + 8 * 16;     // S3: D2 of this rank's 8 samples
+    float* d3own = d2own + 8 * 16;    // S3: D3 of this rank's 8 samples
+    float* d2s = d3own + 8 * MAXO;    // S3: D2 chunk; S4: D1 chunk
+    float* d3s = d2s + 64 * 16;
+    float* a2s = d3s + 64 * MAXO;
+    float* b1s = a2s + 64 * 16;
+    float* b2s = b1s + 16;
+    float* ys = b2s + 16;             // S3: Y of this rank's 8 samples [8][16]
+
+    MARK(0);
+    const int kc = KC;
+    const int k_lo = min(rank * KC, I), k_hi = min(k_lo + KC, I);
+    const int h0 = c * 16, g0 = c * 16;
+    const bool t1 = h0 < H1, t2 = c < T2;
+    const int j_lo = min(rank * K2, H1), j_hi = min(j_lo + K2, H1);
+    const int sa = 16 * (warp >> 1) + (lane >> 2), ua = 8 * (warp & 1) + (lane & 3);
+
+    // ---- loads issued up front: X and W1 slices (S1), optimizer state (S3, S4), targets ----
+    float4 xv[7], wv[2];
+    if (t1) {
+#pragma unroll
+        for (int j = 0; j < 7; ++j) {
+            int e = tid + 256 * j, r = e / 25, q = e % 25, col = k_lo + 4 * q;
+            xv[j] = (e < 1600 && r < B && col < k_hi) ? *(const float4*)&a.X[r * I + col] : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            int e = tid + 256 * j, r = e / 25, q = e % 25, col = k_lo + 4 * q, h = h0 + r;
+            wv[j] = (e < 400 && h < H1 && col < k_hi) ? *(const float4*)&W1[h * I + col] : make_float4(0, 0, 0, 0);
+        }
+    }
+    // S4's W1 elements of this thread: unit u4 = tid >> 4, columns k = (tid & 15) + 16 j, j < 7.
+    const int u4 = tid >> 4, kq = tid & 15;
+    float m1[7];
+#pragma unroll
+    for (int j = 0; j < 7; ++j) {
+        int k = kq + 16 * j, h = h0 + u4;
+        m1[j] = (t1 && k < k_hi - k_lo && h < H1) ? W1[h * I + k_lo + k + dM] : 0.f;
+    }
+    // S3's W2 elements: unit u4, columns kq and kq + 16 of the rank's 32.
+    float m2[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        int k = kq + 16 * j, h = g0 + u4;
+        m2[j] = (t2 && j_lo + k < j_hi && h < H2) ? W2[h * H1 + j_lo + k + dM] : 0.f;
+    }
+    float m3 = 0.f, mb = 0.f, tv = 0.f;
+    if (t2 && rank == 1 && tid < O * 16 && g0 + (tid & 15) < H2) m3 = W3[(tid >> 4) * H2 + g0 + (tid & 15) + dM];
+    if (t2 && rank == 0 && tid < 16 && g0 + tid < H2) mb = b2[g0 + tid + dM];
+    if (t1 && rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) mb = b1[h0 + tid - 32 + dM];
+    const int ls = tid / 16, lo = tid % 16;   // S3 loss: (sample 8 rank + ls, output lo), tid < 128
+    if (t2 && tid < 128 && lo < O && 8 * rank + ls < B) tv = a.T[(8 * rank + ls) * O + lo];
+
+    // ---------------- S1: fc1 forward, H1 tile c ----------------
+    if (t1) {
+#pragma unroll
+        for (int j = 0; j < 7; ++j) {
+            int e = tid + 256 * j, r = e / 25, q = e % 25;
+            if (e < 1600) *(float4*)&xs[r * KS + 4 * q] = xv[j];
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            int e = tid + 256 * j, r = e / 25, q = e % 25;
+            if (e < 400) *(float4*)&ws[r * KS + 4 * q] = wv[j];
+        }
+        if (tid < 16) b1s[tid] = h0 + tid < H1 ? b1[h0 + tid] : 0.f;
+        __syncthreads();
+        float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+        const float4* xa = (const float4*)&xs[sa * KS]; const float4* xb = (const float4*)&xs[(sa + 8) * KS];
+        const float4* wa = (const float4*)&ws[ua * KS]; const float4* wb = (const float4*)&ws[(ua + 4) * KS];
+#pragma unroll 5
+        for (int k = 0; k < KC / 4; ++k) {
+            float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+            pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+            pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+            pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+            pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+        }
+        part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+        part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+    }
+    cl.sync();
+    if (t1 && tid < 128) {
+        int s = 8 * rank + (tid >> 4), u = tid & 15;
+        float pv[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) pv[q] = cl.map_shared_rank(part, q)[s * 16 + u];
+        float z = pv[0];
+#pragma unroll
+        for (int q = 1; q < 8; ++q) z += pv[q];
+        z += b1s[u];
+        if (s < B && h0 + u < H1) a.A1[s * H1 + h0 + u] = fmaxf(z, 0.f);
+    }
+    MARK(1);
+    grid_barrier(a.sync, nblk);
+    MARK(2);
+
+    // ---------------- S2: fc2 forward, H2 tile c, + Yp ----------------
+    if (t2) {
+        float4 av[2], wv2 = make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            int e = tid + 256 * j, r = e >> 3, q = e & 7, col = j_lo + 4 * q;
+            av[j] = (r < B && col < j_hi) ? __ldcg((const float4*)&a.A1[r * H1 + col]) : make_float4(0, 0, 0, 0);
+        }
+        {
+            int r = tid >> 3, q = tid & 7, col = j_lo + 4 * q, h = g0 + r;
+            if (tid < 128 && h < H2 && col < j_hi) wv2 = *(const float4*)&W2[h * H1 + col];
+        }
+        float w3v = 0.f;
+        if (tid < O * 16 && g0 + (tid & 15) < H2) w3v = W3[(tid >> 4) * H2 + g0 + (tid & 15)];
+        float b2v = (tid < 16 && g0 + tid < H2) ? b2[g0 + tid] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) *(float4*)&a1s[4 * (tid + 256 * j)] = av[j];
+        if (tid < 128) *(float4*)&w2s[4 * tid] = wv2;
+        if (tid < O * 16) w3s[tid] = w3v;
+        if (tid < 16) b2s[tid] = b2v;
+        __syncthreads();
+        float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+        const float4* xa = (const float4*)&a1s[sa * K2]; const float4* xb = (const float4*)&a1s[(sa + 8) * K2];
+        const float4* wa = (const float4*)&w2s[ua * K2]; const float4* wb = (const float4*)&w2s[(ua + 4) * K2];
+#pragma unroll
+        for (int k = 0; k < K2 / 4; ++k) {
+            float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+            pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+            pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+            pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+            pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+        }
+        part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+        part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+    }
+    cl.sync();
+    if (t2 && tid < 128) {
+        int sl = tid >> 4, s = 8 * rank + sl, u = tid & 15;
+        float pv[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) pv[q] = cl.map_shared_rank(part, q)[s * 16 + u];
+        float z = pv[0];
+#pragma unroll
+        for (int q = 1; q < 8; ++q) z += pv[q];
+        z += b2s[u];
+        aown[sl * 16 + u] = (g0 + u < H2 && s < B) ? fmaxf(z, 0.f) : 0.f;
+    }
+    __syncthreads();
+    if (t2 && tid < 128 && lo < O) {   // Yp[s][o][c] for this rank's 8 samples: thread (ls, lo)
+        int s = 8 * rank + ls;
+        float y = 0;
+#pragma unroll
+        for (int u = 0; u < 16; ++u) y = fmaf(aown[ls * 16 + u], w3s[lo * 16 + u], y);
+        if (s < B) a.Yp[(s * O + lo) * 16 + c] = y;
+    }
+    MARK(3);
+    grid_barrier(a.sync, nblk);
+    MARK(4);
+
+    // ---------------- S3: loss, D2, gW2, D1 partials (H2 tile c) ----------------
+    if (t2) {
+        if (tid < 128 && lo < O) {   // Y[s][o] = sum over the 16 tile slots (0 past T2) + b3
+            int s = 8 * rank + ls;
+            float y = 0.f;
+            if (s < B) {
+                const float4* yp = (const float4*)&a.Yp[(s * O + lo) * 16];
+                float4 q0 = __ldcg(yp), q1 = __ldcg(yp + 1), q2 = __ldcg(yp + 2), q3 = __ldcg(yp + 3);
+                float bb = __ldcg(&b3[lo]);
+                y = q0.x + q0.y + q0.z + q0.w + q1.x + q1.y + q1.z + q1.w + q2.x + q2.y + q2.z + q2.w + q3.x + q3.y + q3.z + q3.w + bb;
+            }
+            ys[ls * 16 + lo] = y;
+        }
+        __syncthreads();
+        if (tid < 128 && lo < O) {   // D3 = softmax(Y) - T, each (sample, output) thread
+            int s = 8 * rank + ls;
+            float d = 0.f;
+            if (s < B) {
+                float mx = ys[ls * 16];
+                for (int o = 1; o < O; ++o) mx = fmaxf(mx, ys[ls * 16 + o]);
+                float es = 0.f, eo = 0.f;
+                for (int o = 0; o < O; ++o) { float e = exp2f((ys[ls * 16 + o] - mx) * 1.44269504f); es += e; if (o == lo) eo = e; }
+                d = eo / es - tv;
+                if (c == 0) a.Y[s * O + lo] = eo / es;
+            }
+            d3own[ls * MAXO + lo] = d;
+        }
+        __syncthreads();
+        if (tid < 128) {   // D2 own slice
+            int sl = tid >> 4, u = tid & 15;
+            float d = 0;
+            for (int o = 0; o < O; ++o) d = fmaf(d3own[sl * MAXO + o], w3s[o * 16 + u], d);
+            d2own[sl * 16 + u] = aown[sl * 16 + u] > 0.f ? d : 0.f;
+        }
+    }
+    cl.sync();
+    if (t2) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {   // gather D2 and A2 of all 64 samples
+            int e = tid + 256 * j, s = e >> 4, u = e & 15, q = s >> 3;
+            d2s[e] = cl.map_shared_rank(d2own, q)[(s & 7) * 16 + u];
+            a2s[e] = cl.map_shared_rank(aown, q)[(s & 7) * 16 + u];
+        }
+        for (int e = tid; e < 64 * O; e += 256) {
+            int s = e / O, o = e % O, q = s >> 3;
+            d3s[s * MAXO + o] = cl.map_shared_rank(d3own, q)[(s & 7) * MAXO + o];
+        }
+    }
+    cl.sync();
+    if (t2) {
+        {   // gW2: unit u4, columns kq, kq + 16
+            float g0s = 0, g1s = 0;
+#pragma unroll 8
+            for (int s = 0; s < 64; ++s) {
+                float d = d2s[s * 16 + u4];
+                g0s = fmaf(d, a1s[s * K2 + kq], g0s);
+                g1s = fmaf(d, a1s[s * K2 + kq + 16], g1s);
+            }
+            float gg[2] = {g0s, g1s};
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                int k = kq + 16 * j, h = g0 + u4, col = j_lo + k;
+                if (h < H2 && col < j_hi) {
+                    float np = sgd_nesterov(w2s[u4 * K2 + k], m2[j], gg[j] * a.scale, a.lr, a.mu);
+                    W2[h * H1 + col] = np; W2[h * H1 + col + dM] = m2[j];
+                }
+            }
+        }
+        {   // D1p: column k = tid & 31, samples (tid >> 5) + 8 j
+            int k = tid & 31, s0 = tid >> 5;
+            float d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+            for (int u = 0; u < 16; ++u) {
+                float w = w2s[u * K2 + k];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) d[j] = fmaf(d2s[(s0 + 8 * j) * 16 + u], w, d[j]);
+            }
+            int col = j_lo + k;
+            if (col < j_hi)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) a.D1p[(c * 64 + s0 + 8 * j) * H1 + col] = d[j];
+        }
+        if (rank == 1 && tid < O * 16) {   // W3[o][g0 + u]
+            int o = tid >> 4, u = tid & 15;
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g = fmaf(d3s[s * MAXO + o], a2s[s * 16 + u], g);
+            if (g0 + u < H2) {
+                float np = sgd_nesterov(w3s[o * 16 + u], m3, g * a.scale, a.lr, a.mu);
+                W3[o * H2 + g0 + u] = np; W3[o * H2 + g0 + u + dM] = m3;
+            }
+        }
+        if (rank == 0 && tid < 16 && g0 + tid < H2) {   // b2
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g += d2s[s * 16 + tid];
+            float np = sgd_nesterov(b2s[tid], mb, g * a.scale, a.lr, a.mu);
+            b2[g0 + tid] = np; b2[g0 + tid + dM] = mb;
+        }
+        if (c == 0 && rank == 2 && tid < O) {
+            float g = 0;
+            for (int s = 0; s < 64; ++s) g += d3s[s * MAXO + tid];
+            a.gb3[tid] = g;
+        }
+    }
+    MARK(5);
+    grid_barrier(a.sync, nblk);
+    MARK(6);
+
+    // ---------------- S4: D1, gW1, b1 (H1 tile c) ----------------
+    if (t1) {
+        float dv[4][16], av[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            int e = tid + 256 * j, s = e >> 4, u = e & 15, h = h0 + u;
+            bool ok = h < H1 && s < B;
+#pragma unroll
+            for (int q = 0; q < 16; ++q) dv[j][q] = (ok && q < T2) ? __ldcg(&a.D1p[(q * 64 + s) * H1 + h]) : 0.f;
+            av[j] = ok ? __ldcg(&a.A1[s * H1 + h]) : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float d = dv[j][0];
+#pragma unroll
+            for (int q = 1; q < 16; ++q) d += dv[j][q];
+            d2s[tid + 256 * j] = av[j] > 0.f ? d : 0.f;
+        }
+        __syncthreads();
+        float g[7] = {0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 4
+        for (int s = 0; s < 64; ++s) {
+            float d = d2s[s * 16 + u4];
+#pragma unroll
+            for (int j = 0; j < 7; ++j) g[j] = fmaf(d, xs[s * KS + kq + 16 * j], g[j]);
+        }
+        const int h = h0 + u4;
+#pragma unroll
+        for (int j = 0; j < 7; ++j) {
+            int k = kq + 16 * j;
+            if (k < k_hi - k_lo && h < H1) {
+                float np = sgd_nesterov(ws[u4 * KS + k], m1[j], g[j] * a.scale, a.lr, a.mu);
+                W1[h * I + k_lo + k] = np; W1[h * I + k_lo + k + dM] = m1[j];
+            }
+        }
+        if (rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) {
+            int u = tid - 32;
+            float gb = 0;
+            for (int s = 0; s < 64; ++s) gb += d2s[s * 16 + u];
+            float np = sgd_nesterov(b1s[u], mb, gb * a.scale, a.lr, a.mu);
+            b1[h0 + u] = np; b1[h0 + u + dM] = mb;
+        }
+        if (c == 0 && rank == 1 && tid < O) {
+            float* p = &b3[tid];
+            float m = p[dM];
+            float np = sgd_nesterov(*p, m, __ldcg(&a.gb3[tid]) * a.scale, a.lr, a.mu);
+            p[dM] = m; *p = np;
+        }
+    }
+    MARK(7);
+    (void)kc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// v3: v2 with `steps` steps a launch (step j on batch j; no barrier between steps beyond the
+// three a step: every parameter a stage reads was written by its own cluster, or before a grid
+// barrier), the W1 and W2 tiles kept in shared memory and their optimizer state in registers
+// across steps, and S3 without cluster barriers: every rank computes Y, D3 and D2 for all 64
+// samples from L2 (A2 went to memory in S2); the next batch's X asked into L2 during S4.
+// ---------------------------------------------------------------------------------------------
+__global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 2) fc3_v3(Args a, int steps) {
+    cg::cluster_group cl = cg::this_cluster();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rank = cl.block_rank();
+    const int c = blockIdx.x / 8;
+    const unsigned nblk = gridDim.x;
+    const int B = a.B, I = a.I, H1 = a.H1, H2 = a.H2, O = a.O;
+    float* W1 = a.P; float* b1 = W1 + H1 * I; float* W2 = b1 + H1; float* b2 = W2 + H2 * H1;
+    float* W3 = b2 + H2; float* b3 = W3 + O * H2;
+    const long dM = a.M - a.P;
+    const int T2 = (H2 + 15) / 16;
+
+    extern __shared__ __align__(16) float sm[];
+    float* xs = sm;                   // S1, S4: X[64][rank's columns]
+    float* ws = xs + 64 * KS;         // W1 tile [16][rank's columns], kept across steps
+    float* part = ws + 16 * KS;       // partial sums (S1, S2)
+    float* a1s = part + 64 * 16;      // S2, S3: A1[64][rank's 32 columns]
+    float* w2s = a1s + 64 * K2;       // W2 tile [16][32 columns], kept across steps
+    float* w3s = w2s + 16 * K2;       // W3[o][g0 + u]
+    float* aown = w3s + MAXO * 16;    // S2: A2 of this rank's 8 samples
+    float* d2own = aown + 8 * 16;     // (unused)
+    float* d3own = d2own + 8 * 16;    // (unused)
+    float* d2s = d3own + 8 * MAXO;    // S3: D2 chunk; S4: D1 chunk
+    float* d3s = d2s + 64 * 16;       // S3: D3 [64][16]
+    float* a2s = d3s + 64 * MAXO;     // S3: A2 [64][16]
+    float* b1s = a2s + 64 * 16;
+    float* b2s = b1s + 16;
+    float* ys = b2s + 16;             // (unused)
+    float* ms1 = ys + 128;            // W1 tile's optimizer state [16][KS], kept across steps
+    float* ms2 = ms1 + 16 * KS;       // W2 tile's [16][32]
+
+    const int k_lo = min(rank * KC, I), k_hi = min(k_lo + KC, I);
+    const int h0 = c * 16, g0 = c * 16;
+    const bool t1 = h0 < H1, t2 = c < T2;
+    const int j_lo = min(rank * K2, H1), j_hi = min(j_lo + K2, H1);
+    const int sa = 16 * (warp >> 1) + (lane >> 2), ua = 8 * (warp & 1) + (lane & 3);
+    const int u4 = tid >> 4, kq = tid & 15;
+
+    // ---- once a launch: the W1 and W2 tiles, b1, and the optimizer state of this thread's elements ----
+    if (t1) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            int e = tid + 256 * j, r = e / 25, q = e % 25, col = k_lo + 4 * q, h = h0 + r;
+            if (e < 400) *(float4*)&ws[r * KS + 4 * q] = (h < H1 && col < k_hi) ? *(const float4*)&W1[h * I + col] : make_float4(0, 0, 0, 0);
+        }
+        if (tid < 16) b1s[tid] = h0 + tid < H1 ? b1[h0 + tid] : 0.f;
+    }
+    if (t2 && tid < 128) {
+        int r = tid >> 3, q = tid & 7, col = j_lo + 4 * q, h = g0 + r;
+        *(float4*)&w2s[4 * tid] = (h < H2 && col < j_hi) ? *(const float4*)&W2[h * H1 + col] : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < 7; ++j) {
+        int k = kq + 16 * j, h = h0 + u4;
+        if (k < KS) ms1[u4 * KS + k] = (t1 && k < k_hi - k_lo && h < H1) ? W1[h * I + k_lo + k + dM] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        int k = kq + 16 * j, h = g0 + u4;
+        ms2[u4 * K2 + k] = (t2 && j_lo + k < j_hi && h < H2) ? W2[h * H1 + j_lo + k + dM] : 0.f;
+    }
+    float m3 = 0.f, mb = 0.f, mb3 = 0.f;
+    if (t2 && rank == 1 && tid < O * 16 && g0 + (tid & 15) < H2) m3 = W3[(tid >> 4) * H2 + g0 + (tid & 15) + dM];
+    if (t2 && rank == 0 && tid < 16 && g0 + tid < H2) mb = b2[g0 + tid + dM];
+    if (t1 && rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) mb = b1[h0 + tid - 32 + dM];
+    if (c == 0 && rank == 1 && tid >= 192 && tid < 192 + O) mb3 = b3[tid - 192 + dM];
+    __syncthreads();
+
+    for (int step = 0; step < steps; ++step) {
+        const float* X = a.X + size_t(step) * B * I;
+        const float* T = a.T + size_t(step) * B * O;
+        MARK(0);
+        // ---------------- S1: fc1 forward, H1 tile c ----------------
+        float w3v = 0.f, b2v = 0.f;
+        if (t2) {   // S2's W3 columns and b2, asked for now (written before the last grid barrier)
+            if (tid < O * 16 && g0 + (tid & 15) < H2) w3v = __ldcg(&W3[(tid >> 4) * H2 + g0 + (tid & 15)]);
+            if (tid < 16 && g0 + tid < H2) b2v = __ldcg(&b2[g0 + tid]);
+        }
+        if (t1) {
+            float4 xv[7];
+#pragma unroll
+            for (int j = 0; j < 7; ++j) {
+                int e = tid + 256 * j, r = e / 25, q = e % 25, col = k_lo + 4 * q;
+                xv[j] = (e < 1600 && r < B && col < k_hi) ? __ldg((const float4*)&X[r * I + col]) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < 7; ++j) {
+                int e = tid + 256 * j, r = e / 25, q = e % 25;
+                if (e < 1600) *(float4*)&xs[r * KS + 4 * q] = xv[j];
+            }
+            __syncthreads();
+            float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+            const float4* xa = (const float4*)&xs[sa * KS]; const float4* xb = (const float4*)&xs[(sa + 8) * KS];
+            const float4* wa = (const float4*)&ws[ua * KS]; const float4* wb = (const float4*)&ws[(ua + 4) * KS];
+#pragma unroll 2
+            for (int k = 0; k < KC / 4; ++k) {
+                float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+                pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+                pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+                pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+                pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+            }
+            part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+            part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+        }
+        cl.sync();   // also publishes rank 0's b1s stores of the step before
+        if (t1 && tid < 128) {
+            int s = 8 * rank + (tid >> 4), u = tid & 15;
+            float pv[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q) pv[q] = cl.map_shared_rank(part, q)[s * 16 + u];
+            float z = pv[0];
+#pragma unroll
+            for (int q = 1; q < 8; ++q) z += pv[q];
+            z += b1s[u];
+            if (s < B && h0 + u < H1) a.A1[s * H1 + h0 + u] = fmaxf(z, 0.f);
+        }
+        MARK(1);
+        grid_barrier(a.sync, nblk);
+        MARK(2);
+
+        // ---------------- S2: fc2 forward, H2 tile c, + Yp; A2 to memory ----------------
+        if (t2) {
+            float4 av[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                int e = tid + 256 * j, r = e >> 3, q = e & 7, col = j_lo + 4 * q;
+                av[j] = (r < B && col < j_hi) ? __ldcg((const float4*)&a.A1[r * H1 + col]) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) *(float4*)&a1s[4 * (tid + 256 * j)] = av[j];
+            if (tid < O * 16) w3s[tid] = w3v;
+            if (tid < 16) b2s[tid] = b2v;
+            __syncthreads();
+            float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+            const float4* xa = (const float4*)&a1s[sa * K2]; const float4* xb = (const float4*)&a1s[(sa + 8) * K2];
+            const float4* wa = (const float4*)&w2s[ua * K2]; const float4* wb = (const float4*)&w2s[(ua + 4) * K2];
+#pragma unroll
+            for (int k = 0; k < K2 / 4; ++k) {
+                float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+                pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+                pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+                pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+                pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+            }
+            part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+            part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+        }
+        cl.sync();
+        if (t2 && tid < 128) {
+            int sl = tid >> 4, s = 8 * rank + sl, u = tid & 15;
+            float pv[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q) pv[q] = cl.map_shared_rank(part, q)[s * 16 + u];
+            float z = pv[0];
+#pragma unroll
+            for (int q = 1; q < 8; ++q) z += pv[q];
+            z += b2s[u];
+            float v = (g0 + u < H2 && s < B) ? fmaxf(z, 0.f) : 0.f;
+            aown[sl * 16 + u] = v;
+            a.A2[s * 16 * T2 + c * 16 + u] = v;   // A2 as [64][16 T2] (zero past H2 and B)
+        }
+        __syncthreads();
+        const int ls = tid >> 4, lo = tid & 15;
+        if (t2 && tid < 128 && lo < O) {
+            int s = 8 * rank + ls;
+            float y = 0;
+#pragma unroll
+            for (int u = 0; u < 16; ++u) y = fmaf(aown[ls * 16 + u], w3s[lo * 16 + u], y);
+            if (s < B) a.Yp[(s * O + lo) * 16 + c] = y;
+        }
+        MARK(3);
+        grid_barrier(a.sync, nblk);
+        MARK(4);
+
+        // ---------------- S3: loss, D2, gW2, D1 partials (H2 tile c), no cluster barrier ----------------
+        if (t2) {
+            // 64 samples x 16 output slots: thread (s = tid >> 2, o = 4 (tid & 3) .. + 3)
+            const int s = tid >> 2, ob = 4 * (tid & 3);
+            float4 q[4][2]; float tv[4], bb[4];   // tile slots 0..7 (H2 <= 128)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int o = ob + i; bool ok = s < B && o < O;
+                const float4* yp = (const float4*)&a.Yp[(s * O + (ok ? o : 0)) * 16];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) q[i][r] = ok ? __ldcg(yp + r) : make_float4(0, 0, 0, 0);
+                tv[i] = ok ? T[s * O + o] : 0.f;
+                bb[i] = o < O ? __ldcg(&b3[o]) : 0.f;
+            }
+            float4 av2[4];   // A2 [64][16]: 1024 floats, one float4 a thread
+            {
+                int e = tid, r = e >> 2, qq = e & 3;
+                av2[0] = __ldcg((const float4*)&a.A2[r * 16 * T2 + c * 16 + 4 * qq]);
+            }
+            float y[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float v = 0.f;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) v += q[i][r].x + q[i][r].y + q[i][r].z + q[i][r].w;
+                y[i] = v + bb[i];
+            }
+            // softmax over a sample's O outputs: the 4 threads of a sample hold 16 slots
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            float e[4], es = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
+            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float d = (s < B && ob + i < O) ? e[i] / es - tv[i] : 0.f;
+                d3s[s * 16 + ob + i] = d;
+                if (c == 0 && rank == 0 && s < B && ob + i < O) a.Y[s * O + ob + i] = e[i] / es;
+            }
+            *(float4*)&a2s[4 * tid] = av2[0];
+            __syncthreads();
+            // D2 [64][16]: thread (s, units 4 (tid & 3) .. + 3)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int u = ob + i;
+                float d = 0.f;
+                for (int o = 0; o < O; ++o) d = fmaf(d3s[s * 16 + o], w3s[o * 16 + u], d);
+                d2s[s * 16 + u] = a2s[s * 16 + u] > 0.f ? d : 0.f;
+            }
+            __syncthreads();
+            {   // gW2: unit u4, columns kq, kq + 16
+                float g0s = 0, g1s = 0;
+#pragma unroll 8
+                for (int s2 = 0; s2 < 64; ++s2) {
+                    float d = d2s[s2 * 16 + u4];
+                    g0s = fmaf(d, a1s[s2 * K2 + kq], g0s);
+                    g1s = fmaf(d, a1s[s2 * K2 + kq + 16], g1s);
+                }
+                // D1p with the old W2 (read before this thread's update below; the other
+                // threads' elements: a barrier first)
+                int k = tid & 31, s0 = tid >> 5;
+                float d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+                for (int u = 0; u < 16; ++u) {
+                    float w = w2s[u * K2 + k];
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) d[j] = fmaf(d2s[(s0 + 8 * j) * 16 + u], w, d[j]);
+                }
+                int col = j_lo + k;
+                if (col < j_hi)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) a.D1p[(c * 64 + s0 + 8 * j) * H1 + col] = d[j];
+                __syncthreads();
+                float gg[2] = {g0s, g1s};
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    int kk = kq + 16 * j, h = g0 + u4, cc = j_lo + kk;
+                    if (h < H2 && cc < j_hi) {
+                        float m = ms2[u4 * K2 + kk];
+                        float np = sgd_nesterov(w2s[u4 * K2 + kk], m, gg[j] * a.scale, a.lr, a.mu);
+                        w2s[u4 * K2 + kk] = np; ms2[u4 * K2 + kk] = m;
+                        W2[h * H1 + cc] = np; W2[h * H1 + cc + dM] = m;
+                    }
+                }
+            }
+            if (rank == 1 && tid < O * 16) {   // W3[o][g0 + u]
+                int o = tid >> 4, u = tid & 15;
+                float g = 0;
+                for (int s2 = 0; s2 < 64; ++s2) g = fmaf(d3s[s2 * 16 + o], a2s[s2 * 16 + u], g);
+                if (g0 + u < H2) {
+                    float np = sgd_nesterov(w3s[o * 16 + u], m3, g * a.scale, a.lr, a.mu);
+                    W3[o * H2 + g0 + u] = np; W3[o * H2 + g0 + u + dM] = m3;
+                }
+            }
+            if (rank == 0 && tid < 16 && g0 + tid < H2) {   // b2
+                float g = 0;
+                for (int s2 = 0; s2 < 64; ++s2) g += d2s[s2 * 16 + tid];
+                float np = sgd_nesterov(b2s[tid], mb, g * a.scale, a.lr, a.mu);
+                b2[g0 + tid] = np; b2[g0 + tid + dM] = mb;
+            }
+            if (c == 0 && rank == 2 && tid < O) {
+                float g = 0;
+                for (int s2 = 0; s2 < 64; ++s2) g += d3s[s2 * 16 + tid];
+                a.gb3[tid] = g;
+            }
+        }
+        MARK(5);
+        grid_barrier(a.sync, nblk);
+        MARK(6);
+
+        // ---------------- S4: D1, gW1, b1 (H1 tile c) ----------------
+        if (t1) {
+#pragma unroll 1
+            for (int jp = 0; jp < 4; jp += 2) {
+            float dv[2][8], av[2];   // T2 <= 8
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+                const int j = jp + jj;
+                int e = tid + 256 * j, s = e >> 4, u = e & 15, h = h0 + u;
+                bool ok = h < H1 && s < B;
+#pragma unroll
+                for (int q = 0; q < 8; ++q) dv[jj][q] = (ok && q < T2) ? __ldcg(&a.D1p[(q * 64 + s) * H1 + h]) : 0.f;
+                av[jj] = ok ? __ldcg(&a.A1[s * H1 + h]) : 0.f;
+            }
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+                float d = dv[jj][0];
+#pragma unroll
+                for (int q = 1; q < 8; ++q) d += dv[jj][q];
+                d2s[tid + 256 * (jp + jj)] = av[jj] > 0.f ? d : 0.f;
+            }
+            }
+            if (step + 1 < steps && tid < 64) {   // the next batch's X rows into L2
+                const char* nx = (const char*)(X + size_t(B) * I + tid * I + k_lo);
+                for (int off = 0; off < 4 * (k_hi - k_lo); off += 128) asm volatile("prefetch.global.L2 [%0];" :: "l"(nx + off));
+            }
+            __syncthreads();
+            float g[7] = {0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 4
+            for (int s = 0; s < 64; ++s) {
+                float d = d2s[s * 16 + u4];
+#pragma unroll
+                for (int j = 0; j < 7; ++j) g[j] = fmaf(d, xs[s * KS + kq + 16 * j], g[j]);
+            }
+            const int h = h0 + u4;
+#pragma unroll
+            for (int j = 0; j < 7; ++j) {
+                int k = kq + 16 * j;
+                if (k < k_hi - k_lo && h < H1) {
+                    float m = ms1[u4 * KS + k];
+                    float np = sgd_nesterov(ws[u4 * KS + k], m, g[j] * a.scale, a.lr, a.mu);
+                    ws[u4 * KS + k] = np; ms1[u4 * KS + k] = m;
+                    W1[h * I + k_lo + k] = np; W1[h * I + k_lo + k + dM] = m;
+                }
+            }
+            if (rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) {
+                int u = tid - 32;
+                float gb = 0;
+                for (int s = 0; s < 64; ++s) gb += d2s[s * 16 + u];
+                float np = sgd_nesterov(b1s[u], mb, gb * a.scale, a.lr, a.mu);
+                b1[h0 + u] = np; b1[h0 + u + dM] = mb;
+#pragma unroll
+                for (int r = 0; r < 8; ++r) cl.map_shared_rank(b1s, r)[u] = np;   // every rank's copy
+            }
+            if (c == 0 && rank == 1 && tid >= 192 && tid < 192 + O) {
+                int o = tid - 192;
+                float np = sgd_nesterov(b3[o], mb3, __ldcg(&a.gb3[o]) * a.scale, a.lr, a.mu);
+                b3[o] = np; b3[o + dM] = mb3;
+            }
+        }
+        MARK(7);
+        __syncthreads();   // xs and d2s are rewritten by the next step
+    }
+    cl.sync();   // no block leaves while a peer may still write its shared memory
+}
+
+// ---------------- host: float64 reference of one step, timing ----------------
+static void ref_step(std::vector<double>& P, std::vector<double>& M, const std::vector<float>& X,
+                     const std::vector<float>& T, int B, int I, int H1, int H2, int O, double lr, double mu) {
+    size_t oW1 = 0, ob1 = oW1 + size_t(H1) * I, oW2 = ob1 + H1, ob2 = oW2 + size_t(H2) * H1, oW3 = ob2 + H2,
+           ob3 = oW3 + size_t(O) * H2, n = ob3 + O;
+    std::vector<double> A1(B * H1), A2(B * H2), D3(B * O), D2(B * H2), D1(B * H1), g(n, 0.0);
+    for (int s = 0; s < B; ++s) {
+        for (int h = 0; h < H1; ++h) { double z = P[ob1 + h]; for (int k = 0; k < I; ++k) z += X[s * I + k] * P[oW1 + h * I + k]; A1[s * H1 + h] = z > 0 ? z : 0; }
+        for (int h = 0; h < H2; ++h) { double z = P[ob2 + h]; for (int k = 0; k < H1; ++k) z += A1[s * H1 + k] * P[oW2 + h * H1 + k]; A2[s * H2 + h] = z > 0 ? z : 0; }
+        std::vector<double> y(O); double mx = -1e300;
+        for (int o = 0; o < O; ++o) { double z = P[ob3 + o]; for (int k = 0; k < H2; ++k) z += A2[s * H2 + k] * P[oW3 + o * H2 + k]; y[o] = z; mx = std::max(mx, z); }
+        double es = 0; for (int o = 0; o < O; ++o) { y[o] = std::exp(y[o] - mx); es += y[o]; }
+        for (int o = 0; o < O; ++o) D3[s * O + o] = y[o] / es - T[s * O + o];
+        for (int h = 0; h < H2; ++h) { double d = 0; for (int o = 0; o < O; ++o) d += D3[s * O + o] * P[oW3 + o * H2 + h]; D2[s * H2 + h] = A2[s * H2 + h] > 0 ? d : 0; }
+        for (int h = 0; h < H1; ++h) { double d = 0; for (int u = 0; u < H2; ++u) d += D2[s * H2 + u] * P[oW2 + u * H1 + h]; D1[s * H1 + h] = A1[s * H1 + h] > 0 ? d : 0; }
+    }
+    for (int s = 0; s < B; ++s) {
+        for (int h = 0; h < H1; ++h) { for (int k = 0; k < I; ++k) g[oW1 + h * I + k] += D1[s * H1 + h] * X[s * I + k]; g[ob1 + h] += D1[s * H1 + h]; }
+        for (int h = 0; h < H2; ++h) { for (int k = 0; k < H1; ++k) g[oW2 + h * H1 + k] += D2[s * H2 + h] * A1[s * H1 + k]; g[ob2 + h] += D2[s * H2 + h]; }
+        for (int o = 0; o < O; ++o) { for (int k = 0; k < H2; ++k) g[oW3 + o * H2 + k] += D3[s * O + o] * A2[s * H2 + k]; g[ob3 + o] += D3[s * O + o]; }
+    }
+    for (size_t i = 0; i < n; ++i) { double gi = g[i] / B; M[i] = mu * M[i] + gi; P[i] -= lr * (gi + mu * M[i]); }
+}
+
+int main(int argc, char** argv) {
+    int B = 64, I = 784, H1 = argc > 1 ? atoi(argv[1]) : 256, H2 = argc > 2 ? atoi(argv[2]) : 128, O = 10;
+    const int NB = 20;   // batches: a launch of v3 runs NB steps, one a batch
+    size_t n = size_t(H1) * I + H1 + size_t(H2) * H1 + H2 + size_t(O) * H2 + O;
+    std::mt19937 rng(7); std::uniform_real_distribution<float> U(-1, 1);
+    std::vector<float> X(size_t(NB) * B * I), T(size_t(NB) * B * O, 0.f), P(n), M(n);
+    for (auto& x : X) x = U(rng) * 0.5f + 0.5f;
+    for (int s = 0; s < NB * B; ++s) T[s * O + (rng() % O)] = 1.f;
+    size_t off = 0;
+    auto fill = [&](size_t cnt, int fan) { float sc = 1.f / std::sqrt(float(fan)); for (size_t i = 0; i < cnt; ++i) P[off + i] = U(rng) * sc; off += cnt; };
+    fill(size_t(H1) * I, I); fill(H1, I); fill(size_t(H2) * H1, H1); fill(H2, H1); fill(size_t(O) * H2, H2); fill(O, H2);
+    for (auto& m : M) m = U(rng) * 0.01f;
+    int T2 = (H2 + 15) / 16, T1 = (H1 + 15) / 16, G = std::max(T1, T2);
+    if (I > 8 * KC || H1 > 8 * K2 || O > 16 || B > 64 || I % 4 || H1 % 4 || H2 % 16 || H2 > 128) {
+        fprintf(stderr, "shape out of the prototype's limits\n"); return 1; }
+    float *dX, *dT, *dP, *dM, *dA1, *dA2, *dY, *dYp, *dD1p, *dgb3; unsigned long long* dsync;
+    CK(cudaMalloc(&dX, X.size() * 4)); CK(cudaMalloc(&dT, T.size() * 4)); CK(cudaMalloc(&dP, n * 4)); CK(cudaMalloc(&dM, n * 4));
+    CK(cudaMalloc(&dA1, B * H1 * 4)); CK(cudaMalloc(&dA2, 64 * 16 * T2 * 4)); CK(cudaMalloc(&dY, B * O * 4));
+    CK(cudaMalloc(&dYp, size_t(B) * O * 16 * 4)); CK(cudaMalloc(&dD1p, size_t(T2) * 64 * H1 * 4)); CK(cudaMalloc(&dgb3, 64 * 4));
+    CK(cudaMalloc(&dsync, 8)); long long* dts; CK(cudaMalloc(&dts, 8 * 8)); CK(cudaMemset(dsync, 0, 8));
+    CK(cudaMemcpy(dX, X.data(), X.size() * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dT, T.data(), T.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dYp, 0, size_t(B) * O * 16 * 4)); CK(cudaMemset(dA2, 0, 64 * 16 * T2 * 4));
+    int khz = 0; CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    // The float64 reference after 1 and after 4 steps (batches 0 .. 3).
+    std::vector<std::vector<double>> refP(5), refM(5);
+    {
+        std::vector<double> Pr(P.begin(), P.end()), Mr(M.begin(), M.end());
+        for (int st = 0; st < 4; ++st) {
+            std::vector<float> Xb(X.begin() + size_t(st) * B * I, X.begin() + size_t(st + 1) * B * I);
+            std::vector<float> Tb(T.begin() + size_t(st) * B * O, T.begin() + size_t(st + 1) * B * O);
+            ref_step(Pr, Mr, Xb, Tb, B, I, H1, H2, O, 0.05, 0.9);
+            refP[st + 1] = Pr; refM[st + 1] = Mr;
+        }
+    }
+    Args a{dX, dT, dP, dM, dA1, dA2, dY, dYp, dD1p, dgb3, dsync, dts, B, I, H1, H2, O, 0.05f, 0.9f, 1.f / B};
+    // launch(kernel version, stream, first batch, steps)
+    auto launch = [&](int ver, cudaStream_t st, int steps) {
+        if (ver == 3) fc3_v3<<<G * 8, 256, SMEM_FLOATS * 4, st>>>(a, steps);
+        else for (int i = 0; i < steps; ++i) {
+            Args b = a; b.X = a.X + size_t(i) * B * I; b.T = a.T + size_t(i) * B * O;
+            if (ver == 1) fc3_v1<<<G * 8, 256, SMEM_FLOATS * 4, st>>>(b); else fc3_v2<<<G * 8, 256, SMEM_FLOATS * 4, st>>>(b);
+        }
+        CK(cudaGetLastError());
+    };
+    auto check = [&](int ver, int steps) {
+        CK(cudaMemcpy(dP, P.data(), n * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dM, M.data(), n * 4, cudaMemcpyHostToDevice));
+        launch(ver, 0, steps); CK(cudaDeviceSynchronize());
+        std::vector<float> P1(n), M1(n);
+        CK(cudaMemcpy(P1.data(), dP, n * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(M1.data(), dM, n * 4, cudaMemcpyDeviceToHost));
+        const auto& Pr = refP[steps]; const auto& Mr = refM[steps];
+        double worst = 0, worstm = 0; size_t wm = 0;
+        for (size_t i = 0; i < n; ++i) {
+            worst = std::max(worst, std::fabs(P1[i] - Pr[i]) / (1e-6 + std::fabs(Pr[i] - P[i]) + 1e-3 * std::fabs(Pr[i])));
+            double dm = std::fabs(M1[i] - Mr[i]) / (1e-6 + std::fabs(Mr[i]));
+            if (dm > worstm) { worstm = dm; wm = i; }
+        }
+        printf("  (worst M at %zu: %.9g against %.9g; W1 %zu, b1 %zu, W2 %zu, b2 %zu, W3 %zu, b3 %zu)\n", wm, M1[wm], Mr[wm],
+               size_t(0), size_t(H1) * I, size_t(H1) * I + H1, size_t(H1) * I + H1 + size_t(H2) * H1,
+               size_t(H1) * I + H1 + size_t(H2) * H1 + H2, n - O);
+        bool ok = worst < 1e-2 && worstm < 1e-3;
+        printf("  check after %d step(s) against float64: worst P error %.3g (of the update, or 1e-3 |p|), M %.3g -> %s\n", steps,
+               worst, worstm, ok ? "OK" : "MISMATCH");
+        return ok;
+    };
+    bool all_ok = true;
+    for (int ver = 1; ver <= 3; ++ver) {
+        void* fn = ver == 1 ? (void*)fc3_v1 : ver == 2 ? (void*)fc3_v2 : (void*)fc3_v3;
+        CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_FLOATS * 4));
+        cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 8); cfg.blockDim = dim3(256); cfg.dynamicSmemBytes = SMEM_FLOATS * 4;
+        int maxc = 0; CK(cudaOccupancyMaxActiveClusters(&maxc, fn, &cfg));
+        printf("v%d: %d clusters of 8 (at most %d resident)\n", ver, G, maxc);
+        if (maxc < G) { fprintf(stderr, "not all clusters fit\n"); return 1; }
+        all_ok &= check(ver, 1);
+        all_ok &= check(ver, 4);
+        cudaStream_t st; CK(cudaStreamCreate(&st));
+        cudaGraph_t gr; cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        launch(ver, st, NB);   // NB steps: NB launches (v1, v2) or one (v3)
+        CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ge, gr, 0));
+        for (int i = 0; i < 10; ++i) CK(cudaGraphLaunch(ge, st));
+        cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+        const int reps = 100;
+        printf("  %d,%d,%d,%d batch %d: us a step (a graph of %d steps, replayed %d times), 5 runs:", I, H1, H2, O, B, NB, reps);
+        for (int rep = 0; rep < 5; ++rep) {
+            CK(cudaEventRecord(e0, st));
+            for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, st));
+            CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
+            float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); printf(" %.2f", ms * 1000.f / (reps * NB));
+        }
+        printf("\n");
+        long long tsv[8]; CK(cudaMemcpy(tsv, dts, 64, cudaMemcpyDeviceToHost));
+        const char* nm[7] = {"S1 fc1 forward", "grid barrier 1", "S2 fc2 forward + Yp", "grid barrier 2", "S3 loss, D2, gW2, D1p", "grid barrier 3", "S4 D1, gW1"};
+        printf("  block 0, the last step (cycles; us at %d MHz):\n", khz / 1000);
+        for (int i = 0; i < 7; ++i) printf("    %-24s %7lld  %.2f\n", nm[i], tsv[i + 1] - tsv[i], (tsv[i + 1] - tsv[i]) / (khz * 1e-3));
+        std::vector<float> P2(n); CK(cudaMemcpy(P2.data(), dP, n * 4, cudaMemcpyDeviceToHost));
+        bool fin = true; for (float p : P2) fin = fin && std::isfinite(p);
+        printf("  parameters finite after the timed steps: %s\n", fin ? "yes" : "NO");
+        CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(st));
+    }
+    printf("%s\n", all_ok ? "all checks OK" : "A CHECK FAILED");
+    return all_ok ? 0 : 1;
+}
