@@ -43,17 +43,18 @@ KernelSpecs::KernelSpecs(std::initializer_list<KernelSpec> specs) {
     for (const KernelSpec& s : specs) registered_specs().push_back(s);
 }
 
+std::vector<KernelSpec> ordered_kernel_specs(std::vector<KernelSpec> v) {
+    std::stable_sort(v.begin(), v.end(), [](const KernelSpec& a, const KernelSpec& b) { return a.file < b.file; });
+    for (size_t i = 1; i < v.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+            if (v[i].entry == v[j].entry)
+                PTXLAB_THROW(Error, "internal error: kernel '{}' is registered twice ({}.ptx and {}.ptx)", v[i].entry,
+                             v[j].file, v[i].file);
+    return v;
+}
+
 const std::vector<KernelSpec>& kernel_specs() {
-    static const std::vector<KernelSpec> specs = [] {
-        std::vector<KernelSpec> v = registered_specs();
-        std::stable_sort(v.begin(), v.end(), [](const KernelSpec& a, const KernelSpec& b) { return a.file < b.file; });
-        for (size_t i = 1; i < v.size(); ++i)
-            for (size_t j = 0; j < i; ++j)
-                if (v[i].entry == v[j].entry)
-                    PTXLAB_THROW(Error, "internal error: kernel '{}' is registered twice ({}.ptx and {}.ptx)",
-                                 v[i].entry, v[j].file, v[i].file);
-        return v;
-    }();
+    static const std::vector<KernelSpec> specs = ordered_kernel_specs(registered_specs());
     return specs;
 }
 

@@ -47,6 +47,9 @@ inline constexpr ParamKind P = ParamKind::Ptr, U = ParamKind::U32, F = ParamKind
 }
 
 const std::vector<KernelSpec>& kernel_specs();  // every registered entry (after main has begun)
+// kernel_specs()'s rule over a list of registrations: ordered by file (stable: each module's
+// order kept); an entry named twice throws Error naming both files.
+std::vector<KernelSpec> ordered_kernel_specs(std::vector<KernelSpec> registered);
 const KernelSpec& kernel_spec(std::string_view entry);  // throws InputError for an unknown name
 // Why `spec` cannot load on a device of compute capability cc_major.cc_minor (empty when it can).
 std::string kernel_arch_unfit(const KernelSpec& spec, int cc_major, int cc_minor);

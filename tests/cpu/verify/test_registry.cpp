@@ -92,6 +92,22 @@ TEST_CASE("registry: every kernel file's module registered itself: its entries a
     for (size_t i = 1; i < kernel_specs().size(); ++i) CHECK(kernel_specs()[i - 1].file <= kernel_specs()[i].file);
 }
 
+TEST_CASE("registry: the entries are ordered by file, each module's order kept, and an entry registered twice is refused") {
+    using namespace kernel_params;
+    const std::vector<KernelSpec> v = ordered_kernel_specs(
+        {{"b_one", "bfile", {P}}, {"a_one", "afile", {U}}, {"b_two", "bfile", {F}}, {"a_two", "afile", {P, U}}});
+    REQUIRE(v.size() == 4);
+    CHECK(v[0].entry == "a_one");
+    CHECK(v[1].entry == "a_two");
+    CHECK(v[2].entry == "b_one");
+    CHECK(v[3].entry == "b_two");
+    CHECK(v[3].params == std::vector<ParamKind>{ParamKind::F32});
+    // The same entry from two modules (a copy-pasted KernelSpecs row): refused, naming both files.
+    CHECK_THROWS_WITH_AS(ordered_kernel_specs({{"conv_fwd", "conv", {P}}, {"x", "a", {P}}, {"conv_fwd", "tcconv", {P}}}),
+                         doctest::Contains("kernel 'conv_fwd' is registered twice (conv.ptx and tcconv.ptx)"), Error);
+    CHECK_NOTHROW(ordered_kernel_specs(std::vector<KernelSpec>(kernel_specs())));  // the real registrations
+}
+
 TEST_CASE("registry: every row has its fields, a check, a harness, and cases in both sets that it accepts") {
     std::map<std::string, size_t> n_default, n_quick;
     for (const KernelFamily* f : kernel_families()) {
