@@ -24,22 +24,24 @@
 // interleaved; v3 = v2 with S steps a launch (no barrier between steps beyond the three a step:
 // what a stage reads was written by its own cluster or before a grid barrier), the W1 and W2
 // tiles and their state kept in shared memory, and S3 without cluster barriers (every rank
-// computes Y, D3, D2 for all 64 samples from L2).
+// computes Y, D3, D2 for all 64 samples from L2); v4 v3 with R ranks a cluster (run with 4).
 //
-// Measured (2026-11-28; `nvcc -O3 -arch=sm_90 -std=c++17 tools/dev/fc3_step.cu -o fc3_step &&
-// ./fc3_step [H1 H2]`; us a step, a CUDA graph of 20 steps replayed 100 times; every version
-// checked against float64 after 1 and 4 steps first):
-//   784,256,128,10 on an H100: v1 39.77, v2 23.77 (S1 3.72, barrier 2.01, S2 3.04, barrier 1.04,
-//     S3 5.57, barrier 1.04, S4 3.52 us in block 0), v3 27.80 (at most 128 registers so that
-//     16 clusters fit: 468 bytes of spills, and two blocks share an SM).
-//   784,128,64,10 (8 clusters) on an H100: v3 16.92 (S1 3.09, S2 2.92, S3 4.40, S4 3.16, the
-//     three barriers 2.91); v2 on an H200 18.56.
+// Measured (2026-11-28, one H100 call unless named; `nvcc -O3 -arch=sm_90 -std=c++17
+// tools/dev/fc3_step.cu -o fc3_step && ./fc3_step [H1 H2]`; us a step, a CUDA graph of 20 steps
+// replayed 100 times; every version checked against float64 after 1 and 4 steps first; the
+// same call's `bench` gave today's chain 23.98):
+//   784,256,128,10: v1 39.66; v2 23.79 (S1 3.62, S2 3.04, S3 5.65, S4 3.53, barriers 4.14 us in
+//     block 0); v3 27.09 (at most 128 registers so that 16 clusters of 8 fit: 468 bytes of
+//     spills, and two blocks share some SMs); v4 24.54 (16 clusters of 4, one block a SM:
+//     barriers 2.95, but S1 5.74 and S4 5.01).
+//   784,128,64,10 (8 clusters of 8, an earlier call): v3 16.92 (S1 3.09, S2 2.92, S3 4.40,
+//     S4 3.16, barriers 2.91).
 // What it says: (1) the launches between steps cost about 4 us (v2's stages sum to 19, its step
 //   is 23.8): several steps a launch, as fused_step does, are part of the road; (2) the H100 holds
 //   at most 15 clusters of 8 at one block a SM (30 of 4, 7 of 16; 120 blocks in clusters of the
-//   132 SMs), so 16 tiles of 16 units need 2 blocks a SM (128 registers) or another split
-//   (clusters of 4, tiles of 32 units); (3) the stages are latency chains (an L2 round trip, a
-//   cluster barrier, a DSMEM join each): S3 and S4 at 3.5 to 5.6 us are where the 15 us goes.
+//   132 SMs), so 16 tiles of 16 units need 2 blocks a SM (v3) or fewer ranks a tile (v4);
+//   (3) the stages are latency chains (an L2 round trip, a cluster barrier, a DSMEM join each),
+//   3 to 6 us each: 15 us needs each near 2.5 (fc1's products on mma.sync, staging overlapped).
 // ============================================================================
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -1051,6 +1053,370 @@ __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 2) fc3_v3(Args 
     cl.sync();   // no block leaves while a peer may still write its shared memory
 }
 
+// ---------------------------------------------------------------------------------------------
+// v4: v3 with R ranks a cluster (the launch's cluster size; run with R = 4): 16 clusters of 4
+// at one block a SM (the H100 holds 30 clusters of 4, 15 of 8), each rank taking I / R columns
+// in S1 and S4 and H1 / R in S2 and S3, and 64 / R samples in the joins.
+// ---------------------------------------------------------------------------------------------
+template <int R>
+__global__ void __launch_bounds__(256, 1) fc3_v4(Args a, int steps) {
+    constexpr int KCR = ((784 / R + 3) / 4) * 4;   // columns of I a rank (I <= R KCR)
+    constexpr int KSR = KCR;                       // KCR / 4 odd for R = 4 (49) and 8 (25)
+    constexpr int K2R = 256 / R;                   // columns of H1 a rank (H1 <= 256)
+    constexpr int SPR = 64 / R;                    // samples a rank finishes in a join
+    constexpr int NX = (64 * KCR / 4 + 255) / 256; // X float4s a thread
+    constexpr int NW = (16 * KCR / 4 + 255) / 256; // W1-tile float4s a thread
+    constexpr int NC1 = (KCR + 15) / 16;           // S4 columns a thread
+    constexpr int NA = 64 * K2R / 4 / 256;         // A1 float4s a thread (S2)
+    constexpr int NC2 = K2R / 16;                  // S3 W2 columns a thread
+    constexpr int ND = K2R / 4;                    // S3 D1p samples a thread
+    cg::cluster_group cl = cg::this_cluster();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rank = cl.block_rank();
+    const int c = blockIdx.x / R;
+    const unsigned nblk = gridDim.x;
+    const int B = a.B, I = a.I, H1 = a.H1, H2 = a.H2, O = a.O;
+    float* W1 = a.P; float* b1 = W1 + H1 * I; float* W2 = b1 + H1; float* b2 = W2 + H2 * H1;
+    float* W3 = b2 + H2; float* b3 = W3 + O * H2;
+    const long dM = a.M - a.P;
+    const int T2 = (H2 + 15) / 16;
+
+    extern __shared__ __align__(16) float sm[];
+    float* xs = sm;                   // X[64][rank's columns]
+    float* ws = xs + 64 * KSR;        // W1 tile [16][rank's columns], kept across steps
+    float* ms1 = ws + 16 * KSR;       // its optimizer state
+    float* part = ms1 + 16 * KSR;     // partial sums [64][16] (S1, S2)
+    float* a1s = part + 64 * 16;      // A1[64][rank's K2R columns]
+    float* w2s = a1s + 64 * K2R;      // W2 tile [16][K2R], kept across steps
+    float* ms2 = w2s + 16 * K2R;      // its optimizer state
+    float* w3s = ms2 + 16 * K2R;      // W3[o][g0 + u] [16][16]
+    float* aown = w3s + 16 * 16;      // A2 of this rank's SPR samples [SPR][16]
+    float* d2s = aown + SPR * 16;     // S3: D2 [64][16]; S4: D1 [64][16]
+    float* d3s = d2s + 64 * 16;       // S3: D3 [64][16]
+    float* a2s = d3s + 64 * 16;       // S3: A2 [64][16]
+    float* b1s = a2s + 64 * 16;
+    float* b2s = b1s + 16;
+
+    const int k_lo = min(rank * KCR, I), k_hi = min(k_lo + KCR, I);
+    const int h0 = c * 16, g0 = c * 16;
+    const bool t1 = h0 < H1, t2 = c < T2;
+    const int j_lo = min(rank * K2R, H1), j_hi = min(j_lo + K2R, H1);
+    const int sa = 16 * (warp >> 1) + (lane >> 2), ua = 8 * (warp & 1) + (lane & 3);
+    const int u4 = tid >> 4, kq = tid & 15;
+
+    if (t1) {
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {
+            int e = tid + 256 * j, r = e / (KCR / 4), q = e % (KCR / 4), col = k_lo + 4 * q, h = h0 + r;
+            if (e < 16 * KCR / 4)
+                *(float4*)&ws[r * KSR + 4 * q] = (h < H1 && col < k_hi) ? *(const float4*)&W1[h * I + col] : make_float4(0, 0, 0, 0);
+        }
+        if (tid < 16) b1s[tid] = h0 + tid < H1 ? b1[h0 + tid] : 0.f;
+#pragma unroll
+        for (int j = 0; j < NC1; ++j) {
+            int k = kq + 16 * j, h = h0 + u4;
+            if (k < KSR) ms1[u4 * KSR + k] = (k < k_hi - k_lo && h < H1) ? W1[h * I + k_lo + k + dM] : 0.f;
+        }
+    }
+    if (t2) {
+        for (int e = tid; e < 16 * K2R / 4; e += 256) {
+            int r = e / (K2R / 4), q = e % (K2R / 4), col = j_lo + 4 * q, h = g0 + r;
+            *(float4*)&w2s[4 * e] = (h < H2 && col < j_hi) ? *(const float4*)&W2[h * H1 + col] : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < NC2; ++j) {
+            int k = kq + 16 * j, h = g0 + u4;
+            ms2[u4 * K2R + k] = (j_lo + k < j_hi && h < H2) ? W2[h * H1 + j_lo + k + dM] : 0.f;
+        }
+    }
+    float m3 = 0.f, mb = 0.f, mb3 = 0.f;
+    if (t2 && rank == 1 && tid < O * 16 && g0 + (tid & 15) < H2) m3 = W3[(tid >> 4) * H2 + g0 + (tid & 15) + dM];
+    if (t2 && rank == 0 && tid < 16 && g0 + tid < H2) mb = b2[g0 + tid + dM];
+    if (t1 && rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) mb = b1[h0 + tid - 32 + dM];
+    if (c == 0 && rank == 1 && tid >= 192 && tid < 192 + O) mb3 = b3[tid - 192 + dM];
+    __syncthreads();
+
+    for (int step = 0; step < steps; ++step) {
+        const float* X = a.X + size_t(step) * B * I;
+        const float* T = a.T + size_t(step) * B * O;
+        MARK(0);
+        // ---------------- S1 ----------------
+        float w3v = 0.f, b2v = 0.f;
+        if (t2) {
+            if (tid < O * 16 && g0 + (tid & 15) < H2) w3v = __ldcg(&W3[(tid >> 4) * H2 + g0 + (tid & 15)]);
+            if (tid < 16 && g0 + tid < H2) b2v = __ldcg(&b2[g0 + tid]);
+        }
+        if (t1) {
+            float4 xv[NX];
+#pragma unroll
+            for (int j = 0; j < NX; ++j) {
+                int e = tid + 256 * j, r = e / (KCR / 4), q = e % (KCR / 4), col = k_lo + 4 * q;
+                xv[j] = (e < 64 * KCR / 4 && r < B && col < k_hi) ? __ldg((const float4*)&X[r * I + col]) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < NX; ++j) {
+                int e = tid + 256 * j, r = e / (KCR / 4), q = e % (KCR / 4);
+                if (e < 64 * KCR / 4) *(float4*)&xs[r * KSR + 4 * q] = xv[j];
+            }
+            __syncthreads();
+            float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+            const float4* xa = (const float4*)&xs[sa * KSR]; const float4* xb = (const float4*)&xs[(sa + 8) * KSR];
+            const float4* wa = (const float4*)&ws[ua * KSR]; const float4* wb = (const float4*)&ws[(ua + 4) * KSR];
+#pragma unroll 7
+            for (int k = 0; k < KCR / 4; ++k) {
+                float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+                pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+                pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+                pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+                pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+            }
+            part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+            part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+        }
+        cl.sync();
+        if (t1 && tid < SPR * 16) {
+            int s = SPR * rank + (tid >> 4), u = tid & 15;
+            float pv[R];
+#pragma unroll
+            for (int q = 0; q < R; ++q) pv[q] = cl.map_shared_rank(part, q)[s * 16 + u];
+            float z = pv[0];
+#pragma unroll
+            for (int q = 1; q < R; ++q) z += pv[q];
+            z += b1s[u];
+            if (s < B && h0 + u < H1) a.A1[s * H1 + h0 + u] = fmaxf(z, 0.f);
+        }
+        MARK(1);
+        grid_barrier(a.sync, nblk);
+        MARK(2);
+        // ---------------- S2 ----------------
+        if (t2) {
+            float4 av[NA];
+#pragma unroll
+            for (int j = 0; j < NA; ++j) {
+                int e = tid + 256 * j, r = e / (K2R / 4), q = e % (K2R / 4), col = j_lo + 4 * q;
+                av[j] = (r < B && col < j_hi) ? __ldcg((const float4*)&a.A1[r * H1 + col]) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < NA; ++j) *(float4*)&a1s[4 * (tid + 256 * j)] = av[j];
+            if (tid < O * 16) w3s[tid] = w3v;
+            if (tid < 16) b2s[tid] = b2v;
+            __syncthreads();
+            float pAA = 0, pAB = 0, pBA = 0, pBB = 0;
+            const float4* xa = (const float4*)&a1s[sa * K2R]; const float4* xb = (const float4*)&a1s[(sa + 8) * K2R];
+            const float4* wa = (const float4*)&w2s[ua * K2R]; const float4* wb = (const float4*)&w2s[(ua + 4) * K2R];
+#pragma unroll
+            for (int k = 0; k < K2R / 4; ++k) {
+                float4 x0 = xa[k], x1 = xb[k], w0 = wa[k], w1 = wb[k];
+                pAA = fmaf(x0.x, w0.x, pAA); pAA = fmaf(x0.y, w0.y, pAA); pAA = fmaf(x0.z, w0.z, pAA); pAA = fmaf(x0.w, w0.w, pAA);
+                pAB = fmaf(x0.x, w1.x, pAB); pAB = fmaf(x0.y, w1.y, pAB); pAB = fmaf(x0.z, w1.z, pAB); pAB = fmaf(x0.w, w1.w, pAB);
+                pBA = fmaf(x1.x, w0.x, pBA); pBA = fmaf(x1.y, w0.y, pBA); pBA = fmaf(x1.z, w0.z, pBA); pBA = fmaf(x1.w, w0.w, pBA);
+                pBB = fmaf(x1.x, w1.x, pBB); pBB = fmaf(x1.y, w1.y, pBB); pBB = fmaf(x1.z, w1.z, pBB); pBB = fmaf(x1.w, w1.w, pBB);
+            }
+            part[sa * 16 + ua] = pAA; part[sa * 16 + ua + 4] = pAB;
+            part[(sa + 8) * 16 + ua] = pBA; part[(sa + 8) * 16 + ua + 4] = pBB;
+        }
+        cl.sync();
+        if (t2 && tid < SPR * 16) {
+            int sl = tid >> 4, s = SPR * rank + sl, u = tid & 15;
+            float pv[R];
+#pragma unroll
+            for (int q = 0; q < R; ++q) pv[q] = cl.map_shared_rank(part, q)[s * 16 + u];
+            float z = pv[0];
+#pragma unroll
+            for (int q = 1; q < R; ++q) z += pv[q];
+            z += b2s[u];
+            float v = (g0 + u < H2 && s < B) ? fmaxf(z, 0.f) : 0.f;
+            aown[sl * 16 + u] = v;
+            a.A2[s * 16 * T2 + c * 16 + u] = v;
+        }
+        __syncthreads();
+        {
+            const int ls = tid >> 4, lo = tid & 15;
+            if (t2 && tid < SPR * 16 && lo < O) {
+                int s = SPR * rank + ls;
+                float y = 0;
+#pragma unroll
+                for (int u = 0; u < 16; ++u) y = fmaf(aown[ls * 16 + u], w3s[lo * 16 + u], y);
+                if (s < B) a.Yp[(s * O + lo) * 16 + c] = y;
+            }
+        }
+        MARK(3);
+        grid_barrier(a.sync, nblk);
+        MARK(4);
+        // ---------------- S3 ----------------
+        if (t2) {
+            const int s = tid >> 2, ob = 4 * (tid & 3);
+            float4 q[4][2]; float tv[4], bb[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int o = ob + i; bool ok = s < B && o < O;
+                const float4* yp = (const float4*)&a.Yp[(s * O + (ok ? o : 0)) * 16];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) q[i][r] = ok ? __ldcg(yp + r) : make_float4(0, 0, 0, 0);
+                tv[i] = ok ? T[s * O + o] : 0.f;
+                bb[i] = o < O ? __ldcg(&b3[o]) : 0.f;
+            }
+            float4 av2 = __ldcg((const float4*)&a.A2[(tid >> 2) * 16 * T2 + c * 16 + 4 * (tid & 3)]);
+            float y[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float v = 0.f;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) v += q[i][r].x + q[i][r].y + q[i][r].z + q[i][r].w;
+                y[i] = v + bb[i];
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            float e[4], es = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
+            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float d = (s < B && ob + i < O) ? e[i] / es - tv[i] : 0.f;
+                d3s[s * 16 + ob + i] = d;
+                if (c == 0 && rank == 0 && s < B && ob + i < O) a.Y[s * O + ob + i] = e[i] / es;
+            }
+            *(float4*)&a2s[4 * tid] = av2;
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int u = ob + i;
+                float d = 0.f;
+                for (int o = 0; o < O; ++o) d = fmaf(d3s[s * 16 + o], w3s[o * 16 + u], d);
+                d2s[s * 16 + u] = a2s[s * 16 + u] > 0.f ? d : 0.f;
+            }
+            __syncthreads();
+            float gg[NC2];
+#pragma unroll
+            for (int j = 0; j < NC2; ++j) gg[j] = 0.f;
+#pragma unroll 4
+            for (int s2 = 0; s2 < 64; ++s2) {
+                float d = d2s[s2 * 16 + u4];
+#pragma unroll
+                for (int j = 0; j < NC2; ++j) gg[j] = fmaf(d, a1s[s2 * K2R + kq + 16 * j], gg[j]);
+            }
+            {
+                const int k = tid % K2R, s0 = tid / K2R, sstep = 256 / K2R;
+                float d[ND];
+#pragma unroll
+                for (int j = 0; j < ND; ++j) d[j] = 0.f;
+#pragma unroll
+                for (int u = 0; u < 16; ++u) {
+                    float w = w2s[u * K2R + k];
+#pragma unroll
+                    for (int j = 0; j < ND; ++j) d[j] = fmaf(d2s[(s0 + sstep * j) * 16 + u], w, d[j]);
+                }
+                int col = j_lo + k;
+                if (col < j_hi)
+#pragma unroll
+                    for (int j = 0; j < ND; ++j) a.D1p[(c * 64 + s0 + sstep * j) * H1 + col] = d[j];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < NC2; ++j) {
+                int kk = kq + 16 * j, h = g0 + u4, cc = j_lo + kk;
+                if (h < H2 && cc < j_hi) {
+                    float m = ms2[u4 * K2R + kk];
+                    float np = sgd_nesterov(w2s[u4 * K2R + kk], m, gg[j] * a.scale, a.lr, a.mu);
+                    w2s[u4 * K2R + kk] = np; ms2[u4 * K2R + kk] = m;
+                    W2[h * H1 + cc] = np; W2[h * H1 + cc + dM] = m;
+                }
+            }
+            if (rank == 1 && tid < O * 16) {
+                int o = tid >> 4, u = tid & 15;
+                float g = 0;
+                for (int s2 = 0; s2 < 64; ++s2) g = fmaf(d3s[s2 * 16 + o], a2s[s2 * 16 + u], g);
+                if (g0 + u < H2) {
+                    float np = sgd_nesterov(w3s[o * 16 + u], m3, g * a.scale, a.lr, a.mu);
+                    W3[o * H2 + g0 + u] = np; W3[o * H2 + g0 + u + dM] = m3;
+                }
+            }
+            if (rank == 0 && tid < 16 && g0 + tid < H2) {
+                float g = 0;
+                for (int s2 = 0; s2 < 64; ++s2) g += d2s[s2 * 16 + tid];
+                float np = sgd_nesterov(b2s[tid], mb, g * a.scale, a.lr, a.mu);
+                b2[g0 + tid] = np; b2[g0 + tid + dM] = mb;
+            }
+            if (c == 0 && rank == 2 && tid < O) {
+                float g = 0;
+                for (int s2 = 0; s2 < 64; ++s2) g += d3s[s2 * 16 + tid];
+                a.gb3[tid] = g;
+            }
+        }
+        MARK(5);
+        grid_barrier(a.sync, nblk);
+        MARK(6);
+        // ---------------- S4 ----------------
+        if (t1) {
+            float dv[4][8], av[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                int e = tid + 256 * j, s = e >> 4, u = e & 15, h = h0 + u;
+                bool ok = h < H1 && s < B;
+#pragma unroll
+                for (int q = 0; q < 8; ++q) dv[j][q] = (ok && q < T2) ? __ldcg(&a.D1p[(q * 64 + s) * H1 + h]) : 0.f;
+                av[j] = ok ? __ldcg(&a.A1[s * H1 + h]) : 0.f;
+            }
+            if (step + 1 < steps && tid < 64) {
+                const char* nx = (const char*)(X + size_t(B) * I + tid * I + k_lo);
+                for (int off = 0; off < 4 * (k_hi - k_lo); off += 128) asm volatile("prefetch.global.L2 [%0];" :: "l"(nx + off));
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float d = dv[j][0];
+#pragma unroll
+                for (int q = 1; q < 8; ++q) d += dv[j][q];
+                d2s[tid + 256 * j] = av[j] > 0.f ? d : 0.f;
+            }
+            __syncthreads();
+            float g[NC1];
+#pragma unroll
+            for (int j = 0; j < NC1; ++j) g[j] = 0.f;
+#pragma unroll 2
+            for (int s = 0; s < 64; ++s) {
+                float d = d2s[s * 16 + u4];
+#pragma unroll
+                for (int j = 0; j < NC1; ++j) g[j] = fmaf(d, xs[s * KSR + kq + 16 * j], g[j]);
+            }
+            const int h = h0 + u4;
+#pragma unroll
+            for (int j = 0; j < NC1; ++j) {
+                int k = kq + 16 * j;
+                if (k < k_hi - k_lo && h < H1) {
+                    float m = ms1[u4 * KSR + k];
+                    float np = sgd_nesterov(ws[u4 * KSR + k], m, g[j] * a.scale, a.lr, a.mu);
+                    ws[u4 * KSR + k] = np; ms1[u4 * KSR + k] = m;
+                    W1[h * I + k_lo + k] = np; W1[h * I + k_lo + k + dM] = m;
+                }
+            }
+            if (rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) {
+                int u = tid - 32;
+                float gb = 0;
+                for (int s = 0; s < 64; ++s) gb += d2s[s * 16 + u];
+                float np = sgd_nesterov(b1s[u], mb, gb * a.scale, a.lr, a.mu);
+                b1[h0 + u] = np; b1[h0 + u + dM] = mb;
+#pragma unroll
+                for (int r = 0; r < R; ++r) cl.map_shared_rank(b1s, r)[u] = np;
+            }
+            if (c == 0 && rank == 1 && tid >= 192 && tid < 192 + O) {
+                int o = tid - 192;
+                float np = sgd_nesterov(b3[o], mb3, __ldcg(&a.gb3[o]) * a.scale, a.lr, a.mu);
+                b3[o] = np; b3[o + dM] = mb3;
+            }
+        }
+        MARK(7);
+        __syncthreads();
+    }
+    cl.sync();
+}
+template <int R> constexpr int v4_smem_floats() {
+    constexpr int KCR = ((784 / R + 3) / 4) * 4, K2R = 256 / R;
+    return 3 * 16 * KCR + 64 * KCR + 64 * 16 + 64 * K2R + 2 * 16 * K2R + 256 + (64 / R) * 16 + 3 * 64 * 16 + 32;
+}
+
 // ---------------- host: float64 reference of one step, timing ----------------
 static void ref_step(std::vector<double>& P, std::vector<double>& M, const std::vector<float>& X,
                      const std::vector<float>& T, int B, int I, int H1, int H2, int O, double lr, double mu) {
@@ -1112,7 +1478,14 @@ int main(int argc, char** argv) {
     Args a{dX, dT, dP, dM, dA1, dA2, dY, dYp, dD1p, dgb3, dsync, dts, B, I, H1, H2, O, 0.05f, 0.9f, 1.f / B};
     // launch(kernel version, stream, first batch, steps)
     auto launch = [&](int ver, cudaStream_t st, int steps) {
-        if (ver == 3) fc3_v3<<<G * 8, 256, SMEM_FLOATS * 4, st>>>(a, steps);
+        if (ver == 4) {
+            cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 4); cfg.blockDim = dim3(256);
+            cfg.dynamicSmemBytes = v4_smem_floats<4>() * 4; cfg.stream = st;
+            cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
+            at.val.clusterDim.x = 4; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
+            cfg.attrs = &at; cfg.numAttrs = 1;
+            CK(cudaLaunchKernelEx(&cfg, fc3_v4<4>, a, steps));
+        } else if (ver == 3) fc3_v3<<<G * 8, 256, SMEM_FLOATS * 4, st>>>(a, steps);
         else for (int i = 0; i < steps; ++i) {
             Args b = a; b.X = a.X + size_t(i) * B * I; b.T = a.T + size_t(i) * B * O;
             if (ver == 1) fc3_v1<<<G * 8, 256, SMEM_FLOATS * 4, st>>>(b); else fc3_v2<<<G * 8, 256, SMEM_FLOATS * 4, st>>>(b);
@@ -1140,12 +1513,16 @@ int main(int argc, char** argv) {
         return ok;
     };
     bool all_ok = true;
-    for (int ver = 1; ver <= 3; ++ver) {
-        void* fn = ver == 1 ? (void*)fc3_v1 : ver == 2 ? (void*)fc3_v2 : (void*)fc3_v3;
-        CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_FLOATS * 4));
-        cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 8); cfg.blockDim = dim3(256); cfg.dynamicSmemBytes = SMEM_FLOATS * 4;
+    for (int ver = 1; ver <= 4; ++ver) {
+        void* fn = ver == 1 ? (void*)fc3_v1 : ver == 2 ? (void*)fc3_v2 : ver == 3 ? (void*)fc3_v3 : (void*)fc3_v4<4>;
+        const int R = ver == 4 ? 4 : 8, smem = ver == 4 ? v4_smem_floats<4>() * 4 : SMEM_FLOATS * 4;
+        CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * R); cfg.blockDim = dim3(256); cfg.dynamicSmemBytes = smem;
+        cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = R; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
+        if (ver == 4) { cfg.attrs = &at; cfg.numAttrs = 1; }
         int maxc = 0; CK(cudaOccupancyMaxActiveClusters(&maxc, fn, &cfg));
-        printf("v%d: %d clusters of 8 (at most %d resident)\n", ver, G, maxc);
+        printf("v%d: %d clusters of %d (at most %d resident)\n", ver, G, R, maxc);
         if (maxc < G) { fprintf(stderr, "not all clusters fit\n"); return 1; }
         all_ok &= check(ver, 1);
         all_ok &= check(ver, 4);
