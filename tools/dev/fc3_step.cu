@@ -24,7 +24,9 @@
 // interleaved; v3 = v2 with S steps a launch (no barrier between steps beyond the three a step:
 // what a stage reads was written by its own cluster or before a grid barrier), the W1 and W2
 // tiles and their state kept in shared memory, and S3 without cluster barriers (every rank
-// computes Y, D3, D2 for all 64 samples from L2); v4 v3 with R ranks a cluster (run with 4).
+// computes Y, D3, D2 for all 64 samples from L2); v4 v3 with R ranks a cluster (run with 4);
+// v5 v4 with every product on TF32 mma.sync (branch fc3-v5 only: written after the session's
+// device time was spent, NOT YET RUN). `./fc3_step [H1 H2 [FIRST]]` runs versions FIRST..5.
 //
 // Measured (2026-11-28, one H100 call unless named; `nvcc -O3 -arch=sm_90 -std=c++17
 // tools/dev/fc3_step.cu -o fc3_step && ./fc3_step [H1 H2]`; us a step, a CUDA graph of 20 steps
@@ -1417,6 +1419,398 @@ template <int R> constexpr int v4_smem_floats() {
     return 3 * 16 * KCR + 64 * KCR + 64 * 16 + 64 * K2R + 2 * 16 * K2R + 256 + (64 / R) * 16 + 3 * 64 * 16 + 32;
 }
 
+// ---------------------------------------------------------------------------------------------
+// v5 (NOT YET RUN: written after this session's device time was spent): v4 (16 clusters of 4,
+// one block a SM) with every product on TF32 mma.sync.m16n8k8 (operands cvt.rna.tf32.f32, FP32
+// accumulators), as the tc set's kernels: S1's fc1 forward (64 x 16 x 196 a rank: 8 warps, one
+// m16n8 tile each, 25 k steps on two chains), S2's fc2 forward, S3's fc2 weight gradient and
+// deltas, S4's fc1 weight gradient. v4's FP32 loops read shared memory at about 4 bytes a
+// FMA (2 x 2 or 1 x 13 outputs a thread): S1's 800 KB a step in a block is 3.2 us at 128 bytes
+// a clock, S4's 0.9 MB 3.6 us; the mma fragments read each operand 2 to 4 times a block.
+// Shared rows are padded (KS5 = 204, K2S = 72 floats) so that a fragment's 32 loads hit 32
+// banks or at most 2 ways.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ unsigned v5_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ void v5_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                       unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+constexpr int KC5 = 196, KS5 = 204, K25 = 64, K2S = 72, NK1 = 25;   // 25 k steps of 8 cover 200 > 196
+constexpr int V5_SMEM_FLOATS = 64 * KS5 + 3 * 16 * KS5 + 64 * 16 + 64 * K2S + 2 * 16 * K2S + 256 + 16 * 16 + 3 * 64 * 16 + 32;
+
+__global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
+    constexpr int R = 4, SPR = 16, NX = (64 * KC5 / 4 + 255) / 256;
+    cg::cluster_group cl = cg::this_cluster();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
+    const int rank = cl.block_rank();
+    const int c = blockIdx.x / R;
+    const unsigned nblk = gridDim.x;
+    const int B = a.B, I = a.I, H1 = a.H1, H2 = a.H2, O = a.O;
+    float* W1 = a.P; float* b1 = W1 + H1 * I; float* W2 = b1 + H1; float* b2 = W2 + H2 * H1;
+    float* W3 = b2 + H2; float* b3 = W3 + O * H2;
+    const long dM = a.M - a.P;
+    const int T2 = (H2 + 15) / 16;
+
+    extern __shared__ __align__(16) float sm[];
+    float* xs = sm;                   // X[64][KS5]: the rank's 196 columns, 196..203 zero
+    float* ws = xs + 64 * KS5;        // W1 tile [16][KS5], kept across steps, padding zero
+    float* ms1 = ws + 16 * KS5;       // its optimizer state [16][KS5]
+    float* gs1 = ms1 + 16 * KS5;      // S4: the W1 tile's gradient sums [16][KS5]
+    float* part = gs1 + 16 * KS5;     // partial sums [64][16] (S1, S2)
+    float* a1s = part + 64 * 16;      // A1[64][K2S]: the rank's 64 columns of H1
+    float* w2s = a1s + 64 * K2S;      // W2 tile [16][K2S], kept across steps
+    float* ms2 = w2s + 16 * K2S;      // its optimizer state [16][K2S]
+    float* w3s = ms2 + 16 * K2S;      // W3[o][g0 + u] [16][16]
+    float* aown = w3s + 16 * 16;      // A2 of this rank's 16 samples [16][16]
+    float* d2s = aown + 16 * 16;      // S3: D2 [64][16]; S4: D1 [64][16]
+    float* d3s = d2s + 64 * 16;       // S3: D3 [64][16]
+    float* a2s = d3s + 64 * 16;       // S3: A2 [64][16]
+    float* b1s = a2s + 64 * 16;
+    float* b2s = b1s + 16;
+
+    const int k_lo = min(rank * KC5, I), k_hi = min(k_lo + KC5, I), kc = k_hi - k_lo;
+    const int h0 = c * 16, g0 = c * 16;
+    const bool t1 = h0 < H1, t2 = c < T2;
+    const int j_lo = min(rank * K25, H1), j_hi = min(j_lo + K25, H1);
+    const int mt = warp & 3, nt = warp >> 2;   // S1, S2: the warp's m16 (samples) and n8 (units) tile
+
+    // Once a launch: zero padding, the W1 and W2 tiles, b1, the optimizer state.
+    for (int e = tid; e < 64 * KS5; e += 256) xs[e] = 0.f;
+    for (int e = tid; e < 16 * KS5; e += 256) {
+        int r = e / KS5, k = e % KS5, h = h0 + r;
+        bool ok = t1 && k < kc && h < H1;
+        ws[e] = ok ? W1[h * I + k_lo + k] : 0.f;
+        ms1[e] = ok ? W1[h * I + k_lo + k + dM] : 0.f;
+    }
+    if (t1 && tid < 16) b1s[tid] = h0 + tid < H1 ? b1[h0 + tid] : 0.f;
+    for (int e = tid; e < 16 * K2S; e += 256) {
+        int r = e / K2S, k = e % K2S, h = g0 + r, col = j_lo + k;
+        bool ok = t2 && k < K25 && col < j_hi && h < H2;
+        w2s[e] = ok ? W2[h * H1 + col] : 0.f;
+        ms2[e] = ok ? W2[h * H1 + col + dM] : 0.f;
+    }
+    float m3 = 0.f, mb = 0.f, mb3 = 0.f;
+    if (t2 && rank == 1 && tid < O * 16 && g0 + (tid & 15) < H2) m3 = W3[(tid >> 4) * H2 + g0 + (tid & 15) + dM];
+    if (t2 && rank == 0 && tid < 16 && g0 + tid < H2) mb = b2[g0 + tid + dM];
+    if (t1 && rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) mb = b1[h0 + tid - 32 + dM];
+    if (c == 0 && rank == 1 && tid >= 192 && tid < 192 + O) mb3 = b3[tid - 192 + dM];
+    __syncthreads();
+
+    for (int step = 0; step < steps; ++step) {
+        const float* X = a.X + size_t(step) * B * I;
+        const float* T = a.T + size_t(step) * B * O;
+        MARK(0);
+        // ---------------- S1: fc1 forward on mma ----------------
+        float w3v = 0.f, b2v = 0.f;
+        if (t2) {
+            if (tid < O * 16 && g0 + (tid & 15) < H2) w3v = __ldcg(&W3[(tid >> 4) * H2 + g0 + (tid & 15)]);
+            if (tid < 16 && g0 + tid < H2) b2v = __ldcg(&b2[g0 + tid]);
+        }
+        if (t1) {
+            float4 xv[NX];
+#pragma unroll
+            for (int j = 0; j < NX; ++j) {
+                int e = tid + 256 * j, r = e / (KC5 / 4), qq = e % (KC5 / 4), col = k_lo + 4 * qq;
+                xv[j] = (e < 64 * KC5 / 4 && r < B && col < k_hi) ? __ldg((const float4*)&X[r * I + col]) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < NX; ++j) {
+                int e = tid + 256 * j, r = e / (KC5 / 4), qq = e % (KC5 / 4);
+                if (e < 64 * KC5 / 4) *(float4*)&xs[r * KS5 + 4 * qq] = xv[j];
+            }
+            __syncthreads();
+            float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            const float* xa = xs + (16 * mt + g) * KS5 + q4;
+            const float* wb = ws + (8 * nt + g) * KS5 + q4;
+#pragma unroll 5
+            for (int ks = 0; ks < NK1; ++ks) {
+                const int k0 = 8 * ks;
+                v5_mma(acc[ks & 1], v5_tf32(xa[k0]), v5_tf32(xa[8 * KS5 + k0]), v5_tf32(xa[k0 + 4]),
+                       v5_tf32(xa[8 * KS5 + k0 + 4]), v5_tf32(wb[k0]), v5_tf32(wb[k0 + 4]));
+            }
+            const int r0 = 16 * mt + g, c0 = 8 * nt + 2 * q4;
+            part[r0 * 16 + c0] = acc[0][0] + acc[1][0];
+            part[r0 * 16 + c0 + 1] = acc[0][1] + acc[1][1];
+            part[(r0 + 8) * 16 + c0] = acc[0][2] + acc[1][2];
+            part[(r0 + 8) * 16 + c0 + 1] = acc[0][3] + acc[1][3];
+        }
+        cl.sync();
+        if (t1) {   // rank r finishes samples 16 r .. 16 r + 15: thread (s, u)
+            int s = SPR * rank + (tid >> 4), u = tid & 15;
+            float pv[R];
+#pragma unroll
+            for (int qq = 0; qq < R; ++qq) pv[qq] = cl.map_shared_rank(part, qq)[s * 16 + u];
+            float z = pv[0];
+#pragma unroll
+            for (int qq = 1; qq < R; ++qq) z += pv[qq];
+            z += b1s[u];
+            if (s < B && h0 + u < H1) a.A1[s * H1 + h0 + u] = fmaxf(z, 0.f);
+        }
+        MARK(1);
+        grid_barrier(a.sync, nblk);
+        MARK(2);
+        // ---------------- S2: fc2 forward on mma, + Yp ----------------
+        if (t2) {
+            float4 av[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                int e = tid + 256 * j, r = e >> 4, qq = e & 15, col = j_lo + 4 * qq;
+                av[j] = (r < B && col < j_hi) ? __ldcg((const float4*)&a.A1[r * H1 + col]) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                int e = tid + 256 * j, r = e >> 4, qq = e & 15;
+                *(float4*)&a1s[r * K2S + 4 * qq] = av[j];
+            }
+            if (tid < O * 16) w3s[tid] = w3v;
+            if (tid < 16) b2s[tid] = b2v;
+            __syncthreads();
+            float acc[4] = {0, 0, 0, 0};
+            const float* xa = a1s + (16 * mt + g) * K2S + q4;
+            const float* wb = w2s + (8 * nt + g) * K2S + q4;
+#pragma unroll
+            for (int ks = 0; ks < K25 / 8; ++ks) {
+                const int k0 = 8 * ks;
+                v5_mma(acc, v5_tf32(xa[k0]), v5_tf32(xa[8 * K2S + k0]), v5_tf32(xa[k0 + 4]), v5_tf32(xa[8 * K2S + k0 + 4]),
+                       v5_tf32(wb[k0]), v5_tf32(wb[k0 + 4]));
+            }
+            const int r0 = 16 * mt + g, c0 = 8 * nt + 2 * q4;
+            part[r0 * 16 + c0] = acc[0]; part[r0 * 16 + c0 + 1] = acc[1];
+            part[(r0 + 8) * 16 + c0] = acc[2]; part[(r0 + 8) * 16 + c0 + 1] = acc[3];
+        }
+        cl.sync();
+        if (t2) {
+            int sl = tid >> 4, s = SPR * rank + sl, u = tid & 15;
+            float pv[R];
+#pragma unroll
+            for (int qq = 0; qq < R; ++qq) pv[qq] = cl.map_shared_rank(part, qq)[s * 16 + u];
+            float z = pv[0];
+#pragma unroll
+            for (int qq = 1; qq < R; ++qq) z += pv[qq];
+            z += b2s[u];
+            float v = (g0 + u < H2 && s < B) ? fmaxf(z, 0.f) : 0.f;
+            aown[sl * 16 + u] = v;
+            a.A2[s * 16 * T2 + c * 16 + u] = v;
+        }
+        __syncthreads();
+        {
+            const int ls = tid >> 4, lo = tid & 15;
+            if (t2 && lo < O) {
+                int s = SPR * rank + ls;
+                float y = 0;
+#pragma unroll
+                for (int u = 0; u < 16; ++u) y = fmaf(aown[ls * 16 + u], w3s[lo * 16 + u], y);
+                if (s < B) a.Yp[(s * O + lo) * 16 + c] = y;
+            }
+        }
+        MARK(3);
+        grid_barrier(a.sync, nblk);
+        MARK(4);
+        // ---------------- S3: loss, D2; gW2 and D1p on mma ----------------
+        if (t2) {
+            const int s = tid >> 2, ob = 4 * (tid & 3);
+            float4 qv[4][2]; float tv[4], bb[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int o = ob + i; bool ok = s < B && o < O;
+                const float4* yp = (const float4*)&a.Yp[(s * O + (ok ? o : 0)) * 16];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) qv[i][r] = ok ? __ldcg(yp + r) : make_float4(0, 0, 0, 0);
+                tv[i] = ok ? T[s * O + o] : 0.f;
+                bb[i] = o < O ? __ldcg(&b3[o]) : 0.f;
+            }
+            float4 av2 = __ldcg((const float4*)&a.A2[(tid >> 2) * 16 * T2 + c * 16 + 4 * (tid & 3)]);
+            float y[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float v = 0.f;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) v += qv[i][r].x + qv[i][r].y + qv[i][r].z + qv[i][r].w;
+                y[i] = v + bb[i];
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            float e[4], es = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
+            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float d = (s < B && ob + i < O) ? e[i] / es - tv[i] : 0.f;
+                d3s[s * 16 + ob + i] = d;
+                if (c == 0 && rank == 0 && s < B && ob + i < O) a.Y[s * O + ob + i] = e[i] / es;
+            }
+            *(float4*)&a2s[4 * tid] = av2;
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int u = ob + i;
+                float d = 0.f;
+                for (int o = 0; o < O; ++o) d = fmaf(d3s[s * 16 + o], w3s[o * 16 + u], d);
+                d2s[s * 16 + u] = a2s[s * 16 + u] > 0.f ? d : 0.f;
+            }
+            __syncthreads();
+            // gW2 [16 units][64 columns] = D2^T A1: warp w takes columns 8w .. 8w+7 (one n8 tile),
+            // 8 k steps over the samples. A[m = u][k = s] = d2s[s][u]; B[k = s][n = col] = a1s[s][col].
+            float gw[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                const int k0 = 8 * ks;
+                v5_mma(gw, v5_tf32(d2s[(k0 + q4) * 16 + g]), v5_tf32(d2s[(k0 + q4) * 16 + g + 8]),
+                       v5_tf32(d2s[(k0 + q4 + 4) * 16 + g]), v5_tf32(d2s[(k0 + q4 + 4) * 16 + g + 8]),
+                       v5_tf32(a1s[(k0 + q4) * K2S + 8 * warp + g]), v5_tf32(a1s[(k0 + q4 + 4) * K2S + 8 * warp + g]));
+            }
+            // D1p [64 samples][64 columns] = D2 W2 (the old W2): warp w takes m tile w & 3 and n tiles
+            // (w >> 2) + 2 j, j < 4; 2 k steps over the units. A[m = s][k = u] = d2s[s][u];
+            // B[k = u][n = col] = w2s[u][col].
+            {
+                const int m0 = 16 * (warp & 3);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int n0 = 8 * ((warp >> 2) + 2 * j);
+                    float dp[4] = {0, 0, 0, 0};
+#pragma unroll
+                    for (int ks = 0; ks < 2; ++ks) {
+                        const int k0 = 8 * ks;
+                        v5_mma(dp, v5_tf32(d2s[(m0 + g) * 16 + k0 + q4]), v5_tf32(d2s[(m0 + g + 8) * 16 + k0 + q4]),
+                               v5_tf32(d2s[(m0 + g) * 16 + k0 + q4 + 4]), v5_tf32(d2s[(m0 + g + 8) * 16 + k0 + q4 + 4]),
+                               v5_tf32(w2s[(k0 + q4) * K2S + n0 + g]), v5_tf32(w2s[(k0 + q4 + 4) * K2S + n0 + g]));
+                    }
+                    const int col = j_lo + n0 + 2 * q4;
+                    if (col < j_hi) {
+                        a.D1p[(c * 64 + m0 + g) * H1 + col] = dp[0];
+                        a.D1p[(c * 64 + m0 + g + 8) * H1 + col] = dp[2];
+                    }
+                    if (col + 1 < j_hi) {
+                        a.D1p[(c * 64 + m0 + g) * H1 + col + 1] = dp[1];
+                        a.D1p[(c * 64 + m0 + g + 8) * H1 + col + 1] = dp[3];
+                    }
+                }
+            }
+            __syncthreads();   // every warp has read the old W2 tile
+            {
+                const int cc = 8 * warp + 2 * q4;   // gw: (u = g, cc), (g, cc + 1), (g + 8, cc), (g + 8, cc + 1)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int u = g + 8 * (i >> 1), kk = cc + (i & 1), h = g0 + u, col = j_lo + kk;
+                    if (h < H2 && col < j_hi) {
+                        float m = ms2[u * K2S + kk];
+                        float np = sgd_nesterov(w2s[u * K2S + kk], m, gw[i] * a.scale, a.lr, a.mu);
+                        w2s[u * K2S + kk] = np; ms2[u * K2S + kk] = m;
+                        W2[h * H1 + col] = np; W2[h * H1 + col + dM] = m;
+                    }
+                }
+            }
+            if (rank == 1 && tid < O * 16) {
+                int o = tid >> 4, u = tid & 15;
+                float gg = 0;
+                for (int s2 = 0; s2 < 64; ++s2) gg = fmaf(d3s[s2 * 16 + o], a2s[s2 * 16 + u], gg);
+                if (g0 + u < H2) {
+                    float np = sgd_nesterov(w3s[o * 16 + u], m3, gg * a.scale, a.lr, a.mu);
+                    W3[o * H2 + g0 + u] = np; W3[o * H2 + g0 + u + dM] = m3;
+                }
+            }
+            if (rank == 0 && tid < 16 && g0 + tid < H2) {
+                float gg = 0;
+                for (int s2 = 0; s2 < 64; ++s2) gg += d2s[s2 * 16 + tid];
+                float np = sgd_nesterov(b2s[tid], mb, gg * a.scale, a.lr, a.mu);
+                b2[g0 + tid] = np; b2[g0 + tid + dM] = mb;
+            }
+            if (c == 0 && rank == 2 && tid < O) {
+                float gg = 0;
+                for (int s2 = 0; s2 < 64; ++s2) gg += d3s[s2 * 16 + tid];
+                a.gb3[tid] = gg;
+            }
+        }
+        MARK(5);
+        grid_barrier(a.sync, nblk);
+        MARK(6);
+        // ---------------- S4: D1; gW1 on mma; b1 ----------------
+        if (t1) {
+            float dv[4][8], av[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                int e = tid + 256 * j, s = e >> 4, u = e & 15, h = h0 + u;
+                bool ok = h < H1 && s < B;
+#pragma unroll
+                for (int qq = 0; qq < 8; ++qq) dv[j][qq] = (ok && qq < T2) ? __ldcg(&a.D1p[(qq * 64 + s) * H1 + h]) : 0.f;
+                av[j] = ok ? __ldcg(&a.A1[s * H1 + h]) : 0.f;
+            }
+            if (step + 1 < steps && tid < 64) {
+                const char* nx = (const char*)(X + size_t(B) * I + tid * I + k_lo);
+                for (int off = 0; off < 4 * kc; off += 128) asm volatile("prefetch.global.L2 [%0];" :: "l"(nx + off));
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float d = dv[j][0];
+#pragma unroll
+                for (int qq = 1; qq < 8; ++qq) d += dv[j][qq];
+                d2s[tid + 256 * j] = av[j] > 0.f ? d : 0.f;
+            }
+            __syncthreads();
+            // gW1 [16 units][200 columns] = D1^T X: 25 n8 tiles, warp w takes w, w + 8, w + 16, w + 24;
+            // 8 k steps over the samples. A[m = u][k = s] = d2s[s][u]; B[k = s][n = col] = xs[s][col].
+            unsigned af[8][4];
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                const int k0 = 8 * ks;
+                af[ks][0] = v5_tf32(d2s[(k0 + q4) * 16 + g]); af[ks][1] = v5_tf32(d2s[(k0 + q4) * 16 + g + 8]);
+                af[ks][2] = v5_tf32(d2s[(k0 + q4 + 4) * 16 + g]); af[ks][3] = v5_tf32(d2s[(k0 + q4 + 4) * 16 + g + 8]);
+            }
+            for (int nti = warp; nti < NK1; nti += 8) {
+                const int n0 = 8 * nti;
+                float gw[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int ks = 0; ks < 8; ++ks) {
+                    const int k0 = 8 * ks;
+                    v5_mma(gw, af[ks][0], af[ks][1], af[ks][2], af[ks][3], v5_tf32(xs[(k0 + q4) * KS5 + n0 + g]),
+                           v5_tf32(xs[(k0 + q4 + 4) * KS5 + n0 + g]));
+                }
+                const int cc = n0 + 2 * q4;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) gs1[(g + 8 * (i >> 1)) * KS5 + cc + (i & 1)] = gw[i];
+            }
+            __syncthreads();
+            // The update, element by element as v4 (thread (u4, columns kq + 16 j)).
+            const int u4 = tid >> 4, kq = tid & 15, h = h0 + u4;
+            for (int k = kq; k < kc; k += 16) {
+                if (h < H1) {
+                    float m = ms1[u4 * KS5 + k];
+                    float np = sgd_nesterov(ws[u4 * KS5 + k], m, gs1[u4 * KS5 + k] * a.scale, a.lr, a.mu);
+                    ws[u4 * KS5 + k] = np; ms1[u4 * KS5 + k] = m;
+                    W1[h * I + k_lo + k] = np; W1[h * I + k_lo + k + dM] = m;
+                }
+            }
+            if (rank == 0 && tid >= 32 && tid < 48 && h0 + tid - 32 < H1) {
+                int u = tid - 32;
+                float gb = 0;
+                for (int s = 0; s < 64; ++s) gb += d2s[s * 16 + u];
+                float np = sgd_nesterov(b1s[u], mb, gb * a.scale, a.lr, a.mu);
+                b1[h0 + u] = np; b1[h0 + u + dM] = mb;
+#pragma unroll
+                for (int r = 0; r < R; ++r) cl.map_shared_rank(b1s, r)[u] = np;
+            }
+            if (c == 0 && rank == 1 && tid >= 192 && tid < 192 + O) {
+                int o = tid - 192;
+                float np = sgd_nesterov(b3[o], mb3, __ldcg(&a.gb3[o]) * a.scale, a.lr, a.mu);
+                b3[o] = np; b3[o + dM] = mb3;
+            }
+        }
+        MARK(7);
+        __syncthreads();
+    }
+    cl.sync();
+}
+
 // ---------------- host: float64 reference of one step, timing ----------------
 static void ref_step(std::vector<double>& P, std::vector<double>& M, const std::vector<float>& X,
                      const std::vector<float>& T, int B, int I, int H1, int H2, int O, double lr, double mu) {
@@ -1478,7 +1872,14 @@ int main(int argc, char** argv) {
     Args a{dX, dT, dP, dM, dA1, dA2, dY, dYp, dD1p, dgb3, dsync, dts, B, I, H1, H2, O, 0.05f, 0.9f, 1.f / B};
     // launch(kernel version, stream, first batch, steps)
     auto launch = [&](int ver, cudaStream_t st, int steps) {
-        if (ver == 4) {
+        if (ver == 5) {
+            cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 4); cfg.blockDim = dim3(256);
+            cfg.dynamicSmemBytes = V5_SMEM_FLOATS * 4; cfg.stream = st;
+            cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
+            at.val.clusterDim.x = 4; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
+            cfg.attrs = &at; cfg.numAttrs = 1;
+            CK(cudaLaunchKernelEx(&cfg, fc3_v5, a, steps));
+        } else if (ver == 4) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 4); cfg.blockDim = dim3(256);
             cfg.dynamicSmemBytes = v4_smem_floats<4>() * 4; cfg.stream = st;
             cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
@@ -1493,6 +1894,8 @@ int main(int argc, char** argv) {
         CK(cudaGetLastError());
     };
     auto check = [&](int ver, int steps) {
+        // TF32 products (v5) carry about 2^-11 of each operand: a looser bound there.
+        const double tolP = ver == 5 ? 3e-2 : 1e-2, tolM = ver == 5 ? 3e-2 : 1e-3;
         CK(cudaMemcpy(dP, P.data(), n * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dM, M.data(), n * 4, cudaMemcpyHostToDevice));
         launch(ver, 0, steps); CK(cudaDeviceSynchronize());
         std::vector<float> P1(n), M1(n);
@@ -1507,20 +1910,23 @@ int main(int argc, char** argv) {
         printf("  (worst M at %zu: %.9g against %.9g; W1 %zu, b1 %zu, W2 %zu, b2 %zu, W3 %zu, b3 %zu)\n", wm, M1[wm], Mr[wm],
                size_t(0), size_t(H1) * I, size_t(H1) * I + H1, size_t(H1) * I + H1 + size_t(H2) * H1,
                size_t(H1) * I + H1 + size_t(H2) * H1 + H2, n - O);
-        bool ok = worst < 1e-2 && worstm < 1e-3;
+        bool ok = worst < tolP && worstm < tolM;
         printf("  check after %d step(s) against float64: worst P error %.3g (of the update, or 1e-3 |p|), M %.3g -> %s\n", steps,
                worst, worstm, ok ? "OK" : "MISMATCH");
         return ok;
     };
     bool all_ok = true;
-    for (int ver = 1; ver <= 4; ++ver) {
-        void* fn = ver == 1 ? (void*)fc3_v1 : ver == 2 ? (void*)fc3_v2 : ver == 3 ? (void*)fc3_v3 : (void*)fc3_v4<4>;
-        const int R = ver == 4 ? 4 : 8, smem = ver == 4 ? v4_smem_floats<4>() * 4 : SMEM_FLOATS * 4;
+    const int first = argc > 3 ? atoi(argv[3]) : 1;   // the first version to run (1 to 5)
+    for (int ver = first; ver <= 5; ++ver) {
+        void* fn = ver == 1 ? (void*)fc3_v1 : ver == 2 ? (void*)fc3_v2 : ver == 3 ? (void*)fc3_v3
+                 : ver == 4 ? (void*)fc3_v4<4> : (void*)fc3_v5;
+        const int R = ver >= 4 ? 4 : 8;
+        const int smem = ver == 5 ? V5_SMEM_FLOATS * 4 : ver == 4 ? v4_smem_floats<4>() * 4 : SMEM_FLOATS * 4;
         CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * R); cfg.blockDim = dim3(256); cfg.dynamicSmemBytes = smem;
         cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
         at.val.clusterDim.x = R; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
-        if (ver == 4) { cfg.attrs = &at; cfg.numAttrs = 1; }
+        if (ver >= 4) { cfg.attrs = &at; cfg.numAttrs = 1; }
         int maxc = 0; CK(cudaOccupancyMaxActiveClusters(&maxc, fn, &cfg));
         printf("v%d: %d clusters of %d (at most %d resident)\n", ver, G, R, maxc);
         if (maxc < G) { fprintf(stderr, "not all clusters fit\n"); return 1; }
