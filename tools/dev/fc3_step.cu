@@ -1062,6 +1062,7 @@ __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 2) fc3_v3(Args 
 // ---------------------------------------------------------------------------------------------
 template <int R>
 __global__ void __launch_bounds__(256, 1) fc3_v4(Args a, int steps) {
+    if (cg::this_cluster().num_blocks() != R) __trap();   // launched with the cluster attribute of R
     constexpr int KCR = ((784 / R + 3) / 4) * 4;   // columns of I a rank (I <= R KCR)
     constexpr int KSR = KCR;                       // KCR / 4 odd for R = 4 (49) and 8 (25)
     constexpr int K2R = 256 / R;                   // columns of H1 a rank (H1 <= 256)
@@ -1427,8 +1428,9 @@ template <int R> constexpr int v4_smem_floats() {
 // deltas, S4's fc1 weight gradient. v4's FP32 loops read shared memory at about 4 bytes a
 // FMA (2 x 2 or 1 x 13 outputs a thread): S1's 800 KB a step in a block is 3.2 us at 128 bytes
 // a clock, S4's 0.9 MB 3.6 us; the mma fragments read each operand 2 to 4 times a block.
-// Shared rows are padded (KS5 = 204, K2S = 72 floats) so that a fragment's 32 loads hit 32
-// banks or at most 2 ways.
+// Shared rows are padded (KS5 = 204, K2S = 72 floats) so that the X, W1, A1 and W2 fragments'
+// 32 loads hit 32 banks or 2 ways; d2s's rows of 16 floats are not (2 ways for gW1's and gW2's A
+// fragments, 4 for D1p's).
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ unsigned v5_tf32(float x) {
     unsigned r;
@@ -1448,6 +1450,7 @@ constexpr int V5_SMEM_FLOATS = 64 * KS5 + 3 * 16 * KS5 + 64 * 16 + 64 * K2S + 2 
 __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
     constexpr int R = 4, SPR = 16, NX = (64 * KC5 / 4 + 255) / 256;
     cg::cluster_group cl = cg::this_cluster();
+    if (cl.num_blocks() != R) __trap();   // launched with the cluster attribute of 4 (the host's launch)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
     const int rank = cl.block_rank();
     const int c = blockIdx.x / R;
@@ -1529,7 +1532,7 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
             float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
             const float* xa = xs + (16 * mt + g) * KS5 + q4;
             const float* wb = ws + (8 * nt + g) * KS5 + q4;
-#pragma unroll 5
+#pragma unroll   // fully: acc[ks & 1] must resolve at compile time (else local memory)
             for (int ks = 0; ks < NK1; ++ks) {
                 const int k0 = 8 * ks;
                 v5_mma(acc[ks & 1], v5_tf32(xa[k0]), v5_tf32(xa[8 * KS5 + k0]), v5_tf32(xa[k0 + 4]),
@@ -1894,8 +1897,7 @@ int main(int argc, char** argv) {
         CK(cudaGetLastError());
     };
     auto check = [&](int ver, int steps) {
-        // TF32 products (v5) carry about 2^-11 of each operand: a looser bound there.
-        const double tolP = ver == 5 ? 3e-2 : 1e-2, tolM = ver == 5 ? 3e-2 : 1e-3;
+        const double tolP = 1e-2, tolM = 1e-3;   // element-wise (v1 to v4: FP32 products)
         CK(cudaMemcpy(dP, P.data(), n * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dM, M.data(), n * 4, cudaMemcpyHostToDevice));
         launch(ver, 0, steps); CK(cudaDeviceSynchronize());
         std::vector<float> P1(n), M1(n);
@@ -1911,8 +1913,31 @@ int main(int argc, char** argv) {
                size_t(0), size_t(H1) * I, size_t(H1) * I + H1, size_t(H1) * I + H1 + size_t(H2) * H1,
                size_t(H1) * I + H1 + size_t(H2) * H1 + H2, n - O);
         bool ok = worst < tolP && worstm < tolM;
-        printf("  check after %d step(s) against float64: worst P error %.3g (of the update, or 1e-3 |p|), M %.3g -> %s\n", steps,
-               worst, worstm, ok ? "OK" : "MISMATCH");
+        printf("  check after %d step(s) against float64: worst P error %.3g (of the update, or 1e-3 |p|), M %.3g%s\n", steps,
+               worst, worstm, ver == 5 ? " (element-wise, for the record)" : ok ? " -> OK" : " -> MISMATCH");
+        if (ver == 5) {
+            // TF32 products: each gradient is off by about 1e-3 of its size, and an element whose
+            // momentum is near 0 makes any element-wise ratio explode (a CPU emulation of v5's
+            // rounding gave 0.34 after 1 step, 31 after 4). So per tensor, as norms:
+            // ||P - Pr|| / ||Pr - P0|| and ||M - Mr|| / ||Mr|| under 5e-2 (the emulation: 8.7e-3 and
+            // 1.7e-2 after 4 steps; a wrong fragment index gives about 1).
+            const size_t off[7] = {0, size_t(H1) * I, size_t(H1) * I + H1, size_t(H1) * I + H1 + size_t(H2) * H1,
+                                   size_t(H1) * I + H1 + size_t(H2) * H1 + H2, n - O, n};
+            const char* nm[6] = {"W1", "b1", "W2", "b2", "W3", "b3"};
+            ok = true;
+            printf("  per tensor, ||P - Pr|| / ||Pr - P0||, ||M - Mr|| / ||Mr||:");
+            for (int t = 0; t < 6; ++t) {
+                double ep = 0, up = 0, em = 0, mm = 0;
+                for (size_t i = off[t]; i < off[t + 1]; ++i) {
+                    ep += (P1[i] - Pr[i]) * (P1[i] - Pr[i]); up += (Pr[i] - P[i]) * (Pr[i] - P[i]);
+                    em += (M1[i] - Mr[i]) * (M1[i] - Mr[i]); mm += Mr[i] * Mr[i];
+                }
+                const double rp = std::sqrt(ep / (up + 1e-30)), rm = std::sqrt(em / (mm + 1e-30));
+                ok = ok && rp < 5e-2 && rm < 5e-2;
+                printf(" %s %.2g %.2g;", nm[t], rp, rm);
+            }
+            printf(" -> %s\n", ok ? "OK" : "MISMATCH");
+        }
         return ok;
     };
     bool all_ok = true;
@@ -1930,6 +1955,9 @@ int main(int argc, char** argv) {
         int maxc = 0; CK(cudaOccupancyMaxActiveClusters(&maxc, fn, &cfg));
         printf("v%d: %d clusters of %d (at most %d resident)\n", ver, G, R, maxc);
         if (maxc < G) { fprintf(stderr, "not all clusters fit\n"); return 1; }
+        // The grid barrier's targets assume the count is a multiple of this launch's blocks: from 0 at
+        // each version (the versions' grids differ: 128 and 64 blocks).
+        CK(cudaMemset(dsync, 0, 8));
         all_ok &= check(ver, 1);
         all_ok &= check(ver, 4);
         cudaStream_t st; CK(cudaStreamCreate(&st));
