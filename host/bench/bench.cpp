@@ -87,7 +87,7 @@ std::vector<std::string> bench_entries(const KernelChoice& k) {
     if (k.design == Design::Fused) return {"fused_step", "fused_forward", "fused_output", "fused_grad"};
     if (k.design == Design::Fast) return {"outer"};  // its other kernels are timed with the fused and seed sets
     if (k.design == Design::Tc && k.bf16) return {"tc_forward_bf16", "tc_grad_input_bf16", "tc_grad_weights_bf16"};
-    if (k.design == Design::Tc) return {"tc_step", "tc_forward", "tc_grad_input", "tc_grad_weights"};
+    if (k.design == Design::Tc) return {"tc_step", "fc3_step", "tc_forward", "tc_grad_input", "tc_grad_weights"};
     return {"forward2", "grad2", "batch_mean", "gather", "optim_sgd", "optim_adam"};
 }
 
@@ -258,6 +258,48 @@ void bench_dense_step(const Context& ctx, const BenchOptions& opt, const Model& 
     r.kernels.push_back(t);
 }
 
+// fc3_step as train runs a 3-layer fc network on the tc set (cnn_fc3step.cpp): a chunk of
+// kFc3Chunk steps on as many batches (the same images each) in ONE launch, replayed as a CUDA
+// graph ("PREFIX:tc"; the layer-by-layer step beside it is "PREFIX:tc/layers"); else a line
+// saying why fc3_step does not take the network. Returns whether it ran.
+constexpr unsigned kFc3Chunk = 128;  // the model trainer's chunk when fc3_step runs (default_chunk)
+bool bench_fc3_step(const Context& ctx, const BenchOptions& opt, const Model& m, const std::vector<float>& X,
+                    const std::vector<float>& T, const std::string& prefix, BenchResult& r, std::ostream& out,
+                    CUstream s) {
+    TrainConfig cfg;
+    cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    cfg.batch = opt.model_batch;
+    if (const std::string why = fc3_step_unfit(m, cfg.kernels, cfg.batch, cfg.activation); !why.empty()) {
+        if (m.fc_only() && m.layers.size() == 3) fmt::print(out, "  (no fc3_step: {})\n", why);
+        return false;
+    }
+    std::vector<std::string> entries = cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
+    entries.push_back("fc3_step");
+    KernelSet ks(KernelSource::Ptx, ctx.info(), opt.dirs, entries);
+    CnnParams p(m, init_model_params(m, Init::Torch, opt.seed), cfg.optim);
+    Fc3Step step(m, p, cfg);
+    std::vector<float> xs, ts;
+    for (unsigned i = 0; i < kFc3Chunk; ++i) {
+        xs.insert(xs.end(), X.begin(), X.end());
+        ts.insert(ts.end(), T.begin(), T.end());
+    }
+    DeviceBuffer dx(xs.size() * 4, "images"), dt(ts.size() * 4, "targets"), dy(ts.size() * 4, "logits"),
+        dh(size_t(kFc3Chunk) * sizeof(StepHyper), "step table");
+    dx.upload(xs);
+    dt.upload(ts);
+    dh.upload(std::vector<StepHyper>(kFc3Chunk, step_hyper(cfg.optim, 0.01, 1)));
+    StepIO io;
+    io.X = dx.ptr(), io.T = dt.ptr(), io.Y = dy.ptr(), io.hyp = dh.ptr();
+    io.B = opt.model_batch, io.I = unsigned(X.size() / opt.model_batch);
+    Graph g(s, [&] { step.enqueue_steps(ks, io, kFc3Chunk, s); });
+    KernelTiming t{fmt::format("{}:tc", prefix), "model step", opt.model_batch};
+    t.us = 1e3 * time_launches([&](CUstream st) { g.launch(st); }, s) / kFc3Chunk;
+    fmt::print(out, "{:<32} {:>10.2f}\n", t.set, t.us);
+    out.flush();
+    r.kernels.push_back(t);
+    return true;
+}
+
 // PyTorch's step for the same network and recipe on the same GPU, two rows beside ptxlab's:
 // PREFIX:torch+graph (CUDA-graph replays) and PREFIX:torch (eager); else a line saying why not.
 void bench_torch_step(const BenchOptions& opt, const std::string& spec, const std::string& prefix, BenchResult& r,
@@ -303,8 +345,10 @@ void bench_model_steps(const Context& ctx, const BenchOptions& opt, BenchResult&
             bool overlap;
             const char* name;
         };
+        // A network fc3_step takes: its row is "tc" (what train runs), the layer-by-layer step's "tc/layers".
+        const bool fc3 = bench_fc3_step(ctx, opt, m, X, T, prefix, r, out, s);
         for (const auto& [k, overlap, name] : {Variant{{Design::Seed, KernelSource::Ptx}, true, "ptx"},
-                                                Variant{{Design::Tc, KernelSource::Ptx}, true, "tc"},
+                                                Variant{{Design::Tc, KernelSource::Ptx}, true, fc3 ? "tc/layers" : "tc"},
                                                 Variant{{Design::Tc, KernelSource::Ptx}, false, "tc/serial"}}) {
             if (m.fc_only() && k.design != Design::Tc) continue;
             TrainConfig cfg;
@@ -366,8 +410,8 @@ void bench_cnn_kernels(const Context& ctx, const BenchOptions& opt, BenchResult&
 
 // Each plain set's kernels (bench_entries) at each batch on the MNIST sizes, then the CNN's.
 void bench_kernels(const Context& ctx, const BenchOptions& opt, BenchResult& r, std::ostream& out, CUstream s) {
-    fmt::print(out, "kernels (784-128-10; median per launch; roofline = achieved / min(FMA peak, intensity x copy "
-                    "bandwidth))\n");
+    fmt::print(out, "kernels (784-128-10, fc3_step 784-256-128-10; median per launch; roofline = achieved / min(FMA "
+                    "peak, intensity x copy bandwidth))\n");
     fmt::print(out, "{:<16} {:<14} {:>6} {:>10} {:>9} {:>10} {:>9}\n", "set", "kernel", "batch", "us", "GB/s",
                "GFLOP/s", "roofline");
     for (const auto& set : opt.sets) {
@@ -380,7 +424,7 @@ void bench_kernels(const Context& ctx, const BenchOptions& opt, BenchResult& r, 
         for (const auto& e : entries) {
             for (unsigned B : opt.kernel_batches) {
                 const std::optional<VerifyCase> c = bench_case(e, B);
-                if (!c) continue;  // tc_step: one batch of <= 64
+                if (!c) continue;  // tc_step, fc3_step: one batch of <= 64
                 KernelTiming t{set, e, B};
                 time_case(t, *c, ks.get(e), opt.seed, r, s);
                 fmt::print(out, "{:<16} {:<14} {:>6} {:>10.2f} {:>9.1f} {:>10.1f} {:>8.2f}%\n", set, e, B, t.us,

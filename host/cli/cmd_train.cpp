@@ -265,21 +265,8 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
                    m->param_count, to_string(cfg.kernels.source),
                    conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
                    ctx.info().name, ctx.info().arch(), m->shapes_text());
-        const std::string why = dense_step_unfit(cfg);
-        if (why.empty()) {  // the whole step but the optimizer in one launch (ptx/densestep.ptx)
-            fmt::print("  a step: dense_program, {} (one launch: every layer's forward pass, the loss, every "
-                       "gradient; FP32; then the optimizer)\n",
-                       optimizer_entry(cfg.optim.kind));
-            fmt::print("{}", dense_step_layer_kernels(*m));
-        } else {
-            const bool wgk = cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs);
-            fmt::print("  a step: {}, {}{}\n",
-                       cnn_step_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation, cfg.pool_bwd_in_conv,
-                                        wgk),
-                       optimizer_entry(cfg.optim.kind), m->fc_only() ? " (no one-launch step: " + why + ")" : "");
-            fmt::print("{}", cnn_layer_kernels(*m, conv_kernels_of(cfg.kernels), cfg.batch, cfg.activation,
-                                               cfg.pool_bwd_in_conv, wgk));
-        }
+        // fc3_step, dense_program or the layer-by-layer step, and the kernels of each layer.
+        fmt::print("{}", model_step_listing(cfg, cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs)));
     } else {
         fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n  a step: {}\n", layers_text(cfg.layers),
                    to_string(cfg.kernels), ctx.info().name, ctx.info().arch(), mlp_step_kernels(cfg));
@@ -544,14 +531,15 @@ void setup_train(CLI::App& app, Command& chosen, PrepareCommand* prepare) {
         "train",
         "Train a network on MNIST with the hand-written PTX kernels: the MLP of --layers, or any --model. "
         "One loop runs every network: 2 fc layers on the MLP's kernel sets (--kernels), 3 fc layers or more and "
-        "every --model with conv layers on the model trainer's layer-by-layer step (it prints the kernels a step "
-        "launches). The default recipe is the one PyTorch users "
+        "every --model with conv layers on the model trainer's step: 3 fc layers with ReLU at batch <= 64 (I <= 784, "
+        "H1 <= 256, H2 <= 128) as whole steps in one launch of fc3_step on the tc set (the default there), the "
+        "others layer by layer (it prints the kernels a step launches, and why not fc3_step). The default recipe is the one PyTorch users "
         "run: softmax cross-entropy, SGD with Nesterov momentum 0.9, a one-cycle schedule (linear warm-up from 0 "
         "over the first 20 % of the steps to the peak lr 0.1, then linear decay to 0), nn.Linear's init, ReLU, "
         "784-128-10, batch 64, 5 epochs, the fused kernels. The run goes through its whole schedule, evaluating "
         "20 times an epoch, and reports the step and training time at which the test accuracy first reached the "
         "target (98 %) and the final accuracy. Steps run in chunks replayed as CUDA graphs; Ctrl-C stops after the "
-        "current chunk (128 steps for 2 fc layers, 32 for a --model; chunks end at the evaluations; the graphs are "
+        "current chunk (128 steps for 2 fc layers and fc3_step, 32 for a --model's layer-by-layer step; chunks end at the evaluations; the graphs are "
         "captured before the clock starts and their capture time is reported apart), writes a checkpoint (--save, "
         "else interrupted.safetensors) that --resume continues, and exits with 130. A non-finite loss is "
         "replayed one kernel at a time with the PTX and then with the NVRTC twins from the same state, to tell a "

@@ -295,11 +295,11 @@ KernelSet::KernelSet(KernelSource source, const DeviceInfo& dev, const KernelDir
         return true;
     });
     // fused_forward, fused_step, conv_bwd_weights and tc_conv_bwd_weights run as 8-block thread-block clusters
-    // (.reqnctapercluster), new in sm_90.
+    // (.reqnctapercluster), tc_step as one of 16 and fc3_step as clusters of 4: new in sm_90.
     if (dev.cc_major < 9 && std::any_of(wanted.begin(), wanted.end(), [](const KernelSpec* s) {
             return s->file == "fused" || s->file == "step" || s->file == "conv" || s->file == "tcwgrad" ||
                    s->file == "tcstep" || s->file == "dense" || s->file == "densetc" ||
-                   s->file == "densestep";
+                   s->file == "densestep" || s->file == "fc3step";
         }))
         PTXLAB_THROW(InputError,
                      "the fused kernels use thread-block clusters, which need sm_90 or newer; {} is {} "

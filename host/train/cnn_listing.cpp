@@ -1,8 +1,10 @@
 // What a step of the model trainer launches, by layer, as `train` prints it (train_cnn.hpp:
-// cnn_step_kernels, cnn_layer_kernels): the step's data flow run on RecordingOps.
+// cnn_step_kernels, cnn_layer_kernels: the step's data flow run on RecordingOps), and which step
+// a run takes (model_step_listing: fc3_step, dense_program or the layer-by-layer step).
 #include "cnn_ops.hpp"
 #include "dense.hpp"
 #include "layer_steps.hpp"
+#include "optim.hpp"
 #include "train_cnn.hpp"
 
 #include <fmt/format.h>
@@ -157,6 +159,30 @@ std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activ
     std::string out;
     for (const auto& [n, k] : seen) out += fmt::format("{}{}{}", out.empty() ? "" : ", ", n, k > 1 ? fmt::format(" x{}", k) : "");
     return out;
+}
+
+std::string model_step_listing(const TrainConfig& cfg, bool wgk) {
+    const Model& m = *cfg.model;
+    if (fc3_step_unfit(cfg).empty())  // the whole step, the optimizer included, in one launch
+        return fmt::format("  a step: fc3_step (the whole step in one launch: every layer's forward pass, the loss, "
+                           "every gradient and the optimizer's update; TF32 products; {} a launch)\n",
+                           cfg.steps_per_launch ? fmt::format("{} steps", cfg.steps_per_launch)
+                                                : std::string("every step of a chunk")) +
+               fc3_step_layer_kernels(m);
+    const std::string optim = optimizer_entry(cfg.optim.kind);
+    if (dense_step_unfit(cfg).empty())  // the whole step but the optimizer in one launch (ptx/densestep.ptx)
+        return fmt::format("  a step: dense_program, {} (one launch: every layer's forward pass, the loss, every "
+                           "gradient; FP32; then the optimizer)\n",
+                           optim) +
+               dense_step_layer_kernels(m);
+    // Why no one-launch step runs an fc network: fc3_step's reason where it has 3 layers.
+    std::string why;
+    if (m.fc_only())
+        why = " (no one-launch step: " + (m.layers.size() == 3 ? fc3_step_unfit(cfg) : dense_step_unfit(cfg)) + ")";
+    const ConvKernels conv = conv_kernels_of(cfg.kernels);
+    return fmt::format("  a step: {}, {}{}\n",
+                       cnn_step_kernels(m, conv, cfg.batch, cfg.activation, cfg.pool_bwd_in_conv, wgk), optim, why) +
+           cnn_layer_kernels(m, conv, cfg.batch, cfg.activation, cfg.pool_bwd_in_conv, wgk);
 }
 
 }  // namespace ptxlab

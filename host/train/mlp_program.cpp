@@ -440,6 +440,7 @@ std::vector<std::string> training_entries(const TrainConfig& cfg) {
     if (cfg.model) {
         std::vector<std::string> v = cnn_training_entries(cfg.optim, conv_kernels_of(cfg.kernels));
         if (dense_step_unfit(cfg).empty()) v.push_back("dense_program");
+        if (fc3_step_unfit(cfg).empty()) v.push_back("fc3_step");  // its file is there (fc3_step_absent)
         return v;
     }
     const auto& sizes = cfg.layers;

@@ -470,7 +470,11 @@ std::string Trainer::diagnose_non_finite(unsigned a, unsigned b) {
         return fmt::format("{}. These are the NVRTC twins, so {}", ptx.message, advice);
     DeviceBuffer after(saved_.bytes(), "state after the failing step");
     save_state(after);
-    KernelSet twins(KernelSource::Reference, ctx_.info(), cfg_.dirs, training_entries(cfg_));
+    // The twins' entries as a run on them would load them (a twin file missing leaves its entry
+    // out, fc3_step_absent, and the program then replays those steps on its other kernels).
+    TrainConfig twin_cfg = cfg_;
+    twin_cfg.kernels.source = KernelSource::Reference;
+    KernelSet twins(KernelSource::Reference, ctx_.info(), cfg_.dirs, training_entries(twin_cfg));
     use_precision(twins, cfg_.kernels);
     const BadWrite twin = replay_until_non_finite(twins, a, ptx.step + 1);
     restore_state(after);

@@ -91,13 +91,14 @@ struct TrainConfig {
                                 // while the previous one drains; griddepcontrol in fused.ptx; fused_step
                                 // is always launched plainly, see step.ptx)
     bool one_launch = true;     // fused set: the whole step in one launch (fused_step, step.ptx) for
-                                // batches <= 64 and I <= 800, O <= 32
+                                // batches <= 64 and I <= 800, O <= 32; a --model of 3 fc layers on
+                                // the tc set: fc3_step (train_cnn.hpp fc3_step_unfit)
     bool dense_program = false; // a --model of fc layers: the step as dense_program + the optimizer
                                 // (train --dense-program; train_cnn.hpp dense_step_unfit)
     unsigned chunk = 0;         // steps per chunk; 0: 128 for the fused design, 8 for the seed design,
                                 // 32 for a --model
-    unsigned steps_per_launch = 0;  // fused_step: steps run by one launch (0: every step of a chunk;
-                                    // 1: a launch a step); the results are the same bit for bit
+    unsigned steps_per_launch = 0;  // fused_step, tc_step, fc3_step: steps run by one launch (0: every
+                                    // step of a chunk; 1: a launch a step); the same results bit for bit
     KernelDirs dirs = KernelDirs::from_environment();
     unsigned max_steps = 0;     // stop after this many steps (0: no limit); for tests and smoke runs
     bool progress = true;       // progress bar on stderr when it is a terminal

@@ -387,7 +387,9 @@ namespace {
 // and per-batch buffers on the GPU, the step as cnn_forward + cnn_backward + the optimizer.
 // enqueue_steps launches it as enqueue_cnn_step does (the weight gradients on side streams with
 // cfg.overlap); step_kernels gives the same launches one by one on one stream, each with the
-// buffers it writes, for the NaN hunt.
+// buffers it writes, for the NaN hunt. Where a one-launch step takes the network, it runs instead:
+// fc3_step for 3 fc layers on the tc set (Fc3Step: a chunk's steps in one launch, the optimizer in
+// it), dense_program + the optimizer when --dense-program asks (DenseStep).
 class ModelProgram : public StepProgram {
 public:
     ModelProgram(const TrainConfig& cfg, const Split& test)
@@ -418,14 +420,16 @@ public:
         }
         name(a_.D2, kClasses);
         if (p_.running.bytes()) name(p_.running, 0);
-        // An fc-only ReLU network: the step as dense_program + the optimizer (two launches).
-        if (dense_step_unfit(cfg).empty())
-            dense_ = std::make_unique<DenseStep>(m_, p_, a_, cfg);
+        // 3 fc layers on the tc set: whole steps in one launch of fc3_step (the optimizer in it);
+        // --dense-program: the step as dense_program + the optimizer (two launches).
+        if (fc3_step_unfit(cfg).empty()) fc3_ = std::make_unique<Fc3Step>(m_, p_, cfg);
+        else if (dense_step_unfit(cfg).empty()) dense_ = std::make_unique<DenseStep>(m_, p_, a_, cfg);
     }
 
     std::vector<StepKernel> step_kernels(const KernelSet& ks, const StepIO& io) override;
     StepKernel dense_program_kernel(const KernelSet& ks, const StepIO& io);
     void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s) override {
+        if (fc3(ks)) return fc3_->enqueue_steps(ks, first, steps, s);
         keep_transposes(ks);
         for (unsigned j = 0; j < steps; ++j) {
             const StepIO io = first.next(j);
@@ -439,8 +443,11 @@ public:
     }
     // The W^T buffers of dense_wg_k's deltas, once the step's KernelSet is known (tc, dense_wg_k loaded).
     void keep_transposes(const KernelSet& ks) {
-        if (!dense_) a_.keep_transposes(m_, ks, conv_);
+        if (!dense_ && !fc3(ks)) a_.keep_transposes(m_, ks, conv_);
     }
+    // Whether fc3_step runs the steps with these kernels: its rule held (fc3_step_unfit) and the
+    // set has it (else the layer-by-layer step: the same data, other kernels).
+    bool fc3(const KernelSet& ks) const { return fc3_ && ks.has("fc3_step"); }
     std::vector<const DeviceBuffer*> state() const override {
         std::vector<const DeviceBuffer*> v = {&p_.params};
         for (const DeviceBuffer* st : {&p_.state1, &p_.state2, &p_.running})
@@ -462,7 +469,9 @@ public:
         if (p_.state2.bytes()) e.state2 = p_.state2.download_vector<float>();
         if (p_.running.bytes()) e.buffers = p_.running.download_vector<float>();
     }
-    unsigned default_chunk() const override { return 32; }
+    // fc3_step runs a chunk's steps in one launch (its prologue loads the W1 and W2 tiles): the
+    // MLP's one-launch steps' 128; the layer-by-layer step's graphs hold 32.
+    unsigned default_chunk() const override { return fc3_ ? 128u : 32u; }
     bool float_lr() const override { return false; }
 
     // What the NaN hunt reads after a launch that wrote at address p: the buffer that starts there.
@@ -485,6 +494,7 @@ private:
     std::vector<StepKernel::Write> params_;
     std::map<CUdeviceptr, StepKernel::Write> written_;
     std::unique_ptr<DenseStep> dense_;  // the one-launch step (dense_step_unfit), or none
+    std::unique_ptr<Fc3Step> fc3_;      // whole steps in one launch (fc3_step_unfit), or none
 };
 
 // The step's operations as StepKernels: each launches the operation alone on the stream it is
@@ -600,6 +610,7 @@ StepKernel ModelProgram::dense_program_kernel(const KernelSet& ks, const StepIO&
 }
 
 std::vector<StepKernel> ModelProgram::step_kernels(const KernelSet& ks, const StepIO& io) {
+    if (fc3(ks)) return {fc3_->step_kernel(ks, io, params_)};  // the optimizer's update in it
     std::vector<StepKernel> v;
     if (dense_) {
         v.push_back(dense_program_kernel(ks, io));

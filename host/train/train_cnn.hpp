@@ -1,7 +1,9 @@
 // The model trainer's step: any --model (conv, pool and fc layers) on the GPU, layer by layer,
 // run by the one training loop (train.hpp, step_program.hpp: make_model_program);
 // tests/gpu/train/test_cnn_train.cpp holds the device checks (BENCHMARKS.md: `train --model cnn`
-// reaches 99.30 to 99.36 % on an H100).
+// reaches 99.30 to 99.36 % on an H100). A network of 3 fc layers on the tc set runs whole steps in
+// one launch of fc3_step instead (Fc3Step below: fc3_step_unfit says where), and an fc network
+// with --dense-program as dense_program + the optimizer (DenseStep).
 //
 // One step on a batch X [B][C*H*W] (NCHW) with one-hot targets T [B][10]:
 //   forward   every layer but the last: conv -> conv_fwd (bias and ReLU in the epilogue, act 1;
@@ -52,6 +54,7 @@
 #pragma once
 
 #include "cuda.hpp"
+#include "fc3step.hpp"
 #include "fused.hpp"
 #include "ref_conv.hpp"
 #include "idx.hpp"
@@ -315,6 +318,49 @@ private:
     std::map<std::tuple<const Kernel*, CUdeviceptr, CUdeviceptr, CUdeviceptr>, Table> tables_;
     std::map<const Kernel*, DeviceBuffer> sync_;
     std::vector<DeviceBuffer> pool_;
+};
+
+// ---- A 3-layer fc model's whole steps in one launch (cnn_fc3step.cpp) ----
+// Why the training loop does not run `m`'s steps on fc3_step (ptx/fc3step.ptx: the forward pass,
+// the loss, every gradient and every parameter's optimizer step in one launch, several steps a
+// launch), or "" when it does: exactly 3 fc layers, ReLU, the tc set or its twins (TF32 products;
+// not tc-bf16), and sizes fc3step.hpp's fc3_step_unfit takes (B <= 64, I <= 784, H1 <= 256,
+// H2 <= 128, O <= 16).
+std::string fc3_step_unfit(const Model& m, const KernelChoice& k, unsigned B, Activation act);
+// The same for a run: its --model, with cfg.one_launch on (off: the layer-by-layer step), without
+// --dense-program (dense_program runs when asked for), and fc3_step's file in the run's kernel
+// directory (fc3_step_absent). Where it is empty, the step is fc3_step's (before the
+// layer-by-layer step); train prints the reason for a 3-layer fc network where it is not.
+std::string fc3_step_unfit(const TrainConfig& cfg);
+// Why a KernelSet of `source` from `dirs` would lack fc3_step: its file missing there (a
+// --ptx-dir without fc3step.ptx, a reference directory without fc3step.cu); "" when it is there.
+std::string fc3_step_absent(KernelSource source, const KernelDirs& dirs);
+// The layer table `train` prints for that step (cnn_layer_kernels' columns): fc3_step's stage of
+// each layer's forward pass, deltas and weight gradient.
+std::string fc3_step_layer_kernels(const Model& m);
+// The lines `train` prints of a --model run's step: "  a step: ..." (the launches; for an fc-only
+// network that no one-launch step runs, why not: fc3_step's reason for 3 fc layers, else
+// dense_program's), then the layer table. wgk: cnn_wgk_loaded for the run's device and kernels.
+std::string model_step_listing(const TrainConfig& cfg, bool wgk);
+// That step on the model trainer's buffers: the flat parameters (W1, b1, W2, b2, W3, b3 back to
+// back: checked, an internal Error otherwise) and the optimizer's state of p, with its own
+// scratch of kFc3StepWorkBytes, zeroed once here (fc3_step keeps its grid barrier's count there
+// between launches). No gradient buffer: the kernel updates the parameters itself.
+class Fc3Step {
+public:
+    Fc3Step(const Model& m, const CnnParams& p, const TrainConfig& cfg);
+    // `steps` steps from `first` on (back to back, StepIO::next): one launch, or launches of
+    // cfg.steps_per_launch steps where that is set (the same bits either way).
+    void enqueue_steps(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s) const;
+    // One step as one launch, for the NaN hunt: it writes Y, then the parameters (params: the
+    // model trainer's views, each layer's weight then bias, listed fc3 first, as they update).
+    StepKernel step_kernel(const KernelSet& ks, const StepIO& io, const std::vector<StepKernel::Write>& params) const;
+
+private:
+    void launch(const KernelSet& ks, const StepIO& first, unsigned steps, CUstream s) const;
+    DeviceBuffer work_;
+    Fc3StepArgs args_;  // all but X, T, Y, hyp and steps
+    unsigned per_launch_ = 0;
 };
 
 // train false: evaluation (bn layers on their running statistics, which stay as they are).

@@ -13,8 +13,6 @@
 
 namespace ptxlab::verify_detail {
 
-namespace {
-
 // The optimizer's constants, random in their ranges, with weight decay as the optimizer's row
 // says (optimizers.hpp step_decay: momentum, adam, adamw and rmsprop with it, sgd and nesterov
 // without, nadam with it for loss code 1 only: the default cases, which run every optimizer with
@@ -32,6 +30,8 @@ OptimConfig random_optim(OptimKind kind, unsigned loss, Rng& rng) {
     o.weight_decay = wd_on ? rng.uniform(1e-4f, 0.1f) : 0.0f;
     return o;
 }
+
+namespace {
 
 // The parameters W1, b1, W2, b2 in one flat array P (the layout the kernel takes), the
 // reference's gradient G in the same layout, and the parts' names and shapes.

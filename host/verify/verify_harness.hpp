@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels.hpp"
+#include "recipe.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
 #include "verify.hpp"
@@ -90,5 +91,17 @@ inline CUdeviceptr ptr(const DevicePtrs& m, const char* name) { return m.at(name
 // the work of a step that bench times (at the MNIST sizes).
 Harness make_step_harness(const VerifyCase& c, Rng& rng, bool tc);
 std::pair<double, double> step_work(const VerifyCase& c);
+// The one-launch steps' optimizer constants (family_step.cpp): random in their ranges, weight decay
+// as the optimizer's row says for the loss code (fused_step, tc_step and fc3_step take them).
+OptimConfig random_optim(OptimKind kind, unsigned loss, Rng& rng);
+
+// family_fc3step.cpp: fc3_step's float64 reference of one step (that file's header gives the
+// bounds) on the network `net` (sizes {I, H1, H2, O}) and B samples of X [B][I], T [B][O]: the
+// logits Y [B][O] and the gradient G = scale * the sums of W1, b1, W2, b2, W3, b3 back to back (P's
+// layout), which ref_optim_bounded takes on to the optimizer's step.
+struct Fc3Ref {
+    Bounded Y, G;
+};
+Fc3Ref ref_fc3_step(const NetParams& net, const float* X, const float* T, unsigned B, unsigned loss, float scale);
 
 }  // namespace ptxlab::verify_detail

@@ -14,7 +14,7 @@ namespace ptxlab::test {
 const Context& gpu();  // created by main() before any test runs
 // `train --model spec --kernels tc` (or its twins: src) for `steps` steps of one epoch, quietly,
 // at `batch` samples a step (0: train's default); its printout goes to the test's log.
-// one_launch false: an fc-only network keeps the layer-by-layer step (not dense_program).
+// one_launch false: an fc-only network keeps the layer-by-layer step (not fc3_step for 3 fc layers).
 TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsigned steps, KernelSource src,
                               unsigned batch = 0, bool one_launch = true);
 // One verify case of `entry` at `shape`: the PTX from ptx_dirs against the tree's twins, inputs from `seed`.

@@ -69,9 +69,9 @@ TEST_CASE("link: a .func head reads as its name, linkage and types, its names le
     CHECK(fs[2].signature == "()");
 }
 
-TEST_CASE("link: step.ptx and tcstep.ptx declare optimizer_update and optimizer_state as optim.ptx defines them") {
+TEST_CASE("link: step.ptx, tcstep.ptx and fc3step.ptx declare optimizer_update and optimizer_state as optim.ptx defines them") {
     const std::vector<PtxFunc> optim = ptx_functions(read_source_file(tree("optim.ptx")).text);
-    for (const char* file : {"step.ptx", "tcstep.ptx"}) {
+    for (const char* file : {"step.ptx", "tcstep.ptx", "fc3step.ptx"}) {
         CAPTURE(file);
         const std::vector<PtxFunc> fs = ptx_functions(read_source_file(tree(file)).text);
         for (const char* name : {"optimizer_update", "optimizer_state"}) {
@@ -133,7 +133,7 @@ TEST_CASE("link: the linked text is the file with its declarations made forward 
 }
 
 TEST_CASE("link: check assembles step.ptx with optim.ptx and reports fused_step's resources, no spills") {
-    for (const char* file : {"step.ptx", "tcstep.ptx"}) {
+    for (const char* file : {"step.ptx", "tcstep.ptx", "fc3step.ptx"}) {
         CAPTURE(file);
         const AssemblyResult r = assemble_offline(read_source_file(tree(file)), "sm_90");
         CAPTURE(r.error_log);
@@ -141,7 +141,10 @@ TEST_CASE("link: check assembles step.ptx with optim.ptx and reports fused_step'
         REQUIRE(r.linked.size() == 1);
         CHECK(std::filesystem::path(r.linked[0]).filename() == "optim.ptx");
         REQUIRE(r.entries.size() == 1);
-        CHECK(r.entries[0].name == (std::string(file) == "step.ptx" ? "fused_step" : "tc_step"));
+        const std::string entry = std::string(file) == "step.ptx"     ? "fused_step"
+                                  : std::string(file) == "tcstep.ptx" ? "tc_step"
+                                                                      : "fc3_step";
+        CHECK(r.entries[0].name == entry);
         CHECK(r.entries[0].registers > 100);
         // Linked as text, the calls stay inside one module: no spills, and no stack frame beyond
         // the 16 bytes nvJitLink's (relocatable) assembly gave these kernels before the move (an
@@ -242,9 +245,9 @@ TEST_CASE("link: line info names the linked file's lines") {
     CHECK(std::find(a.line_map.begin(), a.line_map.end(), 10) != a.line_map.end());
 }
 
-TEST_CASE("link: a planted optimizer_update reaches fused_step and tc_step, linked from the planted directory") {
+TEST_CASE("link: a planted optimizer_update reaches fused_step, tc_step and fc3_step, linked from the planted directory") {
     const PlantedKernel planted = plant("optimizer_update_nadam_without_gradient_term");
-    for (const char* file : {"step.ptx", "tcstep.ptx"}) {
+    for (const char* file : {"step.ptx", "tcstep.ptx", "fc3step.ptx"}) {
         CAPTURE(file);
         const SourceFile src = read_source_file(planted.dir() + "/" + file);
         const LinkedPtx l = link_ptx(src);

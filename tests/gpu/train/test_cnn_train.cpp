@@ -334,10 +334,9 @@ TEST_CASE("cnn: --kernels tc runs the conv layers on the tensor cores, learns li
 }
 
 TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the first) match float64, the PTX its twins") {
-    // What `train --layers 784,64,32,10` runs: fused_forward x2 (on a device of compute capability
-    // 9.0 dense_wg_k x2: TF32 products), fused_output, fused_grad (the last two layers),
-    // fc_bwd_data (on 9.0 dense_wg_k from transpose32's W^T), tc_grad_weights (the first layer,
-    // TF32 products).
+    // What `train --layers 784,64,32,10` runs layer by layer (fc3_step's otherwise): fused_forward x2
+    // (9.0: dense_wg_k x2, TF32 products), fused_output, fused_grad (the last two layers), fc_bwd_data
+    // (9.0: dense_wg_k from transpose32's W^T), tc_grad_weights (the first layer, TF32 products).
     const Model m = parse_model("fc64,fc32,fc10");
     const bool wgk = cnn_wgk_loaded(gpu().info());
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 16, Activation::Relu, false, wgk) ==
@@ -376,7 +375,7 @@ TEST_CASE("cnn: three fc layers on the dense kernels (tc_grad_weights for the fi
 }
 
 TEST_CASE("cnn: an fc network's step as dense_program + the optimizer matches the float64 steps, the PTX its twins") {
-    // What `train --layers 784,256,128,10` (and fc-only --model runs of ReLU) runs: dense_program
+    // What `train --layers 784,256,128,10 --dense-program` (fc-only ReLU --model runs) runs: dense_program
     // (forward, loss, every gradient in one launch, FP32), then the optimizer.
     for (const char* spec : {"fc64,fc32,fc10", "fc256,fc128,fc10", "fc33,fc10"}) {
         const Model m = parse_model(spec);
@@ -423,9 +422,10 @@ TEST_CASE("cnn: an fc network's step as dense_program + the optimizer matches th
 }
 
 TEST_CASE("cnn: train --layers 784,256,128,10 learns on the dense kernels in 300 steps, the PTX as its twins") {
+    // The layer-by-layer step (one_launch off): fc3_step runs this network otherwise (test_fc3step_train.cpp).
     const Dataset data = load_dataset(default_data_dir());
-    const TrainResult ptx = train_model_steps(data, "fc256,fc128,fc10", 300, KernelSource::Ptx),
-                      twin = train_model_steps(data, "fc256,fc128,fc10", 300, KernelSource::Reference);
+    const TrainResult ptx = train_model_steps(data, "fc256,fc128,fc10", 300, KernelSource::Ptx, 0, false),
+                      twin = train_model_steps(data, "fc256,fc128,fc10", 300, KernelSource::Reference, 0, false);
     CHECK(ptx.steps == 300);
     CHECK(ptx.accuracy >= 0.90);  // 92.44 % on an H200 (300 steps, still in the warm-up)
     CHECK(ptx.step_losses == twin.step_losses);
