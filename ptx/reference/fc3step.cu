@@ -28,6 +28,7 @@
 // step keeps every block alive while rank 0's last stores into the peers' B1S land.
 
 #include "recipe.cuh"  // optimizer_update, optim_keeps_m, optim_keeps_v: the sequences of optim.ptx
+#include "tc.cuh"      // tf32, mma_tf32: cvt.rna.tf32.f32 and the m16n8k8 mma, as the PTX issues them
 
 // ---- The shared-memory map of fc3step.ptx (byte offsets; the host passes fc3step.hpp's
 // kFc3StepSmem = kEnd) and its row strides in floats.
@@ -51,24 +52,6 @@ constexpr unsigned kWorkEnd = 655872;
 static_assert(kWorkA2 == kWorkA1 + 64 * 256 * 4 && kWorkYP == kWorkA2 + 64 * 128 * 4 &&
                   kWorkD1P == kWorkYP + 64 * 16 * 8 * 4 && kWorkEnd == kWorkD1P + 8 * 64 * 256 * 4,
               "fc3step.ptx's work layout");
-
-// cvt.rna.tf32.f32: nearest, ties away from zero, the 13 low bits cleared; a tf32 in a .b32.
-__device__ __forceinline__ unsigned tf32(float x)
-{
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// c = A B + c for one m16n8k8 tile, tf32 fragments a0..a3, b0, b1.
-__device__ __forceinline__ void mma_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                         unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // One k step of a 16 x 8 tile onto c: a(m, k) and b(k, n) give the tile's A and B elements (m, n
 // within the tile, k within the step), in this lane's slots (g = lane/4, q = lane%4): a0 = a(g, q),

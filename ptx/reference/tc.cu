@@ -20,25 +20,8 @@
 // in the same order, and the epilogue's add.rn and max are IEEE operations that NVRTC may not
 // contract or reorder (__fadd_rn; fmaxf is max.f32).
 
-#include "tc.cuh"  // g_at, four_chains, db_of, store_forward: the PTX's G, k groups, db and epilogue
-
-// cvt.rna.tf32.f32: nearest, ties away from zero, the 13 low bits cleared; a tf32 in a .b32.
-__device__ __forceinline__ unsigned tf32(float x)
-{
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// The mma of all three kernels: c = A B + c for one m16n8k8 tile, tf32 fragments a0..a3, b0, b1.
-__device__ __forceinline__ void mma_tf32(float& c0, float& c1, float& c2, float& c3, unsigned a0, unsigned a1,
-                                         unsigned a2, unsigned a3, unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+#include "tc.cuh"  // tf32, mma_tf32, g_at, four_chains, db_of, store_forward: the PTX's rounding, mma, G,
+                   // k groups, db and epilogue
 
 extern "C" __global__ void tc_forward(const float* X, const float* W, const float* b, float* A,
                                       unsigned B, unsigned I, unsigned H, unsigned act)

@@ -1,8 +1,35 @@
-// Shared by the CUDA C twins of tc.ptx and tcbf16.ptx (tc.cu, tcbf16.cu), which include it
-// (NVRTC gets each twin's directory as an include path): G of the backward products, the four
-// k groups' chains and their join, db's four FP32 chains, and tc_forward's epilogue. PTX has no #include, so each .ptx file spells
-// these out; this file is their one twin.
+// Shared by the CUDA C twins of the tensor-core kernels, which include it (NVRTC gets each twin's
+// directory as an include path): tf32 and mma_tf32 (cvt.rna.tf32.f32 and the m16n8k8 TF32
+// mma.sync through inline asm: tc.cu, tcstep.cu, fc3step.cu); and for tc.ptx and tcbf16.ptx (tc.cu,
+// tcbf16.cu) G of the backward products, the four k groups' chains and their join, db's four FP32
+// chains, and tc_forward's epilogue. PTX has no #include, so each .ptx file spells these out;
+// this file is their one twin.
 #pragma once
+
+// cvt.rna.tf32.f32: nearest, ties away from zero, the 13 low bits cleared; a tf32 in a .b32.
+__device__ __forceinline__ unsigned tf32(float x)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// c = A B + c for one m16n8k8 tile, tf32 fragments a0..a3, b0, b1.
+__device__ __forceinline__ void mma_tf32(float& c0, float& c1, float& c2, float& c3, unsigned a0, unsigned a1,
+                                         unsigned a2, unsigned a3, unsigned b0, unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The same on an accumulator array c[0..3].
+__device__ __forceinline__ void mma_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1)
+{
+    mma_tf32(c[0], c[1], c[2], c[3], a0, a1, a2, a3, b0, b1);
+}
 
 // G[s][o] of the backward kernels: dY masked by ReLU with act 1 (+0 where Y > 0 fails, a NaN Y
 // too), dY with act 0; +0 outside [B][O]. The PTX's selp(dY, +0, Y > 0) gives the same bits.

@@ -28,6 +28,7 @@
 // same sum order), and the peers' slices are read one float at a time.
 
 #include "recipe.cuh"  // optimizer_update: the sequence of optim.ptx, step.ptx and tcstep.ptx
+#include "tc.cuh"      // tf32, mma_tf32: cvt.rna.tf32.f32 and the m16n8k8 mma, as the PTX issues them
 
 // ---- This twin's shared-memory map (the first version of tcstep.ptx's: the PTX now lays its
 // exchange buffers out by unit block): byte offsets in the dynamic shared memory (of which the
@@ -46,24 +47,6 @@ constexpr unsigned kYROW = 172064, kEnd = 172320;          // [4][16] Y of this 
 constexpr unsigned kLdW = 60, kLdZ = 136, kLdD = 68, kLdO = 16, kLdU = 8;  // W1s and xs; zp; d1t; [.][O]; [.][8]
 static_assert(kEnd == kYROW + 4 * kLdO * 4 && kD1T + 128 * kLdD * 4 == kYP && kZP + 64 * kLdZ * 4 == kYP,
               "the twin's shared-memory map");
-
-// cvt.rna.tf32.f32: nearest, ties away from zero, the 13 low bits cleared; a tf32 in a .b32.
-__device__ __forceinline__ unsigned tf32(float x)
-{
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// c = A B + c for one m16n8k8 tile, tf32 fragments a0..a3, b0, b1.
-__device__ __forceinline__ void mma_tf32(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                         unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // One warp's 16-row x 8 nt-column block of A B (nt <= 8 tiles of 8 columns), the k tiles
 // k0 = 0, 8, ... < K in increasing order, each accumulator from +0: per k tile the A fragment

@@ -19,6 +19,10 @@ TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsi
                               unsigned batch = 0, bool one_launch = true);
 // One verify case of `entry` at `shape`: the PTX from ptx_dirs against the tree's twins, inputs from `seed`.
 CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed);
+// One verify case of `entry` at `shape` on fresh inputs (the seed printed on failure), the tree's
+// PTX against its twins: each set on its own writes every output within the float64 bound, and
+// the two agree to the bit.
+void check_both_sets(const std::string& entry, const std::vector<unsigned>& shape);
 // A planted bug: the case fails, the PTX differs from its twin and misses the float64
 // reference, while the twin does not.
 void check_planted_caught(const CaseResult& r);

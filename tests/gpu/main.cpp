@@ -3,6 +3,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <random>
+
 #include "common.hpp"
 
 #include <fmt/format.h>
@@ -62,6 +64,22 @@ ptxlab::CaseResult ptxlab::test::verify_one(const std::string& entry, std::vecto
     opt.reference_dirs = KernelDirs::from_environment();
     opt.ptx_dirs = ptx_dirs;
     return run_verify(gpu(), {{entry, std::move(shape)}}, opt).at(0);
+}
+
+void ptxlab::test::check_both_sets(const std::string& entry, const std::vector<unsigned>& shape) {
+    const unsigned seed = std::random_device{}();  // fresh inputs every run
+    INFO("seed ", seed);
+    CaseResult r = verify_one(entry, shape, KernelDirs::from_environment(), seed);
+    INFO(format_result(r));
+    CHECK(r.elements > 0);
+    // Each set on its own: every output written and within the float64 bound.
+    CHECK(r.unwritten_ptx == 0);
+    CHECK(r.f64_fail_ptx == 0);
+    CHECK(r.unwritten_ref == 0);
+    CHECK(r.f64_fail_ref == 0);
+    // And the two sets agree to the bit.
+    CHECK(r.differing == 0);
+    CHECK(r.max_ulp == 0);
 }
 
 void ptxlab::test::check_planted_caught(const CaseResult& r) {

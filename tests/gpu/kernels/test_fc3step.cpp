@@ -17,42 +17,23 @@
 using namespace ptxlab;
 using namespace ptxlab::test;
 
-namespace {
-unsigned fresh_seed() { return std::random_device{}(); }
-
-// Each set on its own every output written and within the float64 bound; the two sets equal to the bit.
-void check_fc3_both_sets(std::vector<unsigned> shape) {
-    const unsigned seed = fresh_seed();
-    INFO("seed ", seed);
-    CaseResult r = verify_one("fc3_step", std::move(shape), KernelDirs::from_environment(), seed);
-    INFO(format_result(r));
-    CHECK(r.elements > 0);
-    CHECK(r.unwritten_ptx == 0);
-    CHECK(r.f64_fail_ptx == 0);
-    CHECK(r.unwritten_ref == 0);
-    CHECK(r.f64_fail_ref == 0);
-    CHECK(r.differing == 0);
-    CHECK(r.max_ulp == 0);
-}
-}  // namespace
-
 TEST_CASE("kernels: fc3_step, both sets, every loss and optimizer") {
     for (unsigned loss : {0u, 1u})
         for (const OptimizerRow& row : optimizer_rows()) {
             CAPTURE(loss);
             CAPTURE(row.name);
-            check_fc3_both_sets({64, 784, 256, 128, 10, loss, optim_code(row.kind())});  // the network
+            check_both_sets("fc3_step", {64, 784, 256, 128, 10, loss, optim_code(row.kind())});  // the network
         }
-    check_fc3_both_sets({1, 784, 256, 128, 10, 1, 2});    // one sample: rows 1..63 padding
-    check_fc3_both_sets({37, 300, 72, 40, 7, 1, 5});      // two ranks with columns, part-empty tiles
-    check_fc3_both_sets({5, 13, 9, 3, 3, 0, 4});          // 4-byte copies, one cluster
-    check_fc3_both_sets({64, 784, 256, 128, 16, 1, 1});   // the limits
-    check_fc3_both_sets({64, 784, 16, 128, 10, 1, 2});    // clusters with an H2 tile and no H1 tile
-    check_fc3_both_sets({64, 784, 256, 16, 10, 1, 6});    // clusters with an H1 tile and no H2 tile
+    check_both_sets("fc3_step", {1, 784, 256, 128, 10, 1, 2});    // one sample: rows 1..63 padding
+    check_both_sets("fc3_step", {37, 300, 72, 40, 7, 1, 5});      // two ranks with columns, part-empty tiles
+    check_both_sets("fc3_step", {5, 13, 9, 3, 3, 0, 4});          // 4-byte copies, one cluster
+    check_both_sets("fc3_step", {64, 784, 256, 128, 16, 1, 1});   // the limits
+    check_both_sets("fc3_step", {64, 784, 16, 128, 10, 1, 2});    // clusters with an H2 tile and no H1 tile
+    check_both_sets("fc3_step", {64, 784, 256, 16, 10, 1, 6});    // clusters with an H1 tile and no H2 tile
 }
 
 TEST_CASE("kernels: an fc3_step with a planted bug is caught by verify") {
-    const unsigned seed = fresh_seed();
+    const unsigned seed = std::random_device{}();
     INFO("seed ", seed);
     for (const char* name : {"fc3step_join_skips_rank", "fc3step_gradient_fragment"}) {
         CAPTURE(name);

@@ -48,19 +48,6 @@ void check_cli_fails(const std::string& entry, const std::string& shape, const P
     CHECK(run.output.find("FAIL") != std::string::npos);
 }
 
-void check_both_sets(const std::string& entry, const std::vector<unsigned>& shape) {
-    CaseResult r = verify_one(entry, shape, KernelDirs::from_environment());
-    INFO(format_result(r));
-    CHECK(r.elements > 0);
-    // Each set on its own: every output written and within the float64 bound.
-    CHECK(r.unwritten_ptx == 0);
-    CHECK(r.f64_fail_ptx == 0);
-    CHECK(r.unwritten_ref == 0);
-    CHECK(r.f64_fail_ref == 0);
-    // And the two sets agree to the bit.
-    CHECK(r.differing == 0);
-    CHECK(r.max_ulp == 0);
-}
 }  // namespace
 
 // The last number of the forward and delta kernels' shapes is the activation code (recipe.hpp
