@@ -75,27 +75,6 @@ template <class F> __device__ __forceinline__ void tile_out(const float (&c)[4],
     out(g + 8, 2 * q + 1, c[3]);
 }
 
-// 2^x: ex2.approx.f32 (not .ftz), as the PTX's softmax.
-__device__ __forceinline__ float ex2(float x)
-{
-    float r;
-    asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
-// D3 of one output for loss 1 from the row y[0 .. n-1] (fused_step's softmax): m = the max.f32
-// chain from y[0], e(v) = ex2.approx(mul.rn(sub.rn(v, m), log2 e)), the add.rn chain of e over the
-// row from +0, then sub.rn(div.rn(e(own), sum), t).
-__device__ __forceinline__ float softmax_d(const float* y, unsigned n, float own, float t)
-{
-    float m = y[0];
-    for (unsigned o = 1; o < n; ++o) m = fmaxf(m, y[o]);
-    auto e = [m](float v) { return ex2(__fmul_rn(__fsub_rn(v, m), 0x1.715476p0f)); };  // 0f3FB8AA3B
-    float sum = 0.0f;
-    for (unsigned o = 0; o < n; ++o) sum = __fadd_rn(sum, e(y[o]));
-    return __fsub_rn(__fdiv_rn(e(own), sum), t);
-}
-
 // ((v_0 + v_1) + v_2) + v_3 of the float at p in ranks 0..3 (DSMEM, add.rn in rank order).
 __device__ __forceinline__ float rank_sum(float* p)
 {

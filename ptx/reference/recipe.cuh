@@ -91,6 +91,20 @@ __device__ inline void softmax_delta(float* d, const float* y, const float* t, u
     for (unsigned o = 0; o < n; ++o) d[o] = __fsub_rn(__fdiv_rn(d[o], sum), t[o]);
 }
 
+// The same delta for one output `own` (its target t) of the row y[0 .. n-1], n >= 1, as the
+// one-launch steps take it (tcstep.ptx, fc3step.ptx): m = the max.f32 chain from y[0], e(v) =
+// 2^(mul.rn(sub.rn(v, m), log2 e)), the add.rn chain of e over the row from +0, then
+// sub.rn(div.rn(e(own), sum), t). exp2f: ex2.approx.f32, as above.
+__device__ __forceinline__ float softmax_d(const float* y, unsigned n, float own, float t)
+{
+    float m = y[0];
+    for (unsigned o = 1; o < n; ++o) m = fmaxf(m, y[o]);
+    auto e = [m](float v) { return exp2f(__fmul_rn(__fsub_rn(v, m), 1.44269502162933349609375f)); };  // 0x3FB8AA3B
+    float sum = 0.0f;
+    for (unsigned o = 0; o < n; ++o) sum = __fadd_rn(sum, e(y[o]));
+    return __fsub_rn(__fdiv_rn(e(own), sum), t);
+}
+
 // Which state buffers optimizer `kind` keeps, as optim.ptx's optimizer_state (step.ptx's and
 // tcstep.ptx's useM and useV; recipe.hpp optim_uses_m, optim_uses_v): m for 1 momentum,
 // 2 nesterov, 3 adam, 4 adamw, 6 nadam; v for 3 adam, 4 adamw, 5 rmsprop, 6 nadam; none for a

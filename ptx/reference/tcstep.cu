@@ -77,14 +77,6 @@ __device__ __forceinline__ void warp_mma(unsigned K, unsigned nt, FA a, FB b, FO
     }
 }
 
-// 2^x: ex2.approx.f32 (not .ftz), as the PTX's softmax.
-__device__ __forceinline__ float ex2(float x)
-{
-    float r;
-    asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
 // The float at p in rank q's shared memory (ld.shared::cluster in the PTX).
 __device__ __forceinline__ float at_rank(float* p, unsigned q)
 {
@@ -113,19 +105,6 @@ template <class Step> __device__ __forceinline__ float sum4(unsigned n, Step ste
 __device__ __forceinline__ float column_sum(const float* p, unsigned ld, unsigned n)
 {
     return sum4(n, [p, ld](float c, unsigned s) { return __fadd_rn(c, p[s * ld]); });
-}
-
-// D2 of one output of one sample for loss 1, fused_step's softmax: m = the max.f32 chain over
-// the row y[0 .. n-1] from y[0], e(v) = ex2.approx(mul.rn(sub.rn(v, m), log2 e)), the add.rn
-// chain of e over the row from +0, then sub.rn(div.rn(e(own), sum), t).
-__device__ __forceinline__ float softmax_d(const float* y, unsigned n, float own, float t)
-{
-    float m = y[0];
-    for (unsigned o = 1; o < n; ++o) m = fmaxf(m, y[o]);
-    auto e = [m](float v) { return ex2(__fmul_rn(__fsub_rn(v, m), 0x1.715476p0f)); };  // 0f3FB8AA3B
-    float sum = 0.0f;
-    for (unsigned o = 0; o < n; ++o) sum = __fadd_rn(sum, e(y[o]));
-    return __fsub_rn(__fdiv_rn(e(own), sum), t);
 }
 
 __device__ __forceinline__ void cluster_sync()

@@ -54,7 +54,13 @@ int main(int argc, char** argv) {
     }
     CUfunction fn;
     CK(cuModuleGetFunction(&fn, mod, "fc3_step"));
-    const unsigned smem = 198528;
+    // The dynamic shared memory a block: the PTX's map ends with "//   end   N".
+    const size_t at = ptx.find("//   end   ");
+    if (at == std::string::npos) {
+        std::fprintf(stderr, "%s: no '//   end   N' line (the shared-memory map) in the PTX\n", path);
+        return 1;
+    }
+    const unsigned smem = unsigned(std::strtoul(ptx.c_str() + at + 11, nullptr, 10));
     CK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)));
 
     std::mt19937 rng(1);
@@ -103,11 +109,11 @@ int main(int argc, char** argv) {
         CK(cuCtxSynchronize());
         float ms = 0;
         CK(cuEventElapsedTime(&ms, e0, e1));
-        uint64_t t[20];
+        uint64_t t[23] = {};
         CK(cuMemcpyDtoH(t, dW + 8, sizeof(t)));
-        std::printf("launch of %u steps: %.2f us a step (event); block 0, the last step, cycles (us at %.0f MHz):\n", S,
+        std::printf("launch of %u steps: %.2f us a step (event); block 0, the last step but one, cycles (us at %.0f MHz):\n", S,
                     1e3 * ms / S, clk_khz / 1e3);
-        const char* names[8] = {"S1 (wait X, fc1 product, join)", "grid barrier 1", "X copies issued",
+        const char* names[8] = {"S1 (wait X, fc1 product, join)", "grid barrier 1 (X copies inside)", "X copies after GB1 (old)",
                                 "S2 (fc2 product, join, Yp)", "grid barrier 2", "S3 (loss, D2, gW2, D1p, updates)",
                                 "grid barrier 3", "S4 (D1, gW1, updates)"};
         uint64_t tot = 0;
@@ -117,6 +123,11 @@ int main(int argc, char** argv) {
             std::printf("  %-36s %7llu  %6.2f\n", names[i], (unsigned long long)d, d / (clk_khz / 1e3));
         }
         std::printf("  %-36s %7llu  %6.2f\n", "step top to S4's end", (unsigned long long)tot, tot / (clk_khz / 1e3));
+        const uint64_t tail = t[20] - t[8], period = t[20] - t[0];
+        std::printf("  %-36s %7llu  %6.2f\n", "S4's end to the next step's top", (unsigned long long)tail,
+                    tail / (clk_khz / 1e3));
+        std::printf("  %-36s %7llu  %6.2f\n", "a step, top to top", (unsigned long long)period,
+                    period / (clk_khz / 1e3));
         {  // inside S3 and S4
             const int seq[] = {5, 9, 10, 11, 12, 13, 14, 15, 16, 6, 7, 17, 18, 19, 8};
             const char* nm[] = {"S3 (a) loads, Y, bar", "(b) D3, bar", "(c) D2, bar", "(d) gW2 mma", "(e) D1p, bar",
@@ -127,6 +138,13 @@ int main(int argc, char** argv) {
                 if (seq[k] == 6) continue;
                 const long long d = (long long)(t[seq[k + 1]] - t[seq[k]]);
                 std::printf("    %-34s %7lld  %6.2f\n", nm[k], d, d / (clk_khz / 1e3));
+            }
+            if (t[21] && t[22]) {  // the finer marks of S4 (b), where the kernel has their anchors
+                const long long a = (long long)(t[21] - t[18]), b = (long long)(t[22] - t[21]),
+                                c = (long long)(t[19] - t[22]);
+                std::printf("      %-32s %7lld  %6.2f\n", "n tiles into GS", a, a / (clk_khz / 1e3));
+                std::printf("      %-32s %7lld  %6.2f\n", "bar", b, b / (clk_khz / 1e3));
+                std::printf("      %-32s %7lld  %6.2f\n", "W1 updates", c, c / (clk_khz / 1e3));
             }
         }
     }

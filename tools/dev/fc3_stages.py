@@ -2,11 +2,12 @@
 """fc3_step's stages, timed inside the kernel (a dev tool, not built by CMake or CI).
 
 Writes a copy of ptx/fc3step.ptx with %clock64 stores at 20 points of a step (block 0: cluster 0,
-rank 0, thread 0; the launch's last step; into the scratch's first 256 bytes, beside the grid
+rank 0, thread 0; the launch's last step but one, and the top of the last; into the scratch's
+first 256 bytes, beside the grid
 barrier's count), linked as text with ptx/optim.ptx as ptxlab links it. tools/dev/fc3_stages.cpp
 launches it (784,256,128,10, batch 64, Nesterov, S steps a launch) and prints the stages:
 
-  python3 tools/dev/fc3_stages.py > /tmp/fc3_marked.ptx
+  python3 tools/dev/fc3_stages.py [ptx/fc3step.ptx] > /tmp/fc3_marked.ptx
   g++ -O2 -std=c++17 tools/dev/fc3_stages.cpp -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs \\
       -lcuda -o /tmp/fc3_stages && /tmp/fc3_stages /tmp/fc3_marked.ptx 128
 
@@ -17,7 +18,7 @@ import pathlib
 import sys
 
 root = pathlib.Path(__file__).resolve().parents[2]
-src = (root / "ptx/fc3step.ptx").read_text()
+src = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else root / "ptx/fc3step.ptx").read_text()
 optim = (root / "ptx/optim.ptx").read_text()
 
 
@@ -25,20 +26,28 @@ def mark(i):
     return f"    mov.u64         clk, %clock64;\n    @tsp st.global.u64 [work+{8 + 8 * i}], clk;\n"
 
 
-def put(text, anchor, i, after):
+def put(text, anchor, i, after, optional=False):
+    if optional and text.count(anchor) == 0:
+        return text
     if text.count(anchor) != 1:
         sys.exit(f"fc3_stages.py: the anchor {anchor!r} occurs {text.count(anchor)} times in ptx/fc3step.ptx, not once")
     return text.replace(anchor, anchor + mark(i) if after else mark(i) + anchor)
 
 
-s = src.replace("    .reg .pred  pc<8>, pj<4>,", "    .reg .pred  tsp;\n    .reg .u64   clk;\n    .reg .pred  pc<8>, pj<4>,", 1)
+s = src.replace("    .reg .pred  pc<8>, pj<4>,", "    .reg .pred  tsp, tsn;\n    .reg .u64   clk;\n    .reg .pred  pc<8>, pj<4>,", 1)
 top = "STEP:\n    add.u32         t, step, 1;\n    setp.eq.u32     last, t, steps;\n"
+# tsp: block 0's thread 0 in step S - 2 (the marks); tsn: the same thread at the top of step S - 1.
 s = put(s, top, 0, True).replace(top + mark(0), top + """    setp.eq.u32     tsp, tid, 0;
-    and.pred        tsp, tsp, last;
+    add.u32         tt, t, 1;
+    setp.eq.u32     ok, tt, steps;
+    and.pred        tsn, tsp, last;
+    and.pred        tsp, tsp, ok;
     setp.eq.u32     ok, c, 0;
     and.pred        tsp, tsp, ok;
+    and.pred        tsn, tsn, ok;
     setp.eq.u32     ok, rank, 0;
     and.pred        tsp, tsp, ok;
+    and.pred        tsn, tsn, ok;
 """ + mark(0))
 # (anchor, marker, after the anchor?) -- the order of the harness's table
 for anchor, i, after in [
@@ -63,6 +72,16 @@ for anchor, i, after in [
     ("S4_DONE:\n", 8, True),
 ]:
     s = put(s, anchor, i, after)
+# The top of the next step (slot 20); optional finer marks where the kernel has their anchors.
+anchor = "    and.pred        tsn, tsn, ok;\n" + mark(0)
+if s.count(anchor) != 1:
+    sys.exit("fc3_stages.py: the step top's marks are not where this script put them")
+s = s.replace(anchor, anchor + "    mov.u64         clk, %clock64;\n    @tsn st.global.u64 [work+168], clk;\n", 1)
+for anchor, i, after in [
+    ("    bar.sync        0;\n    // W1's step, element e", 21, False),
+    ("    // W1's step, element e", 22, False),
+]:
+    s = put(s, anchor, i, after, optional=True)
 # Link optim.ptx as text, as ptx_link.hpp does: the declarations become forward declarations.
 s = s.replace(".extern .func", ".visible .func")
 sys.stdout.write(s + "\n" + optim[optim.index(".visible .func (.param .align 16 .b8 pmv[16]) optimizer_update("):])
