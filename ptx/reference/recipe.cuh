@@ -1,8 +1,9 @@
-// Shared by the CUDA C twins of forward.ptx, grad.ptx, fused.ptx, optim.ptx, step.ptx and
-// tcstep.ptx, which include it (NVRTC gets each twin's directory as an include path): the
-// hidden activation (gauss_pdf, gauss_cdf, activate, activate_grad), the softmax cross-entropy
-// delta (softmax_delta), which state an optimizer keeps (optim_keeps_m, optim_keeps_v) and one
-// parameter's optimizer step (optimizer_update: every optimizer rule's one twin).
+// Shared by the CUDA C twins of forward.ptx, grad.ptx, fused.ptx, optim.ptx, step.ptx,
+// tcstep.ptx and fc3step.ptx, which include it (NVRTC gets each twin's directory as an include
+// path): the hidden activation (gauss_pdf, gauss_cdf, activate, activate_grad), the softmax
+// cross-entropy delta (softmax_delta for a row, softmax_d for one output), which state an
+// optimizer keeps (optim_keeps_m, optim_keeps_v) and one parameter's optimizer step
+// (optimizer_update: every optimizer rule's one twin).
 // PTX has no #include, so each .ptx file spells its functions out (step.ptx and tcstep.ptx
 // link optim.ptx's optimizer_update and optimizer_state); this file is their one twin.
 #pragma once
