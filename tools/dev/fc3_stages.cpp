@@ -1,10 +1,11 @@
 // tools/dev/fc3_stages.cpp -- fc3_step's stages in block 0 (cluster 0, rank 0, thread 0) in the
-// last step of a launch of S steps, from the %clock64 marks tools/dev/fc3_stages.py puts into a copy
-// of ptx/fc3step.ptx (a dev tool, not built by CMake or CI; driver API only). 784,256,128,10, batch
-// 64, CE, Nesterov, random inputs; three timed launches after a warm-up.
+// last step but one of a launch of S >= 2 steps, and its top-to-top period, from the %clock64 marks
+// tools/dev/fc3_stages.py puts into a copy of ptx/fc3step.ptx (a dev tool, not built by CMake or CI;
+// driver API only; the dynamic shared memory from the PTX's map, its "//   end   N" line).
+// 784,256,128,10, batch 64, CE, Nesterov, random inputs; three timed launches after a warm-up.
 //   python3 tools/dev/fc3_stages.py > /tmp/fc3_marked.ptx
-//   g++ -O2 -std=c++17 tools/dev/fc3_stages.cpp -I/usr/local/cuda/include \
-//       -L/usr/local/cuda/lib64/stubs -lcuda -o /tmp/fc3_stages && /tmp/fc3_stages /tmp/fc3_marked.ptx 128
+//   g++ -O2 -std=c++17 tools/dev/fc3_stages.cpp -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs
+//       -lcuda -o /tmp/fc3_stages && /tmp/fc3_stages /tmp/fc3_marked.ptx 128     (one command)
 #include <cuda.h>
 
 #include <cmath>
@@ -31,6 +32,10 @@
 int main(int argc, char** argv) {
     const char* path = argc > 1 ? argv[1] : "/tmp/fc3_marked.ptx";
     const unsigned S = argc > 2 ? unsigned(std::atoi(argv[2])) : 128;
+    if (S < 2) {
+        std::fprintf(stderr, "fc3_stages: S = %u steps a launch; the marks need at least 2\n", S);
+        return 1;
+    }
     const unsigned B = 64, I = 784, H1 = 256, H2 = 128, O = 10;
     std::ifstream f(path);
     std::stringstream ss;

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """fc3_step's stages, timed inside the kernel (a dev tool, not built by CMake or CI).
 
-Writes a copy of ptx/fc3step.ptx with %clock64 stores at 20 points of a step (block 0: cluster 0,
-rank 0, thread 0; the launch's last step but one, and the top of the last; into the scratch's
-first 256 bytes, beside the grid
-barrier's count), linked as text with ptx/optim.ptx as ptxlab links it. tools/dev/fc3_stages.cpp
-launches it (784,256,128,10, batch 64, Nesterov, S steps a launch) and prints the stages:
+Writes a copy of ptx/fc3step.ptx (or the file named) with %clock64 stores at 20 points of a step
+and at the next step's top (block 0: cluster 0, rank 0, thread 0; the launch's last step but one
+and the top of the last; two more inside S4 (b) where the kernel has their anchors; into the
+scratch's first 256 bytes, beside the grid barrier's count), linked as text with ptx/optim.ptx as
+ptxlab links it. tools/dev/fc3_stages.cpp launches it (784,256,128,10, batch 64, Nesterov, S steps
+a launch, S >= 2) and prints the stages:
 
   python3 tools/dev/fc3_stages.py [ptx/fc3step.ptx] > /tmp/fc3_marked.ptx
   g++ -O2 -std=c++17 tools/dev/fc3_stages.cpp -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs \\
