@@ -75,6 +75,17 @@ template <class F> __device__ __forceinline__ void tile_out(const float (&c)[4],
     out(g + 8, 2 * q + 1, c[3]);
 }
 
+// The small sums' order (the PTX's colsum16: four lanes a column): chain k = 0..3 takes the
+// samples s = k, k + 4, .. below B from +0, and the sum is (c0 + c1) + (c2 + c3); term(s, c) is a
+// chain's next value (__fadd_rn(c, x) for a bias, __fmaf_rn(d, a, c) for W3's gradient).
+template <class Term>
+__device__ __forceinline__ float sum4(unsigned B, Term term)
+{
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (unsigned s = 0; s < B; ++s) c[s % 4] = term(s, c[s % 4]);
+    return __fadd_rn(__fadd_rn(c[0], c[1]), __fadd_rn(c[2], c[3]));
+}
+
 // ((v_0 + v_1) + v_2) + v_3 of the float at p in ranks 0..3 (DSMEM, add.rn in rank order).
 __device__ __forceinline__ float rank_sum(float* p)
 {
@@ -338,28 +349,24 @@ fc3_step(const float* X, const float* T, float* P, float* M, float* V, float* Y,
                 update(w2s[x], m2s[x], v2s[x], sum);
                 if (last) store(w2i + (size_t)(g0 + u) * H1 + j_lo + col, w2s[x], m2s[x], v2s[x], true);
             });
-            // (g) W3[o][g0 + u] (rank 1): the fma chain over the samples of D3 A2; to P every step.
+            // (g) W3[o][g0 + u] (rank 1): the sum over the samples of D3 A2 (sum4); to P every step.
             if (own_w3) {
                 const unsigned o = tid / 16, u = tid % 16;
-                float sum = 0.0f;
-                for (unsigned k = 0; k < B; ++k) sum = __fmaf_rn(d3s[k * kLd + o], a2s[k * kLd + u], sum);
+                const float sum = sum4(B, [&](unsigned k, float c) { return __fmaf_rn(d3s[k * kLd + o], a2s[k * kLd + u], c); });
                 float p = w3s[o * kLd + u];
                 update(p, mw3, vw3, sum);
                 store(i_w3, p, mw3, vw3, last);
             }
-            // (h) b2[g0 + t] (rank 0): the add.rn chain of D2 over the samples; to P every step.
+            // (h) b2[g0 + t] (rank 0): the sum of D2 over the samples (sum4); to P every step.
             if (own_b2) {
-                float sum = 0.0f;
-                for (unsigned k = 0; k < B; ++k) sum = __fadd_rn(sum, d2s[k * kLd + tid]);
+                const float sum = sum4(B, [&](unsigned k, float c) { return __fadd_rn(c, d2s[k * kLd + tid]); });
                 float p = b2s[tid];
                 update(p, mb2, vb2, sum);
                 store(i_b2, p, mb2, vb2, last);
             }
             // (i) b3's gradient sums (cluster 0's rank 2): b3 is read by every cluster in S3.
             if (c == 0 && r == 2 && tid < O) {
-                float sum = 0.0f;
-                for (unsigned k = 0; k < B; ++k) sum = __fadd_rn(sum, d3s[k * kLd + tid]);
-                gb3w[tid] = sum;
+                gb3w[tid] = sum4(B, [&](unsigned k, float c) { return __fadd_rn(c, d3s[k * kLd + tid]); });
             }
         }
         grid_barrier(count);  // 3: D1's parts, GB3 complete
@@ -379,7 +386,8 @@ fc3_step(const float* X, const float* T, float* P, float* M, float* V, float* Y,
             }
             __syncthreads();  // D1 written
             // (b) fc1's weight gradient: warp w's column tiles w, w + 8, w + 16, w + 24 (< 25) x the
-            // tile's 16 units, one chain over the 8 sample steps each; A[m = u][k = s] = D1,
+            // tile's 16 units (the PTX runs them in pairs, the same chains), one chain over the 8
+            // sample steps each; A[m = u][k = s] = D1,
             // B[k = s][n = col] = XS. W1's step in place; to P, M, V in the launch's last step.
             for (unsigned n8 = warp; n8 < 25; n8 += 8) {
                 float cw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -396,12 +404,11 @@ fc3_step(const float* X, const float* T, float* P, float* M, float* V, float* Y,
                     if (last) store((size_t)(h0 + u) * I + k_lo + col, w1s[x], m1s[x], v1s[x], true);
                 });
             }
-            // (c) b1[h0 + u] (rank 0, threads 32 + u): the add.rn chain of D1 over the samples; the
+            // (c) b1[h0 + u] (rank 0, threads 32 + u): the sum of D1 over the samples (sum4); the
             // new value into every rank's B1S (read after the next step's S1 cluster barrier).
             if (own_b1) {
                 const unsigned u = tid - 32;
-                float sum = 0.0f;
-                for (unsigned k = 0; k < B; ++k) sum = __fadd_rn(sum, d2s[k * kLd + u]);
+                const float sum = sum4(B, [&](unsigned k, float c) { return __fadd_rn(c, d2s[k * kLd + u]); });
                 float p = b1s[u];
                 update(p, mb1, vb1, sum);
                 for (unsigned q = 0; q < 4; ++q) *static_cast<float*>(__cluster_map_shared_rank(b1s + u, q)) = p;
