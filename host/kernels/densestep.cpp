@@ -143,22 +143,7 @@ std::string dense_phases_unfit(const std::vector<DensePhase>& phases, unsigned c
 }
 
 unsigned densestep_max_clusters(const Kernel& k) {
-    if (k.max_clusters == 0) {
-        CUlaunchAttribute attr{};
-        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim.x = kDenseStepCluster;
-        attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-        CUlaunchConfig cfg = launch_config_1d(kDenseStepCluster, kDenseStepBlock);
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        int n = 0;
-        CU(cuOccupancyMaxActiveClusters, &n, k.fn, &cfg);
-        if (n < 1)
-            PTXLAB_THROW(Error, "kernel 'dense_program' ({}): not even one cluster of {} blocks fits on this GPU",
-                         k.origin, kDenseStepCluster);
-        k.max_clusters = n;
-    }
-    return unsigned(k.max_clusters);
+    return k.resident_clusters(kDenseStepCluster, kDenseStepBlock, 0, false);
 }
 
 DenseStepPlan densestep_plan(const DenseNet& n, unsigned nominal, unsigned max_clusters) {

@@ -23,26 +23,7 @@ unsigned fc3_step_clusters(unsigned H1, unsigned H2) { return std::max((H1 + 15)
 namespace {
 // Once per function: allow the shared memory, then ask how many clusters of 4 such blocks can be
 // resident at once (the grid barrier needs all of a launch's clusters resident).
-void prepare(const Kernel& k) {
-    if (k.max_clusters != 0) return;
-    CU(cuFuncSetAttribute, k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(kFc3StepSmem));
-    k.smem_optin = kFc3StepSmem;
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = kFc3StepCluster;
-    attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-    CUlaunchConfig cfg = launch_config_1d(kFc3StepCluster, kFc3StepBlock, kFc3StepSmem);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    CU(cuOccupancyMaxActiveClusters, &n, k.fn, &cfg);
-    if (n < 1)
-        PTXLAB_THROW(Error,
-                     "kernel 'fc3_step' ({}): not even one cluster of {} blocks with {} bytes of shared memory each "
-                     "fits on this GPU",
-                     k.origin, kFc3StepCluster, kFc3StepSmem);
-    k.max_clusters = n;
-}
+void prepare(const Kernel& k) { k.resident_clusters(kFc3StepCluster, kFc3StepBlock, kFc3StepSmem, false); }
 }  // namespace
 
 void launch_fc3_step(const Kernel& k, const Fc3StepArgs& a, CUstream s) {

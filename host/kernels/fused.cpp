@@ -44,16 +44,8 @@ void launch_tc_grads(const KernelSet& ks, const FusedArgs& a, CUstream s) {
 }
 
 unsigned fused_step_grid(const Kernel& k, unsigned H) {
-    if (k.max_clusters == 0) {
-        CUlaunchConfig cfg = launch_config_1d(kFusedStepCluster, kFusedBlock);
-        int n = 0;
-        CU(cuOccupancyMaxActiveClusters, &n, k.fn, &cfg);
-        if (n < 1)
-            PTXLAB_THROW(Error, "kernel 'fused_step' ({}): not even one cluster of {} blocks fits on this GPU", k.origin,
-                         kFusedStepCluster);
-        k.max_clusters = n;
-    }
-    return std::min(fused_step_tiles(H), unsigned(k.max_clusters)) * kFusedStepCluster;
+    return std::min(fused_step_tiles(H), k.resident_clusters(kFusedStepCluster, kFusedBlock, 0, true)) *
+           kFusedStepCluster;
 }
 
 void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s) {

@@ -222,6 +222,31 @@ int ScopedLaunchPriority::greatest() {
     return greatest;
 }
 
+unsigned Kernel::resident_clusters(unsigned cluster, unsigned block, unsigned smem, bool fixed,
+                                   std::string_view hint) const {
+    if (max_clusters != 0) return unsigned(max_clusters);
+    if (smem > smem_optin) {
+        CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem));
+        smem_optin = smem;
+    }
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cluster;
+    attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = launch_config_1d(cluster, block, smem);
+    if (!fixed) {
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+    }
+    int n = 0;
+    CU(cuOccupancyMaxActiveClusters, &n, fn, &cfg);
+    if (n < 1)
+        PTXLAB_THROW(Error, "kernel '{}' ({}): not even one cluster of {} blocks{} fits on this GPU{}", spec->entry,
+                     origin, cluster, smem ? fmt::format(" with {} bytes of shared memory each", smem) : "", hint);
+    max_clusters = n;
+    return unsigned(n);
+}
+
 void Kernel::launch_raw(unsigned grid, unsigned block, unsigned smem, CUstream stream, void** params,
                         bool overlapped, unsigned cluster, unsigned grid_y) const {
     if (grid == 0 || grid_y == 0) return;  // nothing to do (an empty batch or array)

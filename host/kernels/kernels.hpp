@@ -141,8 +141,16 @@ struct Kernel {
     CUfunction fn = nullptr;
     const KernelSpec* spec = nullptr;
     std::string origin;  // the file it came from, for messages
-    mutable int max_clusters = 0;  // fused_step: cuOccupancyMaxActiveClusters, asked once (0: not yet)
+    mutable int max_clusters = 0;  // resident_clusters' answer, asked once (0: not yet)
     mutable unsigned smem_optin = 48 * 1024;  // dynamic shared memory the function may take (raised on demand)
+
+    // How many clusters of `cluster` blocks of `block` threads with `smem` bytes of dynamic shared
+    // memory can be resident at once (cuOccupancyMaxActiveClusters, the cluster size given as a
+    // launch attribute unless the kernel `fixed` it with .reqnctapercluster), asked once and kept;
+    // the opt-in for `smem` is raised first. A one-launch step's grid barrier needs every cluster
+    // of its launch resident. Throws Error, with `hint` at the end, if not even one fits.
+    unsigned resident_clusters(unsigned cluster, unsigned block, unsigned smem, bool fixed,
+                               std::string_view hint = {}) const;
 
     // Launches on a 1-D grid; the argument types must match the spec exactly.
     template <class... A> void launch(unsigned grid, unsigned block, CUstream stream, A... args) const {

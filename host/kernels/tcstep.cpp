@@ -22,17 +22,7 @@ namespace {
 void prepare(const Kernel& k) {
     if (k.max_clusters != 0) return;
     CU(cuFuncSetAttribute, k.fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-    CU(cuFuncSetAttribute, k.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(kTcStepSmem));
-    k.smem_optin = kTcStepSmem;
-    CUlaunchConfig cfg = launch_config_1d(kTcStepCluster, kTcStepBlock, kTcStepSmem);
-    int n = 0;
-    CU(cuOccupancyMaxActiveClusters, &n, k.fn, &cfg);
-    if (n < 1)
-        PTXLAB_THROW(Error,
-                     "kernel 'tc_step' ({}): not even one cluster of {} blocks with {} bytes of shared memory each "
-                     "fits on this GPU (use --kernels fused)",
-                     k.origin, kTcStepCluster, kTcStepSmem);
-    k.max_clusters = n;
+    k.resident_clusters(kTcStepCluster, kTcStepBlock, kTcStepSmem, true, " (use --kernels fused)");
 }
 }  // namespace
 
