@@ -28,7 +28,7 @@
 // step keeps every block alive while rank 0's last stores into the peers' B1S land.
 
 #include "recipe.cuh"  // optimizer_update, optim_keeps_m, optim_keeps_v: the sequences of optim.ptx
-#include "tc.cuh"      // tf32, mma_tf32: cvt.rna.tf32.f32 and the m16n8k8 mma, as the PTX issues them
+#include "tc.cuh"      // tf32, mma_tf32 (cvt.rna.tf32.f32, the m16n8k8 mma, as the PTX issues them); sum4, column_sum
 
 // ---- The shared-memory map of fc3step.ptx (byte offsets; the host passes fc3step.hpp's
 // kFc3StepSmem = kEnd) and its row strides in floats.
@@ -73,17 +73,6 @@ template <class F> __device__ __forceinline__ void tile_out(const float (&c)[4],
     out(g, 2 * q + 1, c[1]);
     out(g + 8, 2 * q, c[2]);
     out(g + 8, 2 * q + 1, c[3]);
-}
-
-// The small sums' order (the PTX's colsum16: four lanes a column): chain k = 0..3 takes the
-// samples s = k, k + 4, .. below B from +0, and the sum is (c0 + c1) + (c2 + c3); term(s, c) is a
-// chain's next value (__fadd_rn(c, x) for a bias, __fmaf_rn(d, a, c) for W3's gradient).
-template <class Term>
-__device__ __forceinline__ float sum4(unsigned B, Term term)
-{
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (unsigned s = 0; s < B; ++s) c[s % 4] = term(s, c[s % 4]);
-    return __fadd_rn(__fadd_rn(c[0], c[1]), __fadd_rn(c[2], c[3]));
 }
 
 // ((v_0 + v_1) + v_2) + v_3 of the float at p in ranks 0..3 (DSMEM, add.rn in rank order).
@@ -352,21 +341,21 @@ fc3_step(const float* X, const float* T, float* P, float* M, float* V, float* Y,
             // (g) W3[o][g0 + u] (rank 1): the sum over the samples of D3 A2 (sum4); to P every step.
             if (own_w3) {
                 const unsigned o = tid / 16, u = tid % 16;
-                const float sum = sum4(B, [&](unsigned k, float c) { return __fmaf_rn(d3s[k * kLd + o], a2s[k * kLd + u], c); });
+                const float sum = sum4(B, [&](float c, unsigned k) { return __fmaf_rn(d3s[k * kLd + o], a2s[k * kLd + u], c); });
                 float p = w3s[o * kLd + u];
                 update(p, mw3, vw3, sum);
                 store(i_w3, p, mw3, vw3, last);
             }
             // (h) b2[g0 + t] (rank 0): the sum of D2 over the samples (sum4); to P every step.
             if (own_b2) {
-                const float sum = sum4(B, [&](unsigned k, float c) { return __fadd_rn(c, d2s[k * kLd + tid]); });
+                const float sum = column_sum(d2s + tid, kLd, B);
                 float p = b2s[tid];
                 update(p, mb2, vb2, sum);
                 store(i_b2, p, mb2, vb2, last);
             }
             // (i) b3's gradient sums (cluster 0's rank 2): b3 is read by every cluster in S3.
             if (c == 0 && r == 2 && tid < O) {
-                gb3w[tid] = sum4(B, [&](unsigned k, float c) { return __fadd_rn(c, d3s[k * kLd + tid]); });
+                gb3w[tid] = column_sum(d3s + tid, kLd, B);
             }
         }
         grid_barrier(count);  // 3: D1's parts, GB3 complete
@@ -387,8 +376,7 @@ fc3_step(const float* X, const float* T, float* P, float* M, float* V, float* Y,
             __syncthreads();  // D1 written
             // (b) fc1's weight gradient: warp w's column tiles w, w + 8, w + 16, w + 24 (< 25) x the
             // tile's 16 units (the PTX runs them in pairs, the same chains), one chain over the 8
-            // sample steps each; A[m = u][k = s] = D1,
-            // B[k = s][n = col] = XS. W1's step in place; to P, M, V in the launch's last step.
+            // sample steps each; A[m = u][k = s] = D1, B[k = s][n = col] = XS. W1's step in place; to P, M, V in the launch's last step.
             for (unsigned n8 = warp; n8 < 25; n8 += 8) {
                 float cw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 for (unsigned ks = 0; ks < 8; ++ks) {
@@ -408,7 +396,7 @@ fc3_step(const float* X, const float* T, float* P, float* M, float* V, float* Y,
             // new value into every rank's B1S (read after the next step's S1 cluster barrier).
             if (own_b1) {
                 const unsigned u = tid - 32;
-                const float sum = sum4(B, [&](unsigned k, float c) { return __fadd_rn(c, d2s[k * kLd + u]); });
+                const float sum = column_sum(d2s + u, kLd, B);
                 float p = b1s[u];
                 update(p, mb1, vb1, sum);
                 for (unsigned q = 0; q < 4; ++q) *static_cast<float*>(__cluster_map_shared_rank(b1s + u, q)) = p;

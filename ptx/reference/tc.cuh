@@ -1,6 +1,7 @@
 // Shared by the CUDA C twins of the tensor-core kernels, which include it (NVRTC gets each twin's
 // directory as an include path): tf32 and mma_tf32 (cvt.rna.tf32.f32 and the m16n8k8 TF32
-// mma.sync through inline asm: tc.cu, tcstep.cu, fc3step.cu); and for tc.ptx and tcbf16.ptx (tc.cu,
+// mma.sync through inline asm: tc.cu, tcstep.cu, fc3step.cu); sum4 and column_sum, the four-chain
+// sums of tcstep.cu and fc3step.cu; and for tc.ptx and tcbf16.ptx (tc.cu,
 // tcbf16.cu) G of the backward products, the four k groups' chains and their join, db's four FP32
 // chains, and tc_forward's epilogue. PTX has no #include, so each .ptx file spells these out;
 // this file is their one twin.
@@ -45,6 +46,22 @@ __device__ __forceinline__ float g_at(const float* dY, const float* Y, unsigned 
 __device__ __forceinline__ float sum4(float c0, float c1, float c2, float c3)
 {
     return __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
+}
+
+// A sum over s = 0 .. n-1 in four chains side by side, as tcstep.ptx takes W2's and the biases'
+// gradients and fc3step.ptx its small sums (colsum16): chain r = step(...step(+0, r), r + 4 ...)
+// over s = r, r + 4, ... < n, then (c0 + c1) + (c2 + c3), each add.rn.
+template <class Step> __device__ __forceinline__ float sum4(unsigned n, Step step)
+{
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (unsigned s = 0; s < n; ++s) c[s % 4] = step(c[s % 4], s);
+    return __fadd_rn(__fadd_rn(c[0], c[1]), __fadd_rn(c[2], c[3]));
+}
+
+// sum4 of the add.rn steps over p[s * ld].
+__device__ __forceinline__ float column_sum(const float* p, unsigned ld, unsigned n)
+{
+    return sum4(n, [p, ld](float c, unsigned s) { return __fadd_rn(c, p[s * ld]); });
 }
 
 // db[o] = scale sum_s G[s][o] as tc_grad_weights sums it: chain j = +0, then __fadd_rn of

@@ -28,7 +28,7 @@
 // same sum order), and the peers' slices are read one float at a time.
 
 #include "recipe.cuh"  // optimizer_update: the sequence of optim.ptx, step.ptx and tcstep.ptx
-#include "tc.cuh"      // tf32, mma_tf32: cvt.rna.tf32.f32 and the m16n8k8 mma, as the PTX issues them
+#include "tc.cuh"      // tf32, mma_tf32 (cvt.rna.tf32.f32, the m16n8k8 mma, as the PTX issues them); sum4, column_sum
 
 // ---- This twin's shared-memory map (the first version of tcstep.ptx's: the PTX now lays its
 // exchange buffers out by unit block): byte offsets in the dynamic shared memory (of which the
@@ -89,22 +89,6 @@ __device__ __forceinline__ float rank_sum(float* p, unsigned n)
     float z = at_rank(p, 0);
     for (unsigned q = 1; q < n; ++q) z = __fadd_rn(z, at_rank(p, q));
     return z;
-}
-
-// A sum over s = 0 .. n-1 in four chains side by side, as tcstep.ptx takes W2's and the
-// biases' gradients: chain r = step(...step(+0, r), r + 4 ...) over s = r, r + 4, ... < n, then
-// (c0 + c1) + (c2 + c3), each add.rn.
-template <class Step> __device__ __forceinline__ float sum4(unsigned n, Step step)
-{
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (unsigned s = 0; s < n; ++s) c[s % 4] = step(c[s % 4], s);
-    return __fadd_rn(__fadd_rn(c[0], c[1]), __fadd_rn(c[2], c[3]));
-}
-
-// sum4 of the add.rn steps over p[s * ld].
-__device__ __forceinline__ float column_sum(const float* p, unsigned ld, unsigned n)
-{
-    return sum4(n, [p, ld](float c, unsigned s) { return __fadd_rn(c, p[s * ld]); });
 }
 
 __device__ __forceinline__ void cluster_sync()
