@@ -26,9 +26,12 @@
 // tiles and their state kept in shared memory, and S3 without cluster barriers (every rank
 // computes Y, D3, D2 for all 64 samples from L2); v4 v3 with R ranks a cluster (run with 4);
 // v5 v4 with every product on TF32 mma.sync (checked as per-tensor norms: TF32's rounding breaks
-// an element-wise bound where the momentum is near 0). `./fc3_step [H1 H2 [FIRST]]` runs
-// versions FIRST..5. v5 is what ptx/fc3step.ptx (fc3_step, the model trainer's step for 3 fc
-// layers) is written from, with X's copies a step ahead and 128 steps a launch.
+// an element-wise bound where the momentum is near 0); v6 one grid barrier a step, fc2, fc3 and
+// the loss run whole in every cluster (8 clusters of 8), v7 v6 with A1 rounded to TF32 once as
+// it is stored. `./fc3_step [H1 H2 [FIRST [LAST]]]` runs versions FIRST..LAST (1..7);
+// FC3_CHECK_ONLY=1 runs the float64 checks alone (for compute-sanitizer). v5 is what
+// ptx/fc3step.ptx (fc3_step, the model trainer's step for 3 fc layers) is written from, with X's
+// copies a step ahead and 128 steps a launch.
 //
 // Measured (2026-11-28, one H100 call unless named; `nvcc -O3 -arch=sm_90 -std=c++17
 // tools/dev/fc3_step.cu -o fc3_step && ./fc3_step [H1 H2]`; us a step, a CUDA graph of 20 steps
@@ -51,6 +54,18 @@
 //   block 0); 784,128,64,10: v4 23.78, v5 18.38. The products on the tensor cores take S2 from
 //   4.3 to 1.7 us and S4 from 5.0 to 3.2; S1 and S3 stay latency chains (X's L2 round trip; the
 //   loss, D2 and the five small updates one after another).
+// v6 and v7 against v5, one H100 call (2026-12-07, 1980 MHz; `./fc3_step 256 128 5`): v5 18.30 to
+//   18.88 (median 18.71), v6 20.24 to 20.33, v7 19.76 us a step; each checked against float64
+//   first, racecheck clean on v6's checks. v6's step in block 0 (20.63 us with its 16 marks): S1's
+//   mma 0.69, its join 0.84, grid barrier 1.23, A1's 64 KB from L2 2.30, fc2's mma 2.07, the
+//   logits' part 1.16, cluster barrier b 0.60, softmax and D3 1.66, D2 0.91, D1p 0.71, gW2 with
+//   W2's update (and W3, b2, b3 beside it) 4.48, D1's join and barrier d 0.64, gW1 with W1's
+//   update 3.32. v7 (A1 stored as TF32): fc2's mma 1.03, gW2's piece 3.42, but A1's loads 4.03
+//   (the rounding waits for them). So fc2 whole in a cluster (8 SMs doing what 64 did: A1's loads,
+//   fc2's product and gW2 with its update about 8 us together) costs more than the two grid
+//   barriers and the L2 hand-offs it removes (about 3 us in v5); dropped (BENCHMARKS.md, Tried and
+//   dropped). What it does show: a cvt.rna a fragment element is not free (fc2's mma halves when
+//   its operand is rounded once, at the store).
 // ============================================================================
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -61,6 +76,7 @@
 #include <random>
 namespace cg = cooperative_groups;
 
+#define M6(i) do { if (blockIdx.x == 0 && threadIdx.x == 0) a.tsb[16 + (i)] = clock64(); } while (0)
 #define MARK(i) do { if (blockIdx.x == 0 && threadIdx.x == 0) a.tsb[i] = clock64(); } while (0)
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -1821,6 +1837,445 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
     cl.sync();
 }
 
+// ---------------------------------------------------------------------------------------------
+// v6: ONE grid barrier a step (v5 has three). G = H1 / 32 clusters of 8 blocks (8 of 8 for
+// 784,256,128,10: the H100 holds 15 clusters of 8 at one block a SM). Cluster c owns H1 tile c
+// (32 units) as before, and every cluster also runs the whole of fc2, fc3 and the loss itself,
+// the same operations in the same order in each (so the 8 copies of W2, W3, b2, b3 stay equal
+// bit for bit): after grid barrier 1 each rank reads all of A1 from L2, and rank r owns H2 units
+// 16 r .. 16 r + 15 (its W2 rows, with K = all of H1), so fc2's product needs no join; the fc3
+// logits meet through DSMEM (each rank's 16 units' part), D2 for its units is local, and fc2's
+// deltas to the cluster's own H1 tile are the ranks' parts summed through DSMEM: nothing of a
+// step crosses a cluster but A1. A step:
+//   S1   rank r: the 64 x 32 tile of fc1 over its 100 columns of I (mma, 13 k steps); cluster
+//        barrier s1; rank r finishes samples 8 r .. 8 r + 7 (8 parts over DSMEM) -> A1 (L2, the
+//        step's parity buffer); X of the next step issued (cp.async into the other buffer)
+//   GB1  grid barrier
+//   S2   A1 [64][256] from L2; Z2 = A1 W2r^T (mma, 32 k steps, no join); A2 = relu; the 64 x 16
+//        part of the logits; cluster barrier b; every rank: logits (8 parts), softmax, D3, D2 of
+//        its units; D1p = D2 W2r[:, tile] (the old W2); cluster arrive c; under it gW2 (mma),
+//        W2's, W3's, b2's and b3's updates; wait c; rank r sums samples 8 r .. of D1 (8 parts),
+//        masks them and stores them into all 8 ranks (DSMEM); cluster barrier d; gW1 (mma), W1's
+//        and b1's updates.
+// Every rank keeps all of b3 and b1's tile, updated the same way in each. P and M go to memory
+// at a launch's last step only.
+// ---------------------------------------------------------------------------------------------
+constexpr int R6 = 8, KC6 = 100, XS6 = 108, NK6 = 13;          // 100 columns of I a rank; 13 k steps
+constexpr int A1S6 = 260, D2S6 = 20, D1S6 = 40, U6 = 32, H26 = 16;   // strides; units a tile, a rank
+constexpr int V6_XS = 64 * XS6, V6_WS = U6 * XS6, V6_A1 = 64 * A1S6, V6_W2 = H26 * A1S6;
+constexpr int V6_SMEM_FLOATS = 2 * V6_XS + 2 * V6_WS + V6_A1 + 2 * V6_W2 + 2 * 16 * 16 + 64 * 32 /*part*/ +
+                               64 * 16 /*yp*/ + 64 * 16 /*d3*/ + 64 * 16 /*a2*/ + 64 * D2S6 + 64 * 32 /*d1p*/ +
+                               64 * D1S6 + 6 * 32;
+
+__device__ __forceinline__ void v6_cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void v6_cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ void v6_cp16(float* dst, const float* src, bool ok) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+// The sum of column col over the 64 rows of src (stride ld) as four chains (rows k, k + 4, ...)
+// added (c0 + c1) + (c2 + c3): lanes 4 i .. 4 i + 3 of a warp take column i of the warp's 8.
+__device__ __forceinline__ float v6_colsum(const float* src, int ld, int col, int chain) {
+    float acc = 0.f;
+#pragma unroll
+    for (int s = 0; s < 16; ++s) acc += src[(4 * s + chain) * ld + col];
+    float o = __shfl_xor_sync(0xffffffff, acc, 1);
+    float c01 = (chain & 1) ? o + acc : acc + o;
+    float o2 = __shfl_xor_sync(0xffffffff, c01, 2);
+    return (chain & 2) ? o2 + c01 : c01 + o2;
+}
+
+// PRE (version 7 in main): A1 is stored in shared memory already rounded to TF32 (cvt.rna once a
+// value instead of once a fragment load), which gives the same products bit for bit.
+template <bool PRE>
+__global__ void __launch_bounds__(256, 1) fc3_v6(Args a, int steps) {
+    cg::cluster_group cl = cg::this_cluster();
+    if (cl.num_blocks() != R6) __trap();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
+    const int rank = cl.block_rank(), c = blockIdx.x / R6;
+    const unsigned nblk = gridDim.x;
+    const int B = a.B, I = a.I, H1 = a.H1, H2 = a.H2, O = a.O;
+    float* W1 = a.P; float* b1 = W1 + H1 * I; float* W2 = b1 + H1; float* b2 = W2 + H2 * H1;
+    float* W3 = b2 + H2; float* b3 = W3 + O * H2;
+    const long dM = a.M - a.P;
+
+    extern __shared__ __align__(16) float sm[];
+    float* xs0 = sm;                    // X [2][64][XS6]: the rank's 100 columns, a buffer a step parity
+    float* ws = xs0 + 2 * V6_XS;        // W1 tile [32][XS6] (units h0 .., columns k_lo ..), kept
+    float* ms1 = ws + V6_WS;            // its momentum
+    float* a1s = ms1 + V6_WS;           // A1 [64][A1S6], all of H1
+    float* w2s = a1s + V6_A1;           // W2 rows of the rank's units [16][A1S6], kept
+    float* ms2 = w2s + V6_W2;
+    float* w3s = ms2 + V6_W2;           // W3[o][u0 + u] [16][16], kept
+    float* ms3 = w3s + 256;
+    float* part = ms3 + 256;            // S1's parts [64][32]
+    float* yp = part + 64 * 32;         // the logits' part of the rank's units [64][16]
+    float* d3s = yp + 64 * 16;          // D3 [64][16]
+    float* a2s = d3s + 64 * 16;         // A2 of the rank's units [64][16]
+    float* d2s = a2s + 64 * 16;         // D2 of the rank's units [64][D2S6]
+    float* d1p = d2s + 64 * D2S6;       // D1's part from the rank's units [64][32]
+    float* d1s = d1p + 64 * 32;         // D1 of the tile [64][D1S6] (stored by every rank)
+    float* b1s = d1s + 64 * D1S6;       // b1's tile [32], its momentum [32]
+    float* mb1 = b1s + 32;
+    float* b2s = mb1 + 32;              // b2 of the rank's units [16], momentum [16]
+    float* mb2 = b2s + 16;
+    float* b3s = mb2 + 16;              // all of b3 [16], momentum [16]
+    float* mb3 = b3s + 16;
+
+    const int k_lo = min(rank * KC6, I), k_hi = min(k_lo + KC6, I), kc = k_hi - k_lo;
+    const int h0 = c * U6, u0 = rank * H26;
+
+    // Once a launch: zero X's buffers (padding columns stay zero), the kept tiles and state.
+    for (int e = tid; e < 2 * V6_XS; e += 256) xs0[e] = 0.f;
+    for (int e = tid; e < V6_WS; e += 256) {
+        int r = e / XS6, k = e % XS6, h = h0 + r;
+        bool ok = k < kc && h < H1;
+        ws[e] = ok ? W1[h * I + k_lo + k] : 0.f;
+        ms1[e] = ok ? W1[h * I + k_lo + k + dM] : 0.f;
+    }
+    for (int e = tid; e < V6_W2; e += 256) {
+        int r = e / A1S6, k = e % A1S6, u = u0 + r;
+        bool ok = k < H1 && u < H2;
+        w2s[e] = ok ? W2[u * H1 + k] : 0.f;
+        ms2[e] = ok ? W2[u * H1 + k + dM] : 0.f;
+    }
+    {
+        int o = tid >> 4, u = tid & 15;
+        bool ok = o < O && u0 + u < H2;
+        w3s[tid] = ok ? W3[o * H2 + u0 + u] : 0.f;
+        ms3[tid] = ok ? W3[o * H2 + u0 + u + dM] : 0.f;
+    }
+    if (tid < 32) { b1s[tid] = h0 + tid < H1 ? b1[h0 + tid] : 0.f; mb1[tid] = h0 + tid < H1 ? b1[h0 + tid + dM] : 0.f; }
+    if (tid < 16) {
+        b2s[tid] = u0 + tid < H2 ? b2[u0 + tid] : 0.f; mb2[tid] = u0 + tid < H2 ? b2[u0 + tid + dM] : 0.f;
+        b3s[tid] = tid < O ? b3[tid] : 0.f; mb3[tid] = tid < O ? b3[tid + dM] : 0.f;
+    }
+    __syncthreads();
+    auto issue_x = [&](float* xs, const float* X) {   // X [B][I] -> xs[64][XS6], the rank's columns
+        for (int e = tid; e < 64 * (KC6 / 4); e += 256) {
+            int r = e / (KC6 / 4), qq = e % (KC6 / 4), col = k_lo + 4 * qq;
+            bool ok = r < B && col < k_hi;
+            v6_cp16(&xs[r * XS6 + 4 * qq], ok ? &X[r * I + col] : X, ok);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    issue_x(xs0, a.X);
+
+    for (int step = 0; step < steps; ++step) {
+        const float* T = a.T + size_t(step) * B * O;
+        float* xs = xs0 + (step & 1) * V6_XS;
+        float* A1g = a.A1 + (step & 1) * 64 * H1;   // A1 in memory, a buffer a step parity
+        const bool last = step + 1 == steps;
+        M6(0);
+        // ---------------- S1: fc1's tile over the rank's columns (mma), the join ----------------
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+        {
+            const int mt = warp & 3, n0 = 16 * (warp >> 2);   // m16 tile, two n8 tiles (units n0 .. n0 + 15)
+            float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            const float* xa = xs + (16 * mt + g) * XS6 + q4;
+            const float* wb = ws + (n0 + g) * XS6 + q4;
+#pragma unroll
+            for (int ks = 0; ks < NK6; ++ks) {
+                const int k0 = 8 * ks;
+                unsigned a0 = v5_tf32(xa[k0]), a1_ = v5_tf32(xa[8 * XS6 + k0]), a2 = v5_tf32(xa[k0 + 4]),
+                         a3 = v5_tf32(xa[8 * XS6 + k0 + 4]);
+                v5_mma(acc[0], a0, a1_, a2, a3, v5_tf32(wb[k0]), v5_tf32(wb[k0 + 4]));
+                v5_mma(acc[1], a0, a1_, a2, a3, v5_tf32(wb[8 * XS6 + k0]), v5_tf32(wb[8 * XS6 + k0 + 4]));
+            }
+            const int r0 = 16 * mt + g;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int c0 = n0 + 8 * t + 2 * q4;
+                *(float2*)&part[r0 * 32 + c0] = make_float2(acc[t][0], acc[t][1]);
+                *(float2*)&part[(r0 + 8) * 32 + c0] = make_float2(acc[t][2], acc[t][3]);
+            }
+        }
+        M6(1);
+        cl.sync();
+        // rank r finishes samples 8 r .. 8 r + 7: thread (s, u); a1v stays for D1's mask.
+        const int s1 = 8 * rank + (tid >> 5), uu = tid & 31;
+        float a1v;
+        {
+            float z = cl.map_shared_rank(part, 0)[s1 * 32 + uu];
+#pragma unroll
+            for (int qq = 1; qq < R6; ++qq) z += cl.map_shared_rank(part, qq)[s1 * 32 + uu];
+            z += b1s[uu];
+            a1v = (s1 < B && h0 + uu < H1) ? fmaxf(z, 0.f) : 0.f;
+            if (s1 < B) A1g[s1 * H1 + h0 + uu] = a1v;
+        }
+        if (!last) issue_x(xs0 + ((step + 1) & 1) * V6_XS, a.X + size_t(step + 1) * B * I);
+        M6(2);
+        grid_barrier(a.sync, nblk);
+        M6(3);
+        // ---------------- S2: fc2 (no join), the logits' part ----------------
+        float tv[4];
+        const int sq = tid >> 2, ob = 4 * (tid & 3);   // the loss: thread (sample, 4 outputs)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tv[i] = (sq < B && ob + i < O) ? __ldg(&T[sq * O + ob + i]) : 0.f;
+        {
+            const int H1q = H1 / 4;
+            float4 av[16];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                int e = tid + 256 * j, r = e / H1q, qq = e % H1q;
+                av[j] = (r < B && e < 64 * H1q) ? __ldcg((const float4*)&A1g[r * H1 + 4 * qq]) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                int e = tid + 256 * j, r = e / H1q, qq = e % H1q;
+                if (PRE) {
+                    av[j].x = __uint_as_float(v5_tf32(av[j].x)); av[j].y = __uint_as_float(v5_tf32(av[j].y));
+                    av[j].z = __uint_as_float(v5_tf32(av[j].z)); av[j].w = __uint_as_float(v5_tf32(av[j].w));
+                }
+                if (e < 64 * H1q) *(float4*)&a1s[r * A1S6 + 4 * qq] = av[j];
+            }
+        }
+        __syncthreads();
+        M6(4);
+        {
+            const int mt = warp & 3, nt = warp >> 2;   // one m16 n8 tile a warp, two chains over K = H1
+            float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            const float* xa = a1s + (16 * mt + g) * A1S6 + q4;
+            const float* wb = w2s + (8 * nt + g) * A1S6 + q4;
+#pragma unroll 8
+            for (int ks = 0; ks < H1 / 8; ks += 2) {
+#pragma unroll
+                for (int t = 0; t < 2; ++t) {
+                    const int k0 = 8 * (ks + t);
+                    if (PRE)
+                        v5_mma(acc[t], __float_as_uint(xa[k0]), __float_as_uint(xa[8 * A1S6 + k0]), __float_as_uint(xa[k0 + 4]),
+                               __float_as_uint(xa[8 * A1S6 + k0 + 4]), v5_tf32(wb[k0]), v5_tf32(wb[k0 + 4]));
+                    else
+                        v5_mma(acc[t], v5_tf32(xa[k0]), v5_tf32(xa[8 * A1S6 + k0]), v5_tf32(xa[k0 + 4]),
+                               v5_tf32(xa[8 * A1S6 + k0 + 4]), v5_tf32(wb[k0]), v5_tf32(wb[k0 + 4]));
+                }
+            }
+            const int r0 = 16 * mt + g, cc = 8 * nt + 2 * q4;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int s = r0 + 8 * (i >> 1), u = cc + (i & 1);
+                const float z = acc[0][i] + acc[1][i] + b2s[u];
+                a2s[s * 16 + u] = (s < B && u0 + u < H2) ? fmaxf(z, 0.f) : 0.f;
+            }
+        }
+        __syncthreads();
+        M6(5);
+        {
+            float y[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int u = 0; u < 16; ++u) {
+                const float av = a2s[sq * 16 + u];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) y[i] = fmaf(av, w3s[(ob + i) * 16 + u], y[i]);
+            }
+            *(float4*)&yp[sq * 16 + ob] = make_float4(y[0], y[1], y[2], y[3]);
+        }
+        M6(6);
+        cl.sync();   // barrier b: the 8 parts of the logits
+        M6(7);
+        {
+            float y[4];
+            {
+                float4 v = *(const float4*)&cl.map_shared_rank(yp, 0)[sq * 16 + ob];
+                y[0] = v.x; y[1] = v.y; y[2] = v.z; y[3] = v.w;
+            }
+#pragma unroll
+            for (int qq = 1; qq < R6; ++qq) {
+                float4 v = *(const float4*)&cl.map_shared_rank(yp, qq)[sq * 16 + ob];
+                y[0] += v.x; y[1] += v.y; y[2] += v.z; y[3] += v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) y[i] += b3s[ob + i];
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            float e[4], es = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
+            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const bool ok = sq < B && ob + i < O;
+                d3s[sq * 16 + ob + i] = ok ? e[i] / es - tv[i] : 0.f;
+                if (c == 0 && rank == 0 && ok) a.Y[sq * O + ob + i] = e[i] / es;
+            }
+        }
+        __syncthreads();
+        M6(8);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {   // D2 of the rank's units: thread (sq, units ob .. ob + 3)
+            const int u = ob + i;
+            float d = 0.f;
+            for (int o = 0; o < O; ++o) d = fmaf(d3s[sq * 16 + o], w3s[o * 16 + u], d);
+            d2s[sq * D2S6 + u] = a2s[sq * 16 + u] > 0.f ? d : 0.f;
+        }
+        __syncthreads();
+        M6(9);
+        {   // D1p [64][32] = D2 W2r[:, h0 .. h0 + 31] (the old W2): warp w: m tile w & 3, n tiles
+            // 2 (w >> 2), + 1; K = 16 units. A[m = s][k = u] = d2s[s][u]; B[k = u][n = col] = w2s[u][h0 + col].
+            const int mt = warp & 3;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int n0 = 8 * (2 * (warp >> 2) + t);
+                float dp[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int ks = 0; ks < 2; ++ks) {
+                    const int k0 = 8 * ks;
+                    const float* da = d2s + (16 * mt + g) * D2S6 + k0 + q4;
+                    v5_mma(dp, v5_tf32(da[0]), v5_tf32(da[8 * D2S6]), v5_tf32(da[4]), v5_tf32(da[8 * D2S6 + 4]),
+                           v5_tf32(w2s[(k0 + q4) * A1S6 + h0 + n0 + g]), v5_tf32(w2s[(k0 + q4 + 4) * A1S6 + h0 + n0 + g]));
+                }
+                const int r0 = 16 * mt + g, cc = n0 + 2 * q4;
+                *(float2*)&d1p[r0 * 32 + cc] = make_float2(dp[0], dp[1]);
+                *(float2*)&d1p[(r0 + 8) * 32 + cc] = make_float2(dp[2], dp[3]);
+            }
+        }
+        __syncthreads();   // the old W2 read by every warp
+        v6_cluster_arrive();   // barrier c: D1's parts
+        M6(10);
+        {   // gW2 [16 units][H1] = D2^T A1: warp w: n tiles w + 8 j; 8 k steps over the samples.
+            unsigned af[8][4];
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                const float* da = d2s + (8 * ks + q4) * D2S6 + g;
+                af[ks][0] = v5_tf32(da[0]); af[ks][1] = v5_tf32(da[8]);
+                af[ks][2] = v5_tf32(da[4 * D2S6]); af[ks][3] = v5_tf32(da[4 * D2S6 + 8]);
+            }
+            float gw[4][4] = {};
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int n0 = 8 * (warp + 8 * j);
+                    const float b0 = a1s[(8 * ks + q4) * A1S6 + n0 + g], b1_ = a1s[(8 * ks + q4 + 4) * A1S6 + n0 + g];
+                    if (n0 < H1)
+                        v5_mma(gw[j], af[ks][0], af[ks][1], af[ks][2], af[ks][3], PRE ? __float_as_uint(b0) : v5_tf32(b0),
+                               PRE ? __float_as_uint(b1_) : v5_tf32(b1_));
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int n0 = 8 * (warp + 8 * j);
+                if (n0 >= H1) continue;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int u = g + 8 * (i >> 1), col = n0 + 2 * q4 + (i & 1);
+                    if (u0 + u < H2) {
+                        float m = ms2[u * A1S6 + col];
+                        float np = sgd_nesterov(w2s[u * A1S6 + col], m, gw[j][i] * a.scale, a.lr, a.mu);
+                        w2s[u * A1S6 + col] = np; ms2[u * A1S6 + col] = m;
+                        if (last && c == 0) { W2[(u0 + u) * H1 + col] = np; W2[(u0 + u) * H1 + col + dM] = m; }
+                    }
+                }
+            }
+        }
+        if (warp < 2) {   // gW3 [16 o][16 units] = D3^T A2: warp w: n tile w; 8 k steps (mma)
+            float gg[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                const int k0 = 8 * ks;
+                v5_mma(gg, v5_tf32(d3s[(k0 + q4) * 16 + g]), v5_tf32(d3s[(k0 + q4) * 16 + g + 8]),
+                       v5_tf32(d3s[(k0 + q4 + 4) * 16 + g]), v5_tf32(d3s[(k0 + q4 + 4) * 16 + g + 8]),
+                       v5_tf32(a2s[(k0 + q4) * 16 + 8 * warp + g]), v5_tf32(a2s[(k0 + q4 + 4) * 16 + 8 * warp + g]));
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int o = g + 8 * (i >> 1), u = 8 * warp + 2 * q4 + (i & 1), e = o * 16 + u;
+                if (o < O && u0 + u < H2) {
+                    float m = ms3[e];
+                    float np = sgd_nesterov(w3s[e], m, gg[i] * a.scale, a.lr, a.mu);
+                    w3s[e] = np; ms3[e] = m;
+                    if (last && c == 0) { W3[o * H2 + u0 + u] = np; W3[o * H2 + u0 + u + dM] = m; }
+                }
+            }
+        } else if (warp < 4) {   // b2: 8 units a warp
+            const int u = 8 * (warp - 2) + (lane >> 2);
+            const float gsum = v6_colsum(d2s, D2S6, u, lane & 3);
+            if ((lane & 3) == 0 && u0 + u < H2) {
+                float m = mb2[u];
+                float np = sgd_nesterov(b2s[u], m, gsum * a.scale, a.lr, a.mu);
+                b2s[u] = np; mb2[u] = m;
+                if (last && c == 0) { b2[u0 + u] = np; b2[u0 + u + dM] = m; }
+            }
+        } else if (warp < 6) {   // b3: 8 outputs a warp, every rank its copy
+            const int o = 8 * (warp - 4) + (lane >> 2);
+            const float gsum = v6_colsum(d3s, 16, o, lane & 3);
+            if ((lane & 3) == 0 && o < O) {
+                float m = mb3[o];
+                float np = sgd_nesterov(b3s[o], m, gsum * a.scale, a.lr, a.mu);
+                b3s[o] = np; mb3[o] = m;
+                if (last && c == 0 && rank == 0) { b3[o] = np; b3[o + dM] = m; }
+            }
+        }
+        M6(11);
+        v6_cluster_wait();
+        M6(12);
+        {   // D1 of samples 8 r ..: the 8 parts in rank order, masked, stored into every rank
+            float d = cl.map_shared_rank(d1p, 0)[s1 * 32 + uu];
+#pragma unroll
+            for (int qq = 1; qq < R6; ++qq) d += cl.map_shared_rank(d1p, qq)[s1 * 32 + uu];
+            d = a1v > 0.f ? d : 0.f;
+#pragma unroll
+            for (int qq = 0; qq < R6; ++qq) cl.map_shared_rank(d1s, qq)[s1 * D1S6 + uu] = d;
+        }
+        cl.sync();   // barrier d
+        M6(13);
+        {   // gW1 [32 units][104 columns] = D1^T X: warp w: m tile w & 1, n tiles (w >> 1) + 4 j < 13
+            const int mt = warp & 1;
+            unsigned af[8][4];
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+                const float* da = d1s + (8 * ks + q4) * D1S6 + 16 * mt + g;
+                af[ks][0] = v5_tf32(da[0]); af[ks][1] = v5_tf32(da[8]);
+                af[ks][2] = v5_tf32(da[4 * D1S6]); af[ks][3] = v5_tf32(da[4 * D1S6 + 8]);
+            }
+            float gw[4][4] = {};
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int n0 = 8 * ((warp >> 1) + 4 * j);
+                    if (n0 < 8 * NK6)
+                        v5_mma(gw[j], af[ks][0], af[ks][1], af[ks][2], af[ks][3],
+                               v5_tf32(xs[(8 * ks + q4) * XS6 + n0 + g]), v5_tf32(xs[(8 * ks + q4 + 4) * XS6 + n0 + g]));
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int n0 = 8 * ((warp >> 1) + 4 * j);
+                if (n0 >= 8 * NK6) continue;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int u = 16 * mt + g + 8 * (i >> 1), col = n0 + 2 * q4 + (i & 1), e = u * XS6 + col;
+                    if (col < kc && h0 + u < H1) {
+                        float m = ms1[e];
+                        float np = sgd_nesterov(ws[e], m, gw[j][i] * a.scale, a.lr, a.mu);
+                        ws[e] = np; ms1[e] = m;
+                        if (last) { W1[(h0 + u) * I + k_lo + col] = np; W1[(h0 + u) * I + k_lo + col + dM] = m; }
+                    }
+                }
+            }
+        }
+        if (warp >= 4) {   // b1's tile: 8 units a warp, every rank its copy
+            const int u = 8 * (warp - 4) + (lane >> 2);
+            const float gsum = v6_colsum(d1s, D1S6, u, lane & 3);
+            __syncwarp();
+            if ((lane & 3) == 0 && h0 + u < H1) {
+                float m = mb1[u];
+                float np = sgd_nesterov(b1s[u], m, gsum * a.scale, a.lr, a.mu);
+                b1s[u] = np; mb1[u] = m;
+                if (last && rank == 0) { b1[h0 + u] = np; b1[h0 + u + dM] = m; }
+            }
+        }
+        M6(14);
+        __syncthreads();
+        M6(15);
+    }
+    cl.sync();
+}
+
 // ---------------- host: float64 reference of one step, timing ----------------
 static void ref_step(std::vector<double>& P, std::vector<double>& M, const std::vector<float>& X,
                      const std::vector<float>& T, int B, int I, int H1, int H2, int O, double lr, double mu) {
@@ -1862,9 +2317,10 @@ int main(int argc, char** argv) {
         fprintf(stderr, "shape out of the prototype's limits\n"); return 1; }
     float *dX, *dT, *dP, *dM, *dA1, *dA2, *dY, *dYp, *dD1p, *dgb3; unsigned long long* dsync;
     CK(cudaMalloc(&dX, X.size() * 4)); CK(cudaMalloc(&dT, T.size() * 4)); CK(cudaMalloc(&dP, n * 4)); CK(cudaMalloc(&dM, n * 4));
-    CK(cudaMalloc(&dA1, B * H1 * 4)); CK(cudaMalloc(&dA2, 64 * 16 * T2 * 4)); CK(cudaMalloc(&dY, B * O * 4));
+    CK(cudaMalloc(&dA1, 2 * 64 * H1 * 4));   // two: v6 takes a buffer a step parity
+    CK(cudaMalloc(&dA2, 64 * 16 * T2 * 4)); CK(cudaMalloc(&dY, B * O * 4));
     CK(cudaMalloc(&dYp, size_t(B) * O * 16 * 4)); CK(cudaMalloc(&dD1p, size_t(T2) * 64 * H1 * 4)); CK(cudaMalloc(&dgb3, 64 * 4));
-    CK(cudaMalloc(&dsync, 8)); long long* dts; CK(cudaMalloc(&dts, 8 * 8)); CK(cudaMemset(dsync, 0, 8));
+    CK(cudaMalloc(&dsync, 8)); long long* dts; CK(cudaMalloc(&dts, 32 * 8)); CK(cudaMemset(dsync, 0, 8));
     CK(cudaMemcpy(dX, X.data(), X.size() * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dT, T.data(), T.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(dYp, 0, size_t(B) * O * 16 * 4)); CK(cudaMemset(dA2, 0, 64 * 16 * T2 * 4));
     int khz = 0; CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
@@ -1882,7 +2338,15 @@ int main(int argc, char** argv) {
     Args a{dX, dT, dP, dM, dA1, dA2, dY, dYp, dD1p, dgb3, dsync, dts, B, I, H1, H2, O, 0.05f, 0.9f, 1.f / B};
     // launch(kernel version, stream, first batch, steps)
     auto launch = [&](int ver, cudaStream_t st, int steps) {
-        if (ver == 5) {
+        if (ver >= 6) {
+            cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3((H1 / U6) * R6); cfg.blockDim = dim3(256);
+            cfg.dynamicSmemBytes = V6_SMEM_FLOATS * 4; cfg.stream = st;
+            cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
+            at.val.clusterDim.x = R6; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
+            cfg.attrs = &at; cfg.numAttrs = 1;
+            if (ver == 7) CK(cudaLaunchKernelEx(&cfg, fc3_v6<true>, a, steps));
+            else CK(cudaLaunchKernelEx(&cfg, fc3_v6<false>, a, steps));
+        } else if (ver == 5) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 4); cfg.blockDim = dim3(256);
             cfg.dynamicSmemBytes = V5_SMEM_FLOATS * 4; cfg.stream = st;
             cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
@@ -1921,8 +2385,8 @@ int main(int argc, char** argv) {
                size_t(H1) * I + H1 + size_t(H2) * H1 + H2, n - O);
         bool ok = worst < tolP && worstm < tolM;
         printf("  check after %d step(s) against float64: worst P error %.3g (of the update, or 1e-3 |p|), M %.3g%s\n", steps,
-               worst, worstm, ver == 5 ? " (element-wise, for the record)" : ok ? " -> OK" : " -> MISMATCH");
-        if (ver == 5) {
+               worst, worstm, ver >= 5 ? " (element-wise, for the record)" : ok ? " -> OK" : " -> MISMATCH");
+        if (ver >= 5) {
             // TF32 products: each gradient is off by about 1e-3 of its size, and an element whose
             // momentum is near 0 makes any element-wise ratio explode (a CPU emulation of v5's
             // rounding gave 0.34 after 1 step, 31 after 4). So per tensor, as norms:
@@ -1948,25 +2412,29 @@ int main(int argc, char** argv) {
         return ok;
     };
     bool all_ok = true;
-    const int first = argc > 3 ? atoi(argv[3]) : 1;   // the first version to run (1 to 5)
-    for (int ver = first; ver <= 5; ++ver) {
+    const int first = argc > 3 ? atoi(argv[3]) : 1;   // the first version to run (1 to 7)
+    const int lastver = argc > 4 ? atoi(argv[4]) : 7;
+    for (int ver = first; ver <= lastver; ++ver) {
+        if (ver >= 6 && (H1 % U6 || H2 > R6 * H26 || I > R6 * KC6)) { printf("v6: shape out of its limits\n"); continue; }
         void* fn = ver == 1 ? (void*)fc3_v1 : ver == 2 ? (void*)fc3_v2 : ver == 3 ? (void*)fc3_v3
-                 : ver == 4 ? (void*)fc3_v4<4> : (void*)fc3_v5;
-        const int R = ver >= 4 ? 4 : 8;
-        const int smem = ver == 5 ? V5_SMEM_FLOATS * 4 : ver == 4 ? v4_smem_floats<4>() * 4 : SMEM_FLOATS * 4;
+                 : ver == 4 ? (void*)fc3_v4<4> : ver == 5 ? (void*)fc3_v5 : ver == 6 ? (void*)fc3_v6<false> : (void*)fc3_v6<true>;
+        const int R = ver >= 6 ? R6 : ver >= 4 ? 4 : 8;
+        const int Gv = ver >= 6 ? H1 / U6 : G;
+        const int smem = ver >= 6 ? V6_SMEM_FLOATS * 4 : ver == 5 ? V5_SMEM_FLOATS * 4 : ver == 4 ? v4_smem_floats<4>() * 4 : SMEM_FLOATS * 4;
         CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * R); cfg.blockDim = dim3(256); cfg.dynamicSmemBytes = smem;
+        cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(Gv * R); cfg.blockDim = dim3(256); cfg.dynamicSmemBytes = smem;
         cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
         at.val.clusterDim.x = R; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
         if (ver >= 4) { cfg.attrs = &at; cfg.numAttrs = 1; }
         int maxc = 0; CK(cudaOccupancyMaxActiveClusters(&maxc, fn, &cfg));
-        printf("v%d: %d clusters of %d (at most %d resident)\n", ver, G, R, maxc);
-        if (maxc < G) { fprintf(stderr, "not all clusters fit\n"); return 1; }
+        printf("v%d: %d clusters of %d (at most %d resident)\n", ver, Gv, R, maxc);
+        if (maxc < Gv) { fprintf(stderr, "not all clusters fit\n"); return 1; }
         // The grid barrier's targets assume the count is a multiple of this launch's blocks: from 0 at
         // each version (the versions' grids differ: 128 and 64 blocks).
         CK(cudaMemset(dsync, 0, 8));
         all_ok &= check(ver, 1);
         all_ok &= check(ver, 4);
+        if (getenv("FC3_CHECK_ONLY")) continue;   // under compute-sanitizer: the checks alone
         cudaStream_t st; CK(cudaStreamCreate(&st));
         cudaGraph_t gr; cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -1983,10 +2451,22 @@ int main(int argc, char** argv) {
             float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); printf(" %.2f", ms * 1000.f / (reps * NB));
         }
         printf("\n");
-        long long tsv[8]; CK(cudaMemcpy(tsv, dts, 64, cudaMemcpyDeviceToHost));
-        const char* nm[7] = {"S1 fc1 forward", "grid barrier 1", "S2 fc2 forward + Yp", "grid barrier 2", "S3 loss, D2, gW2, D1p", "grid barrier 3", "S4 D1, gW1"};
-        printf("  block 0, the last step (cycles; us at %d MHz):\n", khz / 1000);
-        for (int i = 0; i < 7; ++i) printf("    %-24s %7lld  %.2f\n", nm[i], tsv[i + 1] - tsv[i], (tsv[i + 1] - tsv[i]) / (khz * 1e-3));
+        long long tsv[32]; CK(cudaMemcpy(tsv, dts, sizeof tsv, cudaMemcpyDeviceToHost));
+        if (ver >= 6) {   // block 0's marks in the last step and the step before's end
+            const char* n6[15] = {"S1 mma", "S1 barrier + join", "grid barrier 1", "A1 loads", "fc2 mma + A2",
+                                  "logits' part", "barrier b", "logits, softmax, D3", "D2", "D1p, arrive c",
+                                  "gW2 + W2, gW3 + W3, b2, b3", "wait c", "D1 join, barrier d", "gW1 + W1, b1", "end"};
+            printf("  block 0, the last step (cycles; us at %d MHz):\n", khz / 1000);
+            for (int i = 0; i < 15; ++i)
+                printf("    %-28s %7lld  %.2f\n", n6[i], tsv[17 + i] - tsv[16 + i], (tsv[17 + i] - tsv[16 + i]) / (khz * 1e-3));
+            printf("    %-28s %7lld  %.2f\n", "step (marks 0 to 15)", tsv[31] - tsv[16], (tsv[31] - tsv[16]) / (khz * 1e-3));
+        } else {
+            const char* nm[7] = {"S1 fc1 forward", "grid barrier 1", "S2 fc2 forward + Yp", "grid barrier 2",
+                                 "S3 loss, D2, gW2, D1p", "grid barrier 3", "S4 D1, gW1"};
+            printf("  block 0, the last step (cycles; us at %d MHz):\n", khz / 1000);
+            for (int i = 0; i < 7; ++i)
+                printf("    %-24s %7lld  %.2f\n", nm[i], tsv[i + 1] - tsv[i], (tsv[i + 1] - tsv[i]) / (khz * 1e-3));
+        }
         std::vector<float> P2(n); CK(cudaMemcpy(P2.data(), dP, n * 4, cudaMemcpyDeviceToHost));
         bool fin = true; for (float p : P2) fin = fin && std::isfinite(p);
         printf("  parameters finite after the timed steps: %s\n", fin ? "yes" : "NO");
