@@ -266,7 +266,8 @@ void print_header(const TrainConfig& cfg, const Context& ctx, const Dataset& dat
                    conv_kernels_of(cfg.kernels) == ConvKernels::Tc ? " (tensor cores, TF32, where named tc_)" : "",
                    ctx.info().name, ctx.info().arch(), m->shapes_text());
         // fc3_step, dense_program or the layer-by-layer step, and the kernels of each layer.
-        fmt::print("{}", model_step_listing(cfg, cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs)));
+        fmt::print("{}", model_step_listing(cfg, cnn_wgk_loaded(ctx.info(), cfg.kernels.source, cfg.dirs),
+                                            cnn_transposes_loaded(ctx.info(), cfg.kernels.source, cfg.dirs)));
     } else {
         fmt::print("ptxlab train: {} MLP, {} kernels, on {} ({})\n  a step: {}\n", layers_text(cfg.layers),
                    to_string(cfg.kernels), ctx.info().name, ctx.info().arch(), mlp_step_kernels(cfg));

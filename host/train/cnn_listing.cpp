@@ -87,8 +87,10 @@ private:
     size_t cur_ = 0;
 };
 // One step of `m` recorded (RecordingOps), with addresses that are never read but not 0 (0
-// means "none": a conv without its pool).
-RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv, bool wgk) {
+// means "none": a conv without its pool). W^T kept where the trainer keeps it: dense_wg_k and
+// transpose32 both loaded (CnnActs::keep_transposes).
+RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv, bool wgk,
+                         bool transposes) {
     RecordingOps ops(conv == ConvKernels::Tc, m.layers.size(), pool_in_conv, wgk);
     CnnBuffers b;
     b.B = B;
@@ -99,7 +101,7 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
         b.idx.push_back(CUdeviceptr(0x1000 * (3 * l + 2)));
         if (l + 1 < m.layers.size()) b.delta.push_back(CUdeviceptr(0x1000 * (3 * l + 3)));
         b.z.push_back(CUdeviceptr(0x100000 + 0x1000 * l));
-        const bool wt = keeps_transposed_weights(m, l, conv == ConvKernels::Tc, wgk);
+        const bool wt = keeps_transposed_weights(m, l, conv == ConvKernels::Tc, wgk && transposes);
         b.wt.push_back(wt ? CUdeviceptr(0x200000 + 0x1000 * l) : 0);
     }
     b.running = 0x400;
@@ -113,8 +115,8 @@ RecordingOps record_step(const Model& m, ConvKernels conv, unsigned B, Activatio
 }  // namespace
 
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv,
-                              bool wgk) {
-    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv, wgk);
+                              bool wgk, bool transposes) {
+    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv, wgk, transposes);
     std::string out = fmt::format("  {:<7} {:<28} {:<22} {}\n", "layer", "forward", "deltas to its input",
                                   "weight gradient");
     const size_t L = m.layers.size();
@@ -145,10 +147,13 @@ std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Acti
 bool cnn_wgk_loaded(const DeviceInfo& dev, KernelSource source, const KernelDirs& dirs) {
     return kernel_absent_reason(kernel_spec("dense_wg_k"), source, dev, dirs).empty();
 }
+bool cnn_transposes_loaded(const DeviceInfo& dev, KernelSource source, const KernelDirs& dirs) {
+    return kernel_absent_reason(kernel_spec("transpose32"), source, dev, dirs).empty();
+}
 
 std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act, bool pool_in_conv,
-                             bool wgk) {
-    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv, wgk);
+                             bool wgk, bool transposes) {
+    const RecordingOps ops = record_step(m, conv, B, act, pool_in_conv, wgk, transposes);
     // "fused_forward x2, fused_output, ...": each name once, in the order of its first launch.
     std::vector<std::pair<std::string, unsigned>> seen;
     for (const auto& n : ops.names) {
@@ -161,7 +166,7 @@ std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activ
     return out;
 }
 
-std::string model_step_listing(const TrainConfig& cfg, bool wgk) {
+std::string model_step_listing(const TrainConfig& cfg, bool wgk, bool transposes) {
     const Model& m = *cfg.model;
     if (fc3_step_unfit(cfg).empty())  // the whole step, the optimizer included, in one launch
         return fmt::format("  a step: fc3_step (the whole step in one launch: every layer's forward pass, the loss, "
@@ -181,8 +186,9 @@ std::string model_step_listing(const TrainConfig& cfg, bool wgk) {
         why = " (no one-launch step: " + (m.layers.size() == 3 ? fc3_step_unfit(cfg) : dense_step_unfit(cfg)) + ")";
     const ConvKernels conv = conv_kernels_of(cfg.kernels);
     return fmt::format("  a step: {}, {}{}\n",
-                       cnn_step_kernels(m, conv, cfg.batch, cfg.activation, cfg.pool_bwd_in_conv, wgk), optim, why) +
-           cnn_layer_kernels(m, conv, cfg.batch, cfg.activation, cfg.pool_bwd_in_conv, wgk);
+                       cnn_step_kernels(m, conv, cfg.batch, cfg.activation, cfg.pool_bwd_in_conv, wgk, transposes),
+                       optim, why) +
+           cnn_layer_kernels(m, conv, cfg.batch, cfg.activation, cfg.pool_bwd_in_conv, wgk, transposes);
 }
 
 }  // namespace ptxlab

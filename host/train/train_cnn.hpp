@@ -262,18 +262,23 @@ void cnn_transpose_weights(CnnOps& ops, const Model& m, const CnnBuffers& b);
 // The kernels one training step of `m` launches at batch B, each named once in the order of its
 // first launch with its count ("fused_forward x2, fused_output, fused_grad, ..."), and then the
 // optimizer's (what `train` prints); pool_in_conv: TrainConfig::pool_bwd_in_conv; wgk: dense_wg_k
-// is loaded (the tc set on a device of compute capability 9.0: cnn_wgk_loaded), as KernelOps sees it.
+// is loaded (the tc set on a device of compute capability 9.0: cnn_wgk_loaded), as KernelOps sees it;
+// transposes: transpose32 is loaded too (cnn_transposes_loaded), without which the step keeps no
+// W^T and an fc layer's deltas stay off dense_wg_k.
 std::string cnn_step_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu,
-                             bool pool_in_conv = false, bool wgk = false);
+                             bool pool_in_conv = false, bool wgk = false, bool transposes = true);
 // The same by layer, one line each: the kernels of its forward pass, of its deltas to its input
 // and of its weight gradient (a table, what `train` prints under its first line).
 std::string cnn_layer_kernels(const Model& m, ConvKernels conv, unsigned B, Activation act = Activation::Relu,
-                              bool pool_in_conv = false, bool wgk = false);
+                              bool pool_in_conv = false, bool wgk = false, bool transposes = true);
 // Whether the model trainer's KernelSet loads dense_wg_k on this device (compute capability 9.0)
 // from these kernels (a --ptx-dir without hopper/densewgk.ptx leaves it out, and the step keeps
 // its other kernels): what train's listing of a step's kernels takes as `wgk`.
 bool cnn_wgk_loaded(const DeviceInfo& dev, KernelSource source = KernelSource::Ptx,
                     const KernelDirs& dirs = KernelDirs::from_environment());
+// The same for transpose32 (ptx/hopper/transpose.ptx), which W^T needs: the listing's `transposes`.
+bool cnn_transposes_loaded(const DeviceInfo& dev, KernelSource source = KernelSource::Ptx,
+                           const KernelDirs& dirs = KernelDirs::from_environment());
 
 // ---- An fc-only model's step in one launch (cnn_densestep.cpp) ----
 // Why the training loop does not run `m`'s step as dense_program (ptx/densestep.ptx: the forward
@@ -340,8 +345,9 @@ std::string fc3_step_absent(KernelSource source, const KernelDirs& dirs);
 std::string fc3_step_layer_kernels(const Model& m);
 // The lines `train` prints of a --model run's step: "  a step: ..." (the launches; for an fc-only
 // network that no one-launch step runs, why not: fc3_step's reason for 3 fc layers, else
-// dense_program's), then the layer table. wgk: cnn_wgk_loaded for the run's device and kernels.
-std::string model_step_listing(const TrainConfig& cfg, bool wgk);
+// dense_program's), then the layer table. wgk, transposes: cnn_wgk_loaded and
+// cnn_transposes_loaded for the run's device and kernels.
+std::string model_step_listing(const TrainConfig& cfg, bool wgk, bool transposes = true);
 // That step on the model trainer's buffers: the flat parameters (W1, b1, W2, b2, W3, b3 back to
 // back: checked, an internal Error otherwise) and the optimizer's state of p, with its own
 // scratch of kFc3StepWorkBytes, zeroed once here (fc3_step keeps its grid barrier's count there

@@ -322,4 +322,17 @@ TEST_CASE("densewgk: train's listing names it where the set loads it: a 9.0 devi
     std::filesystem::create_directory(t.path / "hopper");
     std::filesystem::copy_file(src / "hopper/densewgk.ptx", t.path / "hopper/densewgk.ptx");
     CHECK(cnn_wgk_loaded(h100, KernelSource::Ptx, flat));
+    // hopper/densewgk.ptx without hopper/transpose.ptx: the trainer keeps no W^T, so the forward
+    // passes run on dense_wg_k and fc2's deltas do not (no transpose32 in the listing either).
+    CHECK_FALSE(cnn_transposes_loaded(h100, KernelSource::Ptx, flat));
+    const bool wgk = cnn_wgk_loaded(h100, KernelSource::Ptx, flat), wt = cnn_transposes_loaded(h100, KernelSource::Ptx, flat);
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, wgk, wt) ==
+          "dense_wg_k x2, fused_output, dense_mm x4");
+    CHECK(cnn_layer_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, wgk, wt).find("transpose32") ==
+          std::string::npos);
+    std::filesystem::copy_file(src / "hopper/transpose.ptx", t.path / "hopper/transpose.ptx");
+    CHECK(cnn_transposes_loaded(h100, KernelSource::Ptx, flat));
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true,
+                           cnn_transposes_loaded(h100, KernelSource::Ptx, flat)) ==
+          "transpose32, dense_wg_k x3, fused_output, dense_mm x3");
 }
