@@ -24,6 +24,11 @@ for a in "$@"; do
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(idx ptx contract safetensors)
+jobs="${FUZZ_JOBS:-$(nproc)}"
+if [[ ! "$jobs" =~ ^[0-9]{1,4}$ ]] || [ "$((10#$jobs))" -lt 1 ]; then
+  echo "fuzz/run.sh: FUZZ_JOBS must be a whole number from 1 to 9999, got '$jobs'" >&2; exit 2
+fi
+jobs=$((10#$jobs))
 
 cxx="${CXX:-clang++}"
 if ! command -v "$cxx" >/dev/null; then
@@ -42,7 +47,6 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 # Each fuzzer is one process on one core: they run side by side, as many at a time as there are
 # cores (FUZZ_JOBS chooses otherwise), each for SECONDS of wall time; their logs are read in
 # the targets' order once a round ends.
-jobs="${FUZZ_JOBS:-$(nproc)}"
 start() {  # start target $1 in the background; its pid into pids[$1]
   local t="$1"
   # No std::regex reads PTX or a contract header any more (issue #34): the ptx target takes
