@@ -28,7 +28,9 @@
 // v5 v4 with every product on TF32 mma.sync (checked as per-tensor norms: TF32's rounding breaks
 // an element-wise bound where the momentum is near 0); v6 one grid barrier a step, fc2, fc3 and
 // the loss run whole in every cluster (8 clusters of 8), v7 v6 with A1 rounded to TF32 once as
-// it is stored. `./fc3_step [H1 H2 [FIRST [LAST]]]` runs versions FIRST..LAST (1..7);
+// it is stored, v8 v5 with every mma operand as its FP32 bits (no cvt.rna: the tensor core
+// truncates), to price the roundings (not yet run). `./fc3_step [H1 H2 [FIRST [LAST]]]` runs
+// versions FIRST..LAST (1..8);
 // FC3_CHECK_ONLY=1 runs the float64 checks alone (for compute-sanitizer). v5 is what
 // ptx/fc3step.ptx (fc3_step, the model trainer's step for 3 fc layers) is written from, with X's
 // copies a step ahead and 128 steps a launch.
@@ -1470,7 +1472,12 @@ __device__ __forceinline__ void v5_mma(float (&d)[4], unsigned a0, unsigned a1, 
 constexpr int KC5 = 196, KS5 = 204, K25 = 64, K2S = 72, NK1 = 25;   // 25 k steps of 8 cover 200 > 196
 constexpr int V5_SMEM_FLOATS = 64 * KS5 + 3 * 16 * KS5 + 64 * 16 + 64 * K2S + 2 * 16 * K2S + 256 + 16 * 16 + 3 * 64 * 16 + 32;
 
+// RAW (version 8 in main): every operand handed to mma as its FP32 bits, no cvt.rna: the tensor
+// core then reads the upper 19 bits (truncation). The figures against v5 give what the
+// roundings at each fragment load cost.
+template <bool RAW>
 __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
+#define T32(x) (RAW ? __float_as_uint(x) : v5_tf32(x))
     constexpr int R = 4, SPR = 16, NX = (64 * KC5 / 4 + 255) / 256;
     cg::cluster_group cl = cg::this_cluster();
     if (cl.num_blocks() != R) __trap();   // launched with the cluster attribute of 4 (the host's launch)
@@ -1558,8 +1565,8 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
 #pragma unroll   // fully: acc[ks & 1] must resolve at compile time (else local memory)
             for (int ks = 0; ks < NK1; ++ks) {
                 const int k0 = 8 * ks;
-                v5_mma(acc[ks & 1], v5_tf32(xa[k0]), v5_tf32(xa[8 * KS5 + k0]), v5_tf32(xa[k0 + 4]),
-                       v5_tf32(xa[8 * KS5 + k0 + 4]), v5_tf32(wb[k0]), v5_tf32(wb[k0 + 4]));
+                v5_mma(acc[ks & 1], T32(xa[k0]), T32(xa[8 * KS5 + k0]), T32(xa[k0 + 4]),
+                       T32(xa[8 * KS5 + k0 + 4]), T32(wb[k0]), T32(wb[k0 + 4]));
             }
             const int r0 = 16 * mt + g, c0 = 8 * nt + 2 * q4;
             part[r0 * 16 + c0] = acc[0][0] + acc[1][0];
@@ -1604,8 +1611,8 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
 #pragma unroll
             for (int ks = 0; ks < K25 / 8; ++ks) {
                 const int k0 = 8 * ks;
-                v5_mma(acc, v5_tf32(xa[k0]), v5_tf32(xa[8 * K2S + k0]), v5_tf32(xa[k0 + 4]), v5_tf32(xa[8 * K2S + k0 + 4]),
-                       v5_tf32(wb[k0]), v5_tf32(wb[k0 + 4]));
+                v5_mma(acc, T32(xa[k0]), T32(xa[8 * K2S + k0]), T32(xa[k0 + 4]), T32(xa[8 * K2S + k0 + 4]),
+                       T32(wb[k0]), T32(wb[k0 + 4]));
             }
             const int r0 = 16 * mt + g, c0 = 8 * nt + 2 * q4;
             part[r0 * 16 + c0] = acc[0]; part[r0 * 16 + c0 + 1] = acc[1];
@@ -1691,9 +1698,9 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
 #pragma unroll
             for (int ks = 0; ks < 8; ++ks) {
                 const int k0 = 8 * ks;
-                v5_mma(gw, v5_tf32(d2s[(k0 + q4) * 16 + g]), v5_tf32(d2s[(k0 + q4) * 16 + g + 8]),
-                       v5_tf32(d2s[(k0 + q4 + 4) * 16 + g]), v5_tf32(d2s[(k0 + q4 + 4) * 16 + g + 8]),
-                       v5_tf32(a1s[(k0 + q4) * K2S + 8 * warp + g]), v5_tf32(a1s[(k0 + q4 + 4) * K2S + 8 * warp + g]));
+                v5_mma(gw, T32(d2s[(k0 + q4) * 16 + g]), T32(d2s[(k0 + q4) * 16 + g + 8]),
+                       T32(d2s[(k0 + q4 + 4) * 16 + g]), T32(d2s[(k0 + q4 + 4) * 16 + g + 8]),
+                       T32(a1s[(k0 + q4) * K2S + 8 * warp + g]), T32(a1s[(k0 + q4 + 4) * K2S + 8 * warp + g]));
             }
             // D1p [64 samples][64 columns] = D2 W2 (the old W2): warp w takes m tile w & 3 and n tiles
             // (w >> 2) + 2 j, j < 4; 2 k steps over the units. A[m = s][k = u] = d2s[s][u];
@@ -1707,9 +1714,9 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
 #pragma unroll
                     for (int ks = 0; ks < 2; ++ks) {
                         const int k0 = 8 * ks;
-                        v5_mma(dp, v5_tf32(d2s[(m0 + g) * 16 + k0 + q4]), v5_tf32(d2s[(m0 + g + 8) * 16 + k0 + q4]),
-                               v5_tf32(d2s[(m0 + g) * 16 + k0 + q4 + 4]), v5_tf32(d2s[(m0 + g + 8) * 16 + k0 + q4 + 4]),
-                               v5_tf32(w2s[(k0 + q4) * K2S + n0 + g]), v5_tf32(w2s[(k0 + q4 + 4) * K2S + n0 + g]));
+                        v5_mma(dp, T32(d2s[(m0 + g) * 16 + k0 + q4]), T32(d2s[(m0 + g + 8) * 16 + k0 + q4]),
+                               T32(d2s[(m0 + g) * 16 + k0 + q4 + 4]), T32(d2s[(m0 + g + 8) * 16 + k0 + q4 + 4]),
+                               T32(w2s[(k0 + q4) * K2S + n0 + g]), T32(w2s[(k0 + q4 + 4) * K2S + n0 + g]));
                     }
                     const int col = j_lo + n0 + 2 * q4;
                     if (col < j_hi) {
@@ -1789,8 +1796,8 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
 #pragma unroll
             for (int ks = 0; ks < 8; ++ks) {
                 const int k0 = 8 * ks;
-                af[ks][0] = v5_tf32(d2s[(k0 + q4) * 16 + g]); af[ks][1] = v5_tf32(d2s[(k0 + q4) * 16 + g + 8]);
-                af[ks][2] = v5_tf32(d2s[(k0 + q4 + 4) * 16 + g]); af[ks][3] = v5_tf32(d2s[(k0 + q4 + 4) * 16 + g + 8]);
+                af[ks][0] = T32(d2s[(k0 + q4) * 16 + g]); af[ks][1] = T32(d2s[(k0 + q4) * 16 + g + 8]);
+                af[ks][2] = T32(d2s[(k0 + q4 + 4) * 16 + g]); af[ks][3] = T32(d2s[(k0 + q4 + 4) * 16 + g + 8]);
             }
             for (int nti = warp; nti < NK1; nti += 8) {
                 const int n0 = 8 * nti;
@@ -1798,8 +1805,8 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
 #pragma unroll
                 for (int ks = 0; ks < 8; ++ks) {
                     const int k0 = 8 * ks;
-                    v5_mma(gw, af[ks][0], af[ks][1], af[ks][2], af[ks][3], v5_tf32(xs[(k0 + q4) * KS5 + n0 + g]),
-                           v5_tf32(xs[(k0 + q4 + 4) * KS5 + n0 + g]));
+                    v5_mma(gw, af[ks][0], af[ks][1], af[ks][2], af[ks][3], T32(xs[(k0 + q4) * KS5 + n0 + g]),
+                           T32(xs[(k0 + q4 + 4) * KS5 + n0 + g]));
                 }
                 const int cc = n0 + 2 * q4;
 #pragma unroll
@@ -1836,6 +1843,7 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
     }
     cl.sync();
 }
+#undef T32
 
 // ---------------------------------------------------------------------------------------------
 // v6: ONE grid barrier a step (v5 has three). G = H1 / 32 clusters of 8 blocks (8 of 8 for
@@ -2338,7 +2346,7 @@ int main(int argc, char** argv) {
     Args a{dX, dT, dP, dM, dA1, dA2, dY, dYp, dD1p, dgb3, dsync, dts, B, I, H1, H2, O, 0.05f, 0.9f, 1.f / B};
     // launch(kernel version, stream, first batch, steps)
     auto launch = [&](int ver, cudaStream_t st, int steps) {
-        if (ver >= 6) {
+        if (ver == 6 || ver == 7) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3((H1 / U6) * R6); cfg.blockDim = dim3(256);
             cfg.dynamicSmemBytes = V6_SMEM_FLOATS * 4; cfg.stream = st;
             cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
@@ -2346,13 +2354,14 @@ int main(int argc, char** argv) {
             cfg.attrs = &at; cfg.numAttrs = 1;
             if (ver == 7) CK(cudaLaunchKernelEx(&cfg, fc3_v6<true>, a, steps));
             else CK(cudaLaunchKernelEx(&cfg, fc3_v6<false>, a, steps));
-        } else if (ver == 5) {
+        } else if (ver == 5 || ver == 8) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 4); cfg.blockDim = dim3(256);
             cfg.dynamicSmemBytes = V5_SMEM_FLOATS * 4; cfg.stream = st;
             cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
             at.val.clusterDim.x = 4; at.val.clusterDim.y = 1; at.val.clusterDim.z = 1;
             cfg.attrs = &at; cfg.numAttrs = 1;
-            CK(cudaLaunchKernelEx(&cfg, fc3_v5, a, steps));
+            if (ver == 8) CK(cudaLaunchKernelEx(&cfg, fc3_v5<true>, a, steps));
+            else CK(cudaLaunchKernelEx(&cfg, fc3_v5<false>, a, steps));
         } else if (ver == 4) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(G * 4); cfg.blockDim = dim3(256);
             cfg.dynamicSmemBytes = v4_smem_floats<4>() * 4; cfg.stream = st;
@@ -2412,15 +2421,15 @@ int main(int argc, char** argv) {
         return ok;
     };
     bool all_ok = true;
-    const int first = argc > 3 ? atoi(argv[3]) : 1;   // the first version to run (1 to 7)
-    const int lastver = argc > 4 ? atoi(argv[4]) : 7;
+    const int first = argc > 3 ? atoi(argv[3]) : 1;   // the first version to run (1 to 8)
+    const int lastver = argc > 4 ? atoi(argv[4]) : 8;
     for (int ver = first; ver <= lastver; ++ver) {
-        if (ver >= 6 && (H1 % U6 || H2 > R6 * H26 || I > R6 * KC6)) { printf("v6: shape out of its limits\n"); continue; }
+        if ((ver == 6 || ver == 7) && (H1 % U6 || H2 > R6 * H26 || I > R6 * KC6)) { printf("v6: shape out of its limits\n"); continue; }
         void* fn = ver == 1 ? (void*)fc3_v1 : ver == 2 ? (void*)fc3_v2 : ver == 3 ? (void*)fc3_v3
-                 : ver == 4 ? (void*)fc3_v4<4> : ver == 5 ? (void*)fc3_v5 : ver == 6 ? (void*)fc3_v6<false> : (void*)fc3_v6<true>;
-        const int R = ver >= 6 ? R6 : ver >= 4 ? 4 : 8;
-        const int Gv = ver >= 6 ? H1 / U6 : G;
-        const int smem = ver >= 6 ? V6_SMEM_FLOATS * 4 : ver == 5 ? V5_SMEM_FLOATS * 4 : ver == 4 ? v4_smem_floats<4>() * 4 : SMEM_FLOATS * 4;
+                 : ver == 4 ? (void*)fc3_v4<4> : ver == 5 ? (void*)fc3_v5<false> : ver == 6 ? (void*)fc3_v6<false> : ver == 7 ? (void*)fc3_v6<true> : (void*)fc3_v5<true>;
+        const int R = (ver == 6 || ver == 7) ? R6 : ver >= 4 ? 4 : 8;
+        const int Gv = (ver == 6 || ver == 7) ? H1 / U6 : G;
+        const int smem = (ver == 6 || ver == 7) ? V6_SMEM_FLOATS * 4 : (ver == 5 || ver == 8) ? V5_SMEM_FLOATS * 4 : ver == 4 ? v4_smem_floats<4>() * 4 : SMEM_FLOATS * 4;
         CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(Gv * R); cfg.blockDim = dim3(256); cfg.dynamicSmemBytes = smem;
         cudaLaunchAttribute at; at.id = cudaLaunchAttributeClusterDimension;
@@ -2452,7 +2461,7 @@ int main(int argc, char** argv) {
         }
         printf("\n");
         long long tsv[32]; CK(cudaMemcpy(tsv, dts, sizeof tsv, cudaMemcpyDeviceToHost));
-        if (ver >= 6) {   // block 0's marks in the last step and the step before's end
+        if (ver == 6 || ver == 7) {   // block 0's marks in the last step and the step before's end
             const char* n6[15] = {"S1 mma", "S1 barrier + join", "grid barrier 1", "A1 loads", "fc2 mma + A2",
                                   "logits' part", "barrier b", "logits, softmax, D3", "D2", "D1p, arrive c",
                                   "gW2 + W2, gW3 + W3, b2, b3", "wait c", "D1 join, barrier d", "gW1 + W1, b1", "end"};
