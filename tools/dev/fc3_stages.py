@@ -8,18 +8,30 @@ scratch's first 256 bytes, beside the grid barrier's count), linked as text with
 ptxlab links it. tools/dev/fc3_stages.cpp launches it (784,256,128,10, batch 64, Nesterov, S steps
 a launch, S >= 2) and prints the stages:
 
-  python3 tools/dev/fc3_stages.py [ptx/fc3step.ptx] > /tmp/fc3_marked.ptx
+  python3 tools/dev/fc3_stages.py [--raw-tf32] [ptx/fc3step.ptx] > /tmp/fc3_marked.ptx
   g++ -O2 -std=c++17 tools/dev/fc3_stages.cpp -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs \\
       -lcuda -o /tmp/fc3_stages && /tmp/fc3_stages /tmp/fc3_marked.ptx 128
 
 The markers are inserted at labels and comments of the kernel; when the kernel moves on and one is
-gone, this script stops and names it.
+gone, this script stops and names it. --raw-tf32 turns every cvt.rna.tf32.f32 into a mov.b32 (the
+mma then reads the FP32 bits and truncates): the values change, the stages' times price the
+roundings at each fragment load.
 """
 import pathlib
 import sys
 
 root = pathlib.Path(__file__).resolve().parents[2]
-src = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else root / "ptx/fc3step.ptx").read_text()
+args = sys.argv[1:]
+raw = "--raw-tf32" in args
+args = [a for a in args if a != "--raw-tf32"]
+if len(args) > 1 or any(a.startswith("-") for a in args):
+    sys.exit("usage: fc3_stages.py [--raw-tf32] [FILE.ptx]")
+src = pathlib.Path(args[0] if args else root / "ptx/fc3step.ptx").read_text()
+if raw:
+    n = src.count("cvt.rna.tf32.f32 ")
+    if n == 0:
+        sys.exit("fc3_stages.py: --raw-tf32, but the kernel has no cvt.rna.tf32.f32")
+    src = src.replace("cvt.rna.tf32.f32 ", "mov.b32          ")
 optim = (root / "ptx/optim.ptx").read_text()
 
 
