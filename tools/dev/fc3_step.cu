@@ -67,7 +67,9 @@
 //   fc2's product and gW2 with its update about 8 us together) costs more than the two grid
 //   barriers and the L2 hand-offs it removes (about 3 us in v5); dropped (BENCHMARKS.md, Tried and
 //   dropped). What it does show: a cvt.rna a fragment element is not free (fc2's mma halves when
-//   its operand is rounded once, at the store).
+//   its operand is rounded once, at the store). These figures are 051d8b7's build; the loss's
+//   softmax has since moved into loss_rows (the same operations), which leaves every version's
+//   registers as they were but v7's (224 -> 232, no spills).
 // ============================================================================
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -111,6 +113,27 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* sync, unsigned 
         }
     }
     __syncthreads();
+}
+
+// The loss of sample s's row of logits, held by 4 lanes (xor 1 and 2 in a warp) in 4 slots
+// each from slot ob: the softmax over its O outputs, D3 = softmax - target into d3s[s][ob + i]
+// (0 outside B x O), and the probabilities into Y[s][o] where Y is given. Every version's S3.
+__device__ __forceinline__ void loss_rows(const float (&y)[4], const float (&tv)[4], int s, int ob, int B, int O,
+                                          float* d3s, float* Y) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    float e[4], es = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
+    es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const bool ok = s < B && ob + i < O;
+        d3s[s * 16 + ob + i] = ok ? e[i] / es - tv[i] : 0.f;
+        if (Y && ok) Y[s * O + ob + i] = e[i] / es;
+    }
 }
 
 __device__ __forceinline__ float sgd_nesterov(float p, float& m, float g, float lr, float mu) {
@@ -929,20 +952,7 @@ __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 2) fc3_v3(Args 
                 y[i] = v + bb[i];
             }
             // softmax over a sample's O outputs: the 4 threads of a sample hold 16 slots
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            float e[4], es = 0.f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
-            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float d = (s < B && ob + i < O) ? e[i] / es - tv[i] : 0.f;
-                d3s[s * 16 + ob + i] = d;
-                if (c == 0 && rank == 0 && s < B && ob + i < O) a.Y[s * O + ob + i] = e[i] / es;
-            }
+            loss_rows(y, tv, s, ob, B, O, d3s, c == 0 && rank == 0 ? a.Y : nullptr);
             *(float4*)&a2s[4 * tid] = av2[0];
             __syncthreads();
             // D2 [64][16]: thread (s, units 4 (tid & 3) .. + 3)
@@ -1293,20 +1303,7 @@ __global__ void __launch_bounds__(256, 1) fc3_v4(Args a, int steps) {
                 for (int r = 0; r < 2; ++r) v += q[i][r].x + q[i][r].y + q[i][r].z + q[i][r].w;
                 y[i] = v + bb[i];
             }
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            float e[4], es = 0.f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
-            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float d = (s < B && ob + i < O) ? e[i] / es - tv[i] : 0.f;
-                d3s[s * 16 + ob + i] = d;
-                if (c == 0 && rank == 0 && s < B && ob + i < O) a.Y[s * O + ob + i] = e[i] / es;
-            }
+            loss_rows(y, tv, s, ob, B, O, d3s, c == 0 && rank == 0 ? a.Y : nullptr);
             *(float4*)&a2s[4 * tid] = av2;
             __syncthreads();
 #pragma unroll
@@ -1668,20 +1665,7 @@ __global__ void __launch_bounds__(256, 1) fc3_v5(Args a, int steps) {
                 for (int r = 0; r < 2; ++r) v += qv[i][r].x + qv[i][r].y + qv[i][r].z + qv[i][r].w;
                 y[i] = v + bb[i];
             }
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            float e[4], es = 0.f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
-            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float d = (s < B && ob + i < O) ? e[i] / es - tv[i] : 0.f;
-                d3s[s * 16 + ob + i] = d;
-                if (c == 0 && rank == 0 && s < B && ob + i < O) a.Y[s * O + ob + i] = e[i] / es;
-            }
+            loss_rows(y, tv, s, ob, B, O, d3s, c == 0 && rank == 0 ? a.Y : nullptr);
             *(float4*)&a2s[4 * tid] = av2;
             __syncthreads();
 #pragma unroll
@@ -2095,20 +2079,7 @@ __global__ void __launch_bounds__(256, 1) fc3_v6(Args a, int steps) {
             }
 #pragma unroll
             for (int i = 0; i < 4; ++i) y[i] += b3s[ob + i];
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) if (ob + i < O) mx = fmaxf(mx, y[i]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1)); mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            float e[4], es = 0.f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) { e[i] = ob + i < O ? exp2f((y[i] - mx) * 1.44269504f) : 0.f; es += e[i]; }
-            es += __shfl_xor_sync(0xffffffff, es, 1); es += __shfl_xor_sync(0xffffffff, es, 2);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const bool ok = sq < B && ob + i < O;
-                d3s[sq * 16 + ob + i] = ok ? e[i] / es - tv[i] : 0.f;
-                if (c == 0 && rank == 0 && ok) a.Y[sq * O + ob + i] = e[i] / es;
-            }
+            loss_rows(y, tv, sq, ob, B, O, d3s, c == 0 && rank == 0 ? a.Y : nullptr);
         }
         __syncthreads();
         M6(8);
