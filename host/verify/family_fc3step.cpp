@@ -15,21 +15,25 @@
 // its roundings over the magnitude of its terms (the factors' bounds included), u = 2^-24, the
 // tensor core's additions by tc.hpp's model (32 u a mma of its magnitude, gamma(32 n) over a chain
 // of n), T2 = ceil(H2/16):
-//   z1 = X W1^T + b1      the exact products of tf32(X), tf32(W1) (known floats): only the chain's
+// The products read X, W1, W2, D2 and D1 as their FP32 bits, which the tensor core truncates to
+// TF32 (trunc: bits & 0xffffe000, within 2^-10 of the input, kTruncErr); A1 is rounded once as it is
+// staged (cvt.rna.tf32: tf32, within 2^-11, kTf32Half).
+//   z1 = X W1^T + b1      the exact products of trunc(X), trunc(W1) (known floats): only the chain's
 //                         additions err, gamma(32 n + 5) (the longer of E and O, 4 adds, the bias)
-//   z2 = A1 W2^T + b2     tf32(W2) exact; tf32(A1) between tf32(A1 - e) and tf32(A1 + e) (tf32 is
+//   z2 = A1 W2^T + b2     trunc(W2) exact; tf32(A1) between tf32(A1 - e) and tf32(A1 + e) (tf32 is
 //                         monotone); its own additions gamma(32 n + 4) (a rank's chain, 3 joins, the bias)
 //   Y  = A2 W3^T + b3     gamma(min(H2, 16) + T2) (a tile's fma chain, T2 - 1 joins, the bias)
 //   D3                    ref_output_delta (the loss code's sequence)
-//   D2 = D3 W3 [A2 > 0]   gamma(O) (fma.rn chain); tf32(D2) within 2^-11 more for D1
-//   D1 = D2 W2 [A1 > 0]   tf32(W2) exact; gamma(32 n + T2 - 1) (a tile's two mma, the joins)
-//   dW1 = D1^T X          2^-11 (tf32 of D1; tf32(X) exact) + gamma(32 ceil(B/8)); dW2 = D2^T A1
-//                         tc_sum_bound(B) (both rounded); dW3 and the bias sums gamma(B); mul.rn by scale
+//   D2 = D3 W3 [A2 > 0]   gamma(O) (fma.rn chain); trunc(D2) within 2^-10 more for D1
+//   D1 = D2 W2 [A1 > 0]   trunc(W2) exact; gamma(32 n + T2 - 1) (a tile's two mma, the joins)
+//   dW1 = D1^T X          2^-10 (trunc of D1; trunc(X) exact) + gamma(32 ceil(B/8)); dW2 = D2^T A1
+//                         2^-10 + 2^-11 + 2^-21 (trunc(D2), tf32(A1)) + gamma(32 ceil(B/8)); dW3 and the
+//                         bias sums gamma(B); mul.rn by scale
 // Worst-case propagation through the wide sums of three layers would leave Y within tens of percent
 // (each layer multiplies a relative error by about sum |w a| / |sum w a|) and the gradients without
 // a useful bound. So the errors stay linear in their sources while they can: with the units of A2
 // whose mask is sure (on), Y's error is sum_h C[o][h] eps_h over A1's TF32 inputs' errors eps_h,
-// C = W3 diag(on) tf32(W2), plus those units' own roundings, and D1's is sum_o C[o][h] (D3's errors)
+// C = W3 diag(on) trunc(W2), plus those units' own roundings, and D1's is sum_o C[o][h] (D3's errors)
 // plus D2's roundings; only the rest is taken term by term. A hidden unit within its bound of the
 // ReLU kink may take either mask in the kernel: its output is bounded as max is (1-Lipschitz) but
 // enters as an independent error, and its delta carries |sum| + its bound (0 or the sum), finite,
@@ -58,11 +62,16 @@ constexpr unsigned kFc3BenchH1 = 256, kFc3BenchH2 = 128;
 // cvt.rna.tf32.f32 on a finite float: half of the 13 dropped bits added to the magnitude, then
 // cleared (nearest, ties away from zero); the result is within 2^-11 of its input (kTf32Half).
 float tf32(float x) { return std::bit_cast<float>((std::bit_cast<uint32_t>(x) + 0x1000u) & 0xffffe000u); }
-std::vector<float> tf32_all(std::vector<float> v) {
-    for (float& x : v) x = tf32(x);
+constexpr double kTf32Half = 0x1p-11;
+// The tensor core's reading of FP32 bits as a TF32: the 13 low mantissa bits ignored (truncation
+// toward zero; tools/dev/tf32_probe.cu checks it against the bits & 0xffffe000 the twin could pass),
+// within 2^-10 of its input (kTruncErr).
+float trunc_tf32(float x) { return std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffffe000u); }
+std::vector<float> trunc_all(std::vector<float> v) {
+    for (float& x : v) x = trunc_tf32(x);
     return v;
 }
-constexpr double kTf32Half = 0x1p-11;
+constexpr double kTruncErr = 0x1p-10;
 // x rounded to a float toward +inf (up) or -inf.
 float float_toward(double x, bool up) {
     const float f = float(x);
@@ -156,7 +165,7 @@ void fc3_forward(const NetParams& n, const Fc3Dims& d, const float* w1t, const f
 }
 
 // Sample s's deltas. D3 by ref_output_delta; D2 = D3 W3 on A2's mask (fma.rn chain over O); D1 =
-// tf32(D2) w2t on A1's mask, its error linear in D3's through C where D2's units are on, plus their
+// trunc(D2) w2t on A1's mask, its error linear in D3's through C where D2's units are on, plus their
 // own roundings, the kink units' whole bound and D1's chains. A unit at a kink may take either mask:
 // its delta carries |sum| + its bound (0 or the sum), finite, so that the gradients stay compared.
 void fc3_backward(const NetParams& n, const Fc3Dims& d, const float* w2t, const float* t, unsigned loss, size_t s,
@@ -180,7 +189,7 @@ void fc3_backward(const NetParams& n, const Fc3Dims& d, const float* w2t, const 
         double& v = r.D2.v[s * H2 + g];
         double& e = r.D2.e[s * H2 + g];
         masked(Mask(w.m2[g]), r.A2.v[s * H2 + g], sum, prop + w.acc2d[g], v, e);
-        w.rho[g] = kTf32Half * (std::fabs(v) + e);
+        w.rho[g] = kTruncErr * (std::fabs(v) + e);
         w.th[g] = e + w.rho[g];
     }
     for (unsigned h = 0; h < H1; ++h) {
@@ -367,11 +376,11 @@ std::pair<double, double> fc3step_work(const VerifyCase& c) {
 Fc3Ref ref_fc3_step(const NetParams& net, const float* X, const float* T, unsigned B, unsigned loss, float scale) {
     const Fc3Dims d(net);
     const unsigned I = d.I, H1 = d.H1, H2 = d.H2, O = d.O;
-    // The TF32 inputs the kernel's products take from exact floats: X, W1, W2.
+    // The TF32 inputs the kernel's products take from exact floats: X, W1, W2, truncated.
     Bounded xt;
     xt.resize(size_t(B) * I);
-    for (size_t i = 0; i < xt.size(); ++i) xt.v[i] = tf32(X[i]);
-    const std::vector<float> xf(xt.v.begin(), xt.v.end()), w1t = tf32_all(net.W[0]), w2t = tf32_all(net.W[1]);
+    for (size_t i = 0; i < xt.size(); ++i) xt.v[i] = trunc_tf32(X[i]);
+    const std::vector<float> xf(xt.v.begin(), xt.v.end()), w1t = trunc_all(net.W[0]), w2t = trunc_all(net.W[1]);
     Fc3Rows r;
     r.A1.resize(size_t(B) * H1), r.D1.resize(size_t(B) * H1);
     r.A2.resize(size_t(B) * H2), r.D2.resize(size_t(B) * H2);
@@ -385,14 +394,16 @@ Fc3Ref ref_fc3_step(const NetParams& net, const float* X, const float* T, unsign
             fc3_backward(net, d, w2t.data(), T + s * O, loss, s, r, w);
         }
     });
-    // The gradients: fc1's products take tf32(D1) and the exact tf32(X) (one rounding, kTf32Half),
-    // fc2's tf32(D2) and tf32(A1) (tc_sum_bound); an mma chain over the sample steps either way.
+    // The gradients: fc1's products take trunc(D1) and the exact trunc(X) (one truncation,
+    // kTruncErr), fc2's trunc(D2) and tf32(A1) ((1 + 2^-10)(1 + 2^-11) - 1); an mma chain over the
+    // sample steps either way.
     Fc3Ref out;
     out.Y = std::move(r.Y);
     const double chain = gamma(32 * ((B + 7) / 8)), g = gamma(B);
-    layer_grads(r.D1, H1, &xt, I, B, scale, kTf32Half + chain * (1.0 + kTf32Half), out.G);
+    const double p2 = kTruncErr + kTf32Half + kTruncErr * kTf32Half;
+    layer_grads(r.D1, H1, &xt, I, B, scale, kTruncErr + chain * (1.0 + kTruncErr), out.G);
     layer_grads(r.D1, H1, nullptr, 1, B, scale, g, out.G);
-    layer_grads(r.D2, H2, &r.A1, H1, B, scale, tc_sum_bound(B), out.G);
+    layer_grads(r.D2, H2, &r.A1, H1, B, scale, p2 + chain * (1.0 + p2), out.G);
     layer_grads(r.D2, H2, nullptr, 1, B, scale, g, out.G);
     layer_grads(r.D3, O, &r.A2, H2, B, scale, g, out.G);
     layer_grads(r.D3, O, nullptr, 1, B, scale, g, out.G);

@@ -6,8 +6,8 @@
 // everything else in FP32. See the header of fc3step.ptx for the maths, the launch shape, the
 // limits, what each cluster and rank owns, the scratch `work` and the summation order. This file
 // computes the same values in the same order:
-//   - every mma.sync gets the same fragments (cvt.rna.tf32.f32 of the same values, through inline
-//     asm) in the same slots and the same accumulator; S1's two chains (E over the even k steps,
+//   - every mma.sync gets the same fragments (the same values' FP32 bits, A1's rounded by
+//     cvt.rna.tf32.f32 when staged, through inline asm) in the same slots and the same accumulator; S1's two chains (E over the even k steps,
 //     O over the odd ones, each from +0, then add.rn(E, O)), every other product one chain from
 //     +0 over its k steps in increasing order. The tensor core's order and rounding inside one
 //     mma are the hardware's, the same for both sets (tc.ptx's header);
@@ -55,13 +55,14 @@ static_assert(kWorkA2 == kWorkA1 + 64 * 256 * 4 && kWorkYP == kWorkA2 + 64 * 128
 
 // One k step of a 16 x 8 tile onto c: a(m, k) and b(k, n) give the tile's A and B elements (m, n
 // within the tile, k within the step), in this lane's slots (g = lane/4, q = lane%4): a0 = a(g, q),
-// a1 = a(g+8, q), a2 = a(g, q+4), a3 = a(g+8, q+4), b0 = b(q, g), b1 = b(q+4, g), each through
-// cvt.rna.tf32.f32 (the identity on a value already rounded: A1S).
+// a1 = a(g+8, q), a2 = a(g, q+4), a3 = a(g+8, q+4), b0 = b(q, g), b1 = b(q+4, g), each as its FP32
+// bits: the tensor core reads the sign, exponent and upper 10 mantissa bits (a truncation to TF32),
+// as fc3step.ptx's loads give it (ld.shared.b32; A1S holds values already rounded by cvt.rna).
 template <class FA, class FB> __device__ __forceinline__ void mma_step(float (&c)[4], FA a, FB b)
 {
     const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    mma_tf32(c, tf32(a(g, q)), tf32(a(g + 8, q)), tf32(a(g, q + 4)), tf32(a(g + 8, q + 4)), tf32(b(q, g)),
-             tf32(b(q + 4, g)));
+    mma_tf32(c, __float_as_uint(a(g, q)), __float_as_uint(a(g + 8, q)), __float_as_uint(a(g, q + 4)),
+             __float_as_uint(a(g + 8, q + 4)), __float_as_uint(b(q, g)), __float_as_uint(b(q + 4, g)));
 }
 
 // out(m, n, c_i) for the four accumulators of this lane: c0 (g, 2q), c1 (g, 2q+1), c2 (g+8, 2q),

@@ -24,8 +24,10 @@ using namespace ptxlab::verify_detail;
 
 namespace {
 
-// cvt.rna.tf32.f32 on finite values: add half of the 13 dropped bits, then clear them.
+// cvt.rna.tf32.f32 on finite values: add half of the 13 dropped bits, then clear them (A1, staged).
 float tf32(float x) { return std::bit_cast<float>((std::bit_cast<uint32_t>(x) + 0x1000u) & 0xffffe000u); }
+// The tensor core's reading of FP32 bits (X, W1, W2, D2, D1): the 13 low bits ignored.
+float trunc_tf32(float x) { return std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffffe000u); }
 
 // a + b rounded toward zero: the tensor core's truncation, the worst case of its additions.
 float add_rz(float a, float b) {
@@ -45,7 +47,7 @@ struct ModelStep {
 enum class Slip { None, UnmaskedD1, JoinSkipsRank1 };
 
 // One step of fc3_step in float32 in the order of fc3step.ptx's header, every TF32 product added
-// onto its chain one by one with truncation (the products of tf32 values are exact).
+// onto its chain one by one with truncation (the products of TF32 values are exact).
 ModelStep model_fc3_step(const NetParams& n, const std::vector<float>& X, const std::vector<float>& T, unsigned B,
                          unsigned loss, float scale, Slip slip = Slip::None) {
     const unsigned I = n.sizes[0], H1 = n.sizes[1], H2 = n.sizes[2], O = n.sizes[3], T2 = (H2 + 15) / 16;
@@ -62,7 +64,7 @@ ModelStep model_fc3_step(const NetParams& n, const std::vector<float>& X, const 
                 const unsigned lo = std::min(196 * r, I), kc = std::min(196 * r + 196, I) - lo;
                 float c[2] = {0.0f, 0.0f};
                 for (unsigned k = 0; k < 200; ++k)
-                    if (k < kc) c[k / 8 % 2] = add_rz(c[k / 8 % 2], tf32(X[s * I + lo + k]) * tf32(W1[h * I + lo + k]));
+                    if (k < kc) c[k / 8 % 2] = add_rz(c[k / 8 % 2], trunc_tf32(X[s * I + lo + k]) * trunc_tf32(W1[h * I + lo + k]));
                 p[r] = slip == Slip::JoinSkipsRank1 && r == 1 ? 0.0f : c[0] + c[1];
             }
             A1[s * H1 + h] = ranks(p, n.b[0][h]);
@@ -72,7 +74,7 @@ ModelStep model_fc3_step(const NetParams& n, const std::vector<float>& X, const 
             for (unsigned r = 0; r < 4; ++r) {
                 p[r] = 0.0f;
                 for (unsigned j = std::min(64 * r, H1); j < std::min(64 * r + 64, H1); ++j)
-                    p[r] = add_rz(p[r], tf32(A1[s * H1 + j]) * tf32(W2[g * H1 + j]));
+                    p[r] = add_rz(p[r], tf32(A1[s * H1 + j]) * trunc_tf32(W2[g * H1 + j]));
             }
             A2[s * H2 + g] = ranks(p, n.b[1][g]);
         }
@@ -102,33 +104,34 @@ ModelStep model_fc3_step(const NetParams& n, const std::vector<float>& X, const 
             for (unsigned c = 0; c < T2; ++c) {
                 float part = 0.0f;
                 for (unsigned g = 16 * c; g < std::min(16 * c + 16, H2); ++g)
-                    part = add_rz(part, tf32(D2[s * H2 + g]) * tf32(W2[g * H1 + h]));
+                    part = add_rz(part, trunc_tf32(D2[s * H2 + g]) * trunc_tf32(W2[g * H1 + h]));
                 d = c == 0 ? part : d + part;
             }
             D1[s * H1 + h] = slip == Slip::UnmaskedD1 || A1[s * H1 + h] > 0.0f ? d : 0.0f;
         }
     }
-    // Gradients: rows of L against columns of R over the samples (tf32: the mma chains; else fma.rn,
-    // or add.rn for a bias), then mul.rn by scale.
-    auto grads = [&](const std::vector<float>& L, unsigned rows, const std::vector<float>* R, unsigned cols, bool tc) {
+    // Gradients: rows of L against columns of R over the samples (rr given: the mma chains, L
+    // truncated and R through rr; else fma.rn, or add.rn for a bias), then mul.rn by scale.
+    using Round = float (*)(float);
+    auto grads = [&](const std::vector<float>& L, unsigned rows, const std::vector<float>* R, unsigned cols, Round rr) {
         for (unsigned row = 0; row < rows; ++row)
             for (unsigned col = 0; col < cols; ++col) {
                 float c = 0.0f;
                 for (unsigned s = 0; s < B; ++s) {
                     const float l = L[s * rows + row];
                     if (!R) c += l;
-                    else if (tc) c = add_rz(c, tf32(l) * tf32((*R)[s * cols + col]));
+                    else if (rr) c = add_rz(c, trunc_tf32(l) * rr((*R)[s * cols + col]));
                     else c = std::fma(l, (*R)[s * cols + col], c);
                 }
                 m.G.push_back(c * scale);
             }
     };
-    grads(D1, H1, &X, I, true);
-    grads(D1, H1, nullptr, 1, false);
-    grads(D2, H2, &A1, H1, true);
-    grads(D2, H2, nullptr, 1, false);
-    grads(D3, O, &A2, H2, false);
-    grads(D3, O, nullptr, 1, false);
+    grads(D1, H1, &X, I, trunc_tf32);
+    grads(D1, H1, nullptr, 1, nullptr);
+    grads(D2, H2, &A1, H1, tf32);
+    grads(D2, H2, nullptr, 1, nullptr);
+    grads(D3, O, &A2, H2, nullptr);
+    grads(D3, O, nullptr, 1, nullptr);
     return m;
 }
 
