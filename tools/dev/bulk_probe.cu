@@ -20,19 +20,7 @@
 //   nvcc -O2 -arch=sm_90 -std=c++17 tools/dev/bulk_probe.cu -o /tmp/bp
 //   /tmp/bp N D OFF B MODE        e.g. /tmp/bp 16 224576 192512 2048 1 (tc_step's shapes)
 
-#include <cstdio>
-#include <cstdlib>
-#include <cuda_runtime.h>
-
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                \
-                         cudaGetErrorString(e_));                                          \
-            std::exit(2);                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "check.cuh"  // CK
 
 __device__ unsigned cluster_rank() {
     unsigned r;

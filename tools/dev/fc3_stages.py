@@ -15,7 +15,8 @@ a launch, S >= 2) and prints the stages:
 The markers are inserted at labels and comments of the kernel; when the kernel moves on and one is
 gone, this script stops and names it. --raw-tf32 turns every cvt.rna.tf32.f32 into a mov.b32 (the
 mma then reads the FP32 bits and truncates): the values change, the stages' times price the
-roundings at each fragment load.
+roundings left. Since 5c62aa9 fc3step.ptx loads every operand but A1 as bits, and only A1's
+staging keeps its cvt; the roundings at each fragment load cost 1.7 us a step (BENCHMARKS.md).
 """
 import pathlib
 import sys

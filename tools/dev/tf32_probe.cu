@@ -11,19 +11,7 @@
 //
 //   nvcc -O2 -arch=sm_90 -std=c++17 tools/dev/tf32_probe.cu -o /tmp/tp && /tmp/tp [TILES]
 
-#include <cstdio>
-#include <cstdlib>
-#include <cuda_runtime.h>
-
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                \
-                         cudaGetErrorString(e_));                                          \
-            std::exit(2);                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "check.cuh"  // CK
 
 __device__ unsigned hash(unsigned x) {  // a 32-bit mix (splitmix-like), one value an index
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
