@@ -7,10 +7,11 @@
 // limits, what each cluster and rank owns, the scratch `work` and the summation order. This file
 // computes the same values in the same order:
 //   - every mma.sync gets the same fragments (the same values' FP32 bits, A1's rounded by
-//     cvt.rna.tf32.f32 when staged, through inline asm) in the same slots and the same accumulator; S1's two chains (E over the even k steps,
-//     O over the odd ones, each from +0, then add.rn(E, O)), every other product one chain from
-//     +0 over its k steps in increasing order. The tensor core's order and rounding inside one
-//     mma are the hardware's, the same for both sets (tc.ptx's header);
+//     cvt.rna.tf32.f32 when staged, through inline asm) in the same slots and the same
+//     accumulator; S1's two chains (E over the even k steps, O over the odd ones, each from +0,
+//     then add.rn(E, O)), every other product one chain from +0 over its k steps in increasing
+//     order. The tensor core's order and rounding inside one mma are the hardware's, the same for
+//     both sets (tc.ptx's header);
 //   - every other sum is the same chain of IEEE operations written with __fadd_rn, __fsub_rn,
 //     __fmul_rn, __fmaf_rn, __fdiv_rn and fmaxf (max.f32), which NVRTC may not contract or
 //     reorder; ex2.approx.f32 through inline asm; each parameter's step is recipe.cuh's
