@@ -43,7 +43,6 @@
 #include "parallel_rows.hpp"
 #include "ref_optim.hpp"
 #include "registry.hpp"
-#include "tc.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -31,9 +31,10 @@
 // it is stored, v8 v5 with every mma operand as its FP32 bits (no cvt.rna: the tensor core
 // truncates), to price the roundings (not run: ptx/fc3step.ptx itself measured it, 17.21 -> 15.49
 // us a step in bench on an H100, and loads its operands as bits since 5c62aa9).
-// `./fc3_step [H1 H2 [FIRST [LAST]]]` runs versions FIRST..LAST (1..8); FC3_CHECK_ONLY=1 runs the float64 checks alone (for compute-sanitizer). v5 is what
-// ptx/fc3step.ptx (fc3_step, the model trainer's step for 3 fc layers) is written from, with X's
-// copies a step ahead and 128 steps a launch.
+// `./fc3_step [H1 H2 [FIRST [LAST]]]` runs versions FIRST..LAST (1..8); FC3_CHECK_ONLY=1 runs the
+// float64 checks alone (for compute-sanitizer). v5 is what ptx/fc3step.ptx (fc3_step, the model
+// trainer's step for 3 fc layers) is written from, with X's copies a step ahead and 128 steps a
+// launch.
 //
 // Measured (2026-11-28, one H100 call unless named; `nvcc -O3 -arch=sm_90 -std=c++17
 // tools/dev/fc3_step.cu -o fc3_step && ./fc3_step [H1 H2]`; us a step, a CUDA graph of 20 steps
