@@ -193,9 +193,10 @@ void setup_verify(CLI::App& app, Command& chosen) {
     sub->add_option("--kernel", o->kernels,
                     "only these kernels: forward2 forward3 grad2 grad3 batch_mean optim_sgd optim_adam optim_rmsprop "
                     "gather fused_forward fused_output fused_grad outer fused_step conv_fwd conv_bwd_data conv_bwd_weights "
-                    "fc_bwd_data pool_fwd pool_bwd tc_forward tc_grad_input tc_grad_weights tc_forward_bf16 tc_grad_input_bf16 "
-                    "tc_grad_weights_bf16 tc_step fc3_step tc_conv_fwd tc_conv_bwd_data tc_conv_bwd_weights dense_wg_k transpose32 (these "
-                    "two on a device of compute capability 9.0 only; skipped elsewhere)");
+                    "fc_bwd_data pool_fwd pool_bwd tc_forward tc_grad_input tc_grad_weights tc_grad_weights_wide "
+                    "tc_forward_bf16 tc_grad_input_bf16 tc_grad_weights_bf16 tc_step fc3_step tc_conv_fwd "
+                    "tc_conv_bwd_data tc_conv_bwd_weights dense_wg_k transpose32 (these two on a device of compute "
+                    "capability 9.0 only; skipped elsewhere)");
     auto* shape_opt = sub->add_option("--shape", o->shape,
                     "one shape instead of the default set: B,I,H,O,act (forward2), B,I,H,O,loss,act (grad2), "
                     "B,I,H1,H2,O,act (forward3), B,I,H1,H2,O,loss,act (grad3), N,B (batch_mean), N,variant "
@@ -208,7 +209,8 @@ void setup_verify(CLI::App& app, Command& chosen) {
                     "in its epilogue, pool - 1 = 1 (input height odd) + 2 (width odd) + 4 (no ReLU mask)), N,C,H,W,K,KS,act (conv_fwd, conv_bwd_data, "
                     "conv_bwd_weights, tc_conv_bwd_weights: act 0 none, 1 ReLU), B,I,O,act (fc_bwd_data: act 0 none, 1 ReLU), N,C,H,W "
                     "(pool_fwd), N,C,H,W,mask (pool_bwd: mask 1 with the ReLU mask from pool_fwd's Y, 0 without), B,I,H,act (tc_forward, tc_forward_bf16: act 0 none, 1 ReLU), "
-                    "B,I,O,act (tc_grad_input, tc_grad_weights and their _bf16 versions: act 0 none, 1 ReLU), B,I,H,O,loss,optim (tc_step: ReLU; B <= 64, I <= 896, "
+                    "B,I,O,act (tc_grad_input, tc_grad_weights and their _bf16 versions, tc_grad_weights_wide "
+                    "with B <= 128: act 0 none, 1 ReLU), B,I,H,O,loss,optim (tc_step: ReLU; B <= 64, I <= 896, "
                     "H <= 128, O <= 16), B,I,H1,H2,O,loss,optim (fc3_step: 3 layers, ReLU; B <= 64, I <= 784, H1 <= 256, "
                     "H2 <= 128, O <= 16; plain SGD runs two steps, the first at lr 0), M,N,K,R,flags (dense_wg_k: K a multiple of 4, R 0 its own choice or 1, 2, 4, 8; "
                     "flags 1 ReLU + 2 bias + 4 the mask: +0 where a random Y <= 0), R,C (transpose32); loss is the output-delta "

@@ -35,12 +35,22 @@ void launch_hidden_forward(const KernelSet& ks, const FusedArgs& a, Design d, CU
     else launch_fused_forward(ks, a, s);
 }
 
+namespace {
+// The two layers' gradients by `launch` (tc_grad_weights' signature): D1 and D2 are already the
+// pre-activation gradients (fused_output applied ReLU's mask), so act 0: no mask, and the Y
+// argument is not read.
+template <class Launch> void two_grads(Launch launch, const Kernel& k, const FusedArgs& a, CUstream s) {
+    launch(k, a.B, a.I, a.H, a.GW1, a.Gb1, a.D1, a.D1, a.X, kTcActNone, a.scale, s);
+    launch(k, a.B, a.H, a.O, a.GW2, a.Gb2, a.D2, a.D2, a.A1, kTcActNone, a.scale, s);
+}
+}  // namespace
+
 void launch_tc_grads(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    // D1 and D2 are already the pre-activation gradients (fused_output applied ReLU's mask),
-    // so act 0: no mask, and the Y argument is not read.
-    const Kernel& k = ks.get("tc_grad_weights");
-    launch_tc_grad_weights(k, a.B, a.I, a.H, a.GW1, a.Gb1, a.D1, a.D1, a.X, kTcActNone, a.scale, s);
-    launch_tc_grad_weights(k, a.B, a.H, a.O, a.GW2, a.Gb2, a.D2, a.D2, a.A1, kTcActNone, a.scale, s);
+    two_grads(launch_tc_grad_weights, ks.get("tc_grad_weights"), a, s);
+}
+
+void launch_tc_grads_wide(const Kernel& k, const FusedArgs& a, CUstream s) {
+    two_grads(launch_tc_grad_weights_wide, k, a, s);
 }
 
 unsigned fused_step_grid(const Kernel& k, unsigned H) {

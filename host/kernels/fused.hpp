@@ -87,6 +87,9 @@ void launch_hidden_forward(const KernelSet& ks, const FusedArgs& a, Design d, CU
 // Gb1 from D1 and X; GW2, Gb2 from D2 and A1; each scaled by a.scale). fused_output (FP32)
 // makes Y, D2 and D1 before them.
 void launch_tc_grads(const KernelSet& ks, const FusedArgs& a, CUstream s);
+// The same on tc_grad_weights_wide (k; a.B <= kTcWideMaxBatch): the model trainer's last two fc
+// layers where they are dense layers (cnn_ops.hpp fused_grad_kernel).
+void launch_tc_grads_wide(const Kernel& k, const FusedArgs& a, CUstream s);
 // fused_step: a.steps steps in one launch, with the loss code a.loss, the gradient scale
 // a.scale and the optimizer a.optim (throws Error if a.P is not where a.W1 .. a.b2 say).
 void launch_fused_step(const Kernel& k, const FusedArgs& a, CUstream s);

@@ -144,6 +144,38 @@ void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O,
                   bf16 ? kTcGradWeightsBf16Smem : kTcGroupSmem, s, dW, db, dY, Y, X, B, I, O, act, scale);
 }
 
+size_t tc_grad_weights_wide_blocks(unsigned I, unsigned O) {
+    return ((size_t(O) + 63) / 64) * ((size_t(I) + 63) / 64);
+}
+
+unsigned tc_grad_weights_wide_smem(unsigned B) {
+    const unsigned rows = (B + 7) / 8 * 8;  // k tiles of 8 samples, the last padded with +0
+    return 3 * rows * 72 * sizeof(float);   // B <= 128: 110,592 bytes at most
+}
+
+std::string tc_grad_wide_unfit(unsigned B, unsigned I, unsigned O) {
+    const std::string entry = "tc_grad_weights_wide";
+    // Fewer than 2^32 warp tiles (the twin's 32-bit tile index) also keeps the PTX's grid below
+    // 2^31 blocks: ceil(O/64) ceil(I/64) >= 2^31 with I, O <= 2^31 needs both factors >= 64, and
+    // then the tiles ceil(O/16) ceil(I/8) > 32 (ceil(O/64) - 1) (ceil(I/64) - 1) > 30 * 2^31.
+    if (std::string why = unfit(entry, "O", B, I, O, tc_grad_weights_tiles(I, O)); !why.empty()) return why;
+    if (B > kTcWideMaxBatch)
+        return fmt::format("{} stages the whole batch in shared memory: it takes B up to {}, got B={} "
+                           "(tc_grad_weights takes any batch)",
+                           entry, kTcWideMaxBatch, B);
+    return {};
+}
+
+void launch_tc_grad_weights_wide(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dW, CUdeviceptr db,
+                                 CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, unsigned act, float scale, CUstream s) {
+    if (std::string why = tc_grad_wide_unfit(B, I, O); !why.empty()) PTXLAB_THROW(InputError, "{}", why);
+    // One block a 64 x 64 tile of dW, 8 warps, the batch staged once (ptx/tc.ptx; launch_smem
+    // raises the opt-in past 48 KB); the twin's warps walk the 16 x 8 tiles with a grid stride,
+    // db by the warps of tile column 0.
+    k.launch_smem(static_cast<unsigned>(tc_grad_weights_wide_blocks(I, O)), kTcWideBlock,
+                  tc_grad_weights_wide_smem(B), s, dW, db, dY, Y, X, B, I, O, act, scale);
+}
+
 double tc_bias_bound(unsigned B) { return gamma_or_inf(double(B)); }
 
 Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& W,
@@ -210,6 +242,8 @@ const KernelSpecs kSpecs{
     {"tc_grad_input", "tc", {P, P, P, P, U, U, U, U}},
     // dW db dY Y X | B I O act | scale   (dW = scale G^T X, db = scale sum_s G)
     {"tc_grad_weights", "tc", {P, P, P, P, P, U, U, U, U, F}},
+    // the same sums for batches up to 128 and wide layers, one mma chain a tile (tc_grad_wide_unfit)
+    {"tc_grad_weights_wide", "tc", {P, P, P, P, P, U, U, U, U, F}},
     // The same three on BF16 inputs (m16n8k16), the same signatures (ptx/tcbf16.ptx).
     {"tc_forward_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},
     {"tc_grad_input_bf16", "tcbf16", {P, P, P, P, U, U, U, U}},

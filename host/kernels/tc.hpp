@@ -54,6 +54,17 @@
 //       gamma_{B-1} sum_s |G[s][o]|; with mul.rn by scale, gamma_{B-1} + u (1 +
 //       gamma_{B-1}) <= gamma_B: |db - scale sum| <= |scale| gamma_B sum_s |G[s][o]|
 //       (tc_bias_bound(B) = gamma_B).
+//
+// tc_grad_weights_wide: tc_grad_weights' sums (its signature and fragments) for small batches
+// and wide layers (1 <= B <= kTcWideMaxBatch): a block a 64-output x 64-input tile of dW, 8
+// warps, the whole batch of G, Y and X staged once in shared memory; each 16 x 8 mma tile ONE
+// chain of ceil(B/8) mma over the k tiles of 8 samples in order (from +0, no join), then
+// mul.rn by scale; db one FP32 chain of add.rn from +0 in sample order, then mul.rn, by the
+// blocks of input tile 0. ref_tc_grad_weights bounds it unchanged: item 2 is the bound of one
+// chain of ceil(K/8) mma from +0 (the four k groups' chains and their join were shown to fit
+// the same gamma), so with K = B dW keeps e_c = tc_sum_bound(B) S and its one mul.rn; and db's
+// one chain from +0 gives each term at most B - 1 roundings (the first add is exact), the count
+// taken above, so tc_bias_bound(B) holds.
 #pragma once
 
 #include "kernels.hpp"
@@ -71,6 +82,10 @@ inline constexpr unsigned kTcBlock = 128;   // tc_grad_input: threads a block (4
 inline constexpr unsigned kTcKGroups = 4;
 inline constexpr unsigned kTcGroupBlock = 128 * kTcKGroups;
 inline constexpr unsigned kTcGroupSmem = 46080 * kTcKGroups;
+// tc_grad_weights_wide: threads a block (8 warps), and the most samples it stages (110,592
+// bytes of shared memory at 128).
+inline constexpr unsigned kTcWideBlock = 256;
+inline constexpr unsigned kTcWideMaxBatch = 128;
 // The BF16 twins of ptx/tcbf16.ptx: tc_forward_bf16's stage rows are 40 floats (4 groups x 2
 // matrices x 5 stages x 32 x 40 floats), tc_grad_weights_bf16's 36 (4 x 3 x 3 x 32 x 36).
 inline constexpr unsigned kTcForwardBf16Smem = 51200 * kTcKGroups;
@@ -132,12 +147,27 @@ void launch_tc_grad_input(const Kernel& k, unsigned B, unsigned I, unsigned O, C
 void launch_tc_grad_weights(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dW, CUdeviceptr db,
                             CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, unsigned act, float scale, CUstream s);
 
+// ceil(O/64) * ceil(I/64): tc_grad_weights_wide's blocks, each a 64-output x 64-input tile of dW.
+size_t tc_grad_weights_wide_blocks(unsigned I, unsigned O);
+// Its dynamic shared memory: G, Y and X staged as [Bp][72]-float rows (64 columns and 8 of
+// padding), Bp = B rounded up to a multiple of 8: 3 * Bp * 72 * 4 bytes.
+unsigned tc_grad_weights_wide_smem(unsigned B);
+
+// Why tc_grad_weights_wide cannot take these sizes (empty when it can): tc_grad_weights' limits
+// (1 <= B, I, O <= 2^31, fewer than 2^32 warp tiles: the twin's 32-bit warp index), which also
+// keep its grid of tc_grad_weights_wide_blocks below 2^31 blocks, and B <= kTcWideMaxBatch.
+std::string tc_grad_wide_unfit(unsigned B, unsigned I, unsigned O);
+
+// tc_grad_weights' arguments and outputs on tc_grad_weights_wide. Throws InputError (tc_grad_wide_unfit).
+void launch_tc_grad_weights_wide(const Kernel& k, unsigned B, unsigned I, unsigned O, CUdeviceptr dW, CUdeviceptr db,
+                                 CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr X, unsigned act, float scale, CUstream s);
+
 // The bound of db's FP32 sum of B terms and its scaling as a fraction of |scale| sum |G|:
 // gamma_B (infinite from B = 2^24 on: no bound).
 double tc_bias_bound(unsigned B);
 
-// The float64 references of tc_grad_input and tc_grad_weights with the bounds above, on the
-// kernels' float inputs.
+// The float64 references of tc_grad_input and tc_grad_weights (tc_grad_weights_wide too) with
+// the bounds above, on the kernels' float inputs.
 Bounded ref_tc_grad_input(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& W,
                           unsigned B, unsigned I, unsigned O, unsigned act, TcPrecision p = TcPrecision::Tf32);
 void ref_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>& Y, const std::vector<float>& X,

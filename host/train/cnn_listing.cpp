@@ -54,9 +54,10 @@ public:
     }
     void fused_output(const FusedArgs&) override { record(kForward, "fused_output"); }
     void fused_forward(const FusedArgs& a) override { record(kForward, fc_forward_kernel(a, tc_, wgk_)); }
-    void fused_grad(const FusedArgs& a) override {  // dense_mm: two launches, one entry in the layer table
-        record(kWeights, fused_grad_kernel(a));
-        if (dense_replaces_fused_grad(a.I, a.H, a.O)) names.push_back("dense_mm");
+    void fused_grad(const FusedArgs& a) override {  // dense_mm, the wide kernel: two launches, one table entry
+        const std::string k = fused_grad_kernel(a, tc_);
+        record(kWeights, k);
+        if (k != "fused_grad") names.push_back(k);
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr,
                      unsigned) override {

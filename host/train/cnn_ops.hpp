@@ -32,12 +32,18 @@ inline const char* conv_bwd_data_kernel(const ConvDims& d, bool tc) {
     return tc && d.K >= kTcConvMinChannels ? "tc_conv_bwd_data" : "conv_bwd_data";
 }
 // An fc layer (a 1x1 image, 1x1 kernel) that is not one of the last two (those take one
-// fused_grad or two dense_mm): the dense layer's weight gradient on dense_mm (dense.hpp:
-// dense_layer), or for a small layer with the tensor cores tc_grad_weights (TF32 products),
-// where conv_bwd_weights would keep one thread a block busy (a hidden 784->256 layer:
-// milliseconds a step).
+// fused_grad or two launches of fused_grad_kernel's): the dense layer's weight gradient
+// (dense.hpp: dense_layer) on the tensor cores at a batch of at most kTcWideMaxBatch
+// (tc_grad_weights_wide: the whole batch in shared memory, 64 x 64 tiles; 1024 x 785 at batch
+// 64 took 11.9 us on dense_mm), else dense_mm; for a small layer with the tensor cores
+// tc_grad_weights (TF32 products), where conv_bwd_weights would keep one thread a block busy
+// (a hidden 784->256 layer: milliseconds a step).
+inline bool tc_wide_grads(unsigned B, unsigned I, unsigned O, bool tc) {
+    return tc && dense_layer(I, O) && tc_grad_wide_unfit(B, I, O).empty();
+}
 inline const char* conv_bwd_weights_kernel(const ConvDims& d, bool tc) {
     if (tc && is_dense(d) && densetc_product(d.K, d.C + 1)) return "dense_tc";  // densetc.hpp's threshold
+    if (is_dense(d) && tc_wide_grads(d.N, d.C, d.K, tc)) return "tc_grad_weights_wide";
     if (is_dense(d))
         return tc && !dense_layer(d.C, d.K) && tc_grad_unfit("tc_grad_weights", d.N, d.C, d.K).empty()
                    ? "tc_grad_weights"
@@ -63,6 +69,15 @@ inline const char* fc_forward_kernel(const FusedArgs& a, bool tc, bool wgk = fal
         return "dense_wg_k";
     if (tc && a.act == kActRelu && densetc_product(a.B, a.H)) return "dense_tc";
     return ptxlab::fc_forward_kernel(a);
+}
+// The last two fc layers' gradients (CnnOps::fused_grad): where dense_mm would take them
+// (dense_replaces_fused_grad), the tc set at a batch tc_grad_weights_wide takes runs each on it
+// (two launches, launch_tc_grads_wide); else fused_grad_kernel's (fused_grad, or two dense_mm).
+inline const char* fused_grad_kernel(const FusedArgs& a, bool tc) {
+    if (tc && dense_replaces_fused_grad(a.I, a.H, a.O) && tc_grad_wide_unfit(a.B, a.I, a.H).empty() &&
+        tc_grad_wide_unfit(a.B, a.H, a.O).empty())
+        return "tc_grad_weights_wide";
+    return ptxlab::fused_grad_kernel(a);
 }
 inline const char* fc_bwd_data_kernel(unsigned B, unsigned I, unsigned O, bool tc) {
     return tc && densetc_product(B, I) ? "dense_tc" : ptxlab::fc_bwd_data_kernel(I, O);

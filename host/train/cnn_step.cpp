@@ -188,6 +188,10 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     };
     ops.begin_layer(L - 1);
     backward_last(ops, m, b, X, scale, fc_pair);
+    if (!fc_pair) {  // the last layer alone: its deltas (fused_output's) and its gradient are issued
+        const LayerSpec& last = m.layers[L - 1];
+        ops.params_ready(last.weight_offset, last.bias_offset + last.bias_count() - last.weight_offset);
+    }
     for (size_t l = L - 1; l-- > 0;) {
         const LayerSpec& ly = m.layers[l];
         ops.begin_layer(l);
@@ -224,6 +228,10 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
             } else if (l > 0) {
                 ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
             }
+            // Layer l's parameters (with the last layer's, whose gradient fused_grad wrote beside
+            // it) are read by no later launch of the step.
+            const LayerSpec& end = fc_pair && l == L - 2 ? m.layers[L - 1] : ly;
+            ops.params_ready(ly.weight_offset, end.bias_offset + end.bias_count() - ly.weight_offset);
         }
     }
 }

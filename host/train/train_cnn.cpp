@@ -79,7 +79,9 @@ std::vector<std::string> cnn_training_entries(const OptimConfig& o, ConvKernels 
     std::vector<std::string> v = cnn_forward_entries(conv);
     v.push_back("conv_bwd_data");
     if (conv == ConvKernels::Tc)
-        for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights", "transpose32"}) v.push_back(e);
+        for (const char* e : {"tc_conv_bwd_data", "tc_conv_bwd_weights", "tc_grad_weights", "tc_grad_weights_wide",
+                              "transpose32"})
+            v.push_back(e);
     for (const char* e : {"conv_bwd_weights", "pool_bwd", "fused_grad", "fc_bwd_data", "act_bwd", "gather"})
         v.push_back(e);
     for (const std::string& e : layer_step_entries(true))  // bn_bwd (bn_fwd is above)
@@ -154,12 +156,29 @@ using namespace cnn_detail;
 // tensor cores (the same arguments). With a side stream the weight gradients run there, each
 // after the main stream's work so far (cnn_backward issues them before the deltas below), and
 // join() makes the main stream wait for them.
+// The optimizer's update by layer (enqueue_cnn_step with side streams): a large conv or fc
+// layer's parameters updated on the side stream of its gradient as soon as params_ready says so,
+// beside the deltas of the layers below; `done` lists the ranges (first, count) updated that way,
+// and the step updates the rest (smaller layers', the bn layers') after the join. The rule is
+// elementwise, so the bits are those of one launch over the whole array.
+struct LayerUpdates {
+    OptimConfig optim;
+    CUdeviceptr P = 0, G = 0, M = 0, V = 0, hyp = 0;
+    std::vector<std::pair<size_t, size_t>> done;
+};
+
+// The optimizer over parameters [first, first + count) of the flat array (its state alike).
+void launch_optimizer_range(const KernelSet& ks, const LayerUpdates& u, size_t first, size_t count, CUstream s) {
+    auto at = [first](CUdeviceptr p) { return p ? p + first * 4 : CUdeviceptr(0); };  // 0: no such state
+    launch_optimizer(ks, u.optim, at(u.P), at(u.G), at(u.M), at(u.V), u.hyp, static_cast<unsigned>(count), s);
+}
+
 class KernelOps : public CnnOps {
 public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr,
-              bool pool_in_conv = true)
+              bool pool_in_conv = true, LayerUpdates* updates = nullptr)
         : ks_(ks), s_(s), tc_(conv == ConvKernels::Tc), wgk_(tc_ && ks.has("dense_wg_k")), side_(side),
-          pool_in_conv_(pool_in_conv) {}
+          pool_in_conv_(pool_in_conv), updates_(side ? updates : nullptr) {}
     void join() {
         for (unsigned i = 0; i < CnnSideStream::kStreams; ++i) {
             if (!used_[i]) continue;
@@ -203,6 +222,8 @@ public:
             launch_dense_mm(ks_.get(k), dense_bwd_weights_args(d.N, d.C, d.K, dW, db, X, dY, Y, act, scale), s);
         else if (k == "tc_grad_weights")
             launch_tc_grad_weights(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
+        else if (k == "tc_grad_weights_wide")
+            launch_tc_grad_weights_wide(ks_.get(k), d.N, d.C, d.K, dW, db, dY, Y, X, act, scale, s);
         else if (k == "tc_conv_bwd_weights")
             launch_tc_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
         else launch_conv_bwd_weights(ks_.get(k), d, dW, db, X, dY, Y, act, scale, s);
@@ -228,7 +249,9 @@ public:
     void fused_grad(const FusedArgs& a) override {
         const CUstream s = weights_stream();
         ScopedLaunchPriority least(0);
-        if (dense_replaces_fused_grad(a.I, a.H, a.O)) launch_dense_grads(ks_.get("dense_mm"), a, s);
+        const std::string k = fused_grad_kernel(a, tc_);
+        if (k == "tc_grad_weights_wide") launch_tc_grads_wide(ks_.get(k), a, s);
+        else if (k == "dense_mm") launch_dense_grads(ks_.get(k), a, s);
         else launch_fused_grad(ks_, a, s);
     }
     void fc_bwd_data(unsigned B, unsigned I, unsigned O, CUdeviceptr dX, CUdeviceptr dY, CUdeviceptr Y, CUdeviceptr W,
@@ -254,6 +277,24 @@ public:
         launch_act_bwd(ks_.get("act_bwd"), n, G, dA, A, Z, code, s_);
     }
     void layer_kernel(const LayerKernel& k) override { k.launch(ks_.get(k.entry), s_); }
+    // With LayerUpdates: the update of a layer of kDenseMin parameters or more (dense.hpp: 512K)
+    // on the side stream of the last weight gradient (the one that wrote these parameters'
+    // gradient), after the main stream's launches so far (those that read them). Smaller ones wait
+    // for the one launch after the join: the CNN's four updates apart made its step slower on an
+    // H100 (117.5 against 110.1 us, tc), where 784,1024,1024,10's went from 45.0 to 36.3
+    // (with tc_grad_weights_wide; BENCHMARKS.md).
+    void params_ready(size_t first, size_t count) override {
+        if (!updates_ || count < kDenseMin) return;
+        if (!used_[last_])
+            PTXLAB_THROW(Error, "internal error: parameters {}..{} ready before any weight gradient", first,
+                         first + count);
+        side_->fork.record(s_);
+        const CUstream t = side_->stream[last_].get();
+        CU(cuStreamWaitEvent, t, side_->fork.get(), 0);
+        ScopedLaunchPriority least(0);
+        launch_optimizer_range(ks_, *updates_, first, count, t);
+        updates_->done.emplace_back(first, count);
+    }
 
 private:
     // Where a weight gradient goes: the next side stream in turn, after the main stream's work
@@ -261,6 +302,7 @@ private:
     CUstream weights_stream() {
         if (!side_) return s_;
         const unsigned i = next_;
+        last_ = i;
         next_ = (next_ + 1) % CnnSideStream::kStreams;
         side_->fork.record(s_);
         CU(cuStreamWaitEvent, side_->stream[i].get(), side_->fork.get(), 0);
@@ -273,7 +315,8 @@ private:
     bool wgk_;  // dense_wg_k loaded (a 9.0 device): the tc set's small fc forward passes (cnn_ops.hpp)
     CnnSideStream* side_;
     bool pool_in_conv_;
-    unsigned next_ = 0;
+    LayerUpdates* updates_;  // the optimizer by layer (side streams only), else null
+    unsigned next_ = 0, last_ = 0;
     bool used_[CnnSideStream::kStreams] = {};
 };
 
@@ -305,13 +348,6 @@ void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p
     cnn_forward(ops, m, b, X, T, Y, loss_code);
 }
 
-void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s, ConvKernels conv, bool concurrent, bool pool_in_conv) {
-    KernelOps ops(ks, s, conv, concurrent ? &a.side : nullptr, pool_in_conv);
-    cnn_backward(ops, m, buffers_of(p, a), X, scale);
-    ops.join();
-}
-
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s) {
     const ConvKernels conv = conv_kernels_of(cfg.kernels);
@@ -335,10 +371,22 @@ void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, c
     }
     enqueue_cnn_forward(ks, m, p, a, X, T, Y, loss_code(cfg.loss), s, conv);
     if (transposes && cfg.overlap) CU(cuStreamWaitEvent, s, a.side.wt_ready.get(), 0);
-    enqueue_cnn_backward(ks, m, p, a, X, grad_scale(cfg.loss, a.B, kClasses), s, conv, cfg.overlap,
-                         cfg.pool_bwd_in_conv);
-    launch_optimizer(ks, cfg.optim, p.params.ptr(), p.grads.ptr(), p.m_ptr(cfg.optim), p.v_ptr(cfg.optim), hyp,
-                     static_cast<unsigned>(p.count), s);
+    // The backward pass; with side streams each large layer's update there, right after its
+    // gradient (LayerUpdates), and after the join the optimizer over the parameters left (all of
+    // them without side streams), range by range.
+    LayerUpdates u{cfg.optim, p.params.ptr(), p.grads.ptr(), p.m_ptr(cfg.optim), p.v_ptr(cfg.optim), hyp, {}};
+    {
+        KernelOps ops(ks, s, conv, cfg.overlap ? &a.side : nullptr, cfg.pool_bwd_in_conv, &u);
+        cnn_backward(ops, m, buffers_of(p, a), X, grad_scale(cfg.loss, a.B, kClasses));
+        ops.join();
+    }
+    std::sort(u.done.begin(), u.done.end());
+    size_t next = 0;
+    u.done.emplace_back(p.count, 0);  // the end
+    for (const auto& [first, count] : u.done) {
+        if (first > next) launch_optimizer_range(ks, u, next, first - next, s);
+        next = std::max(next, first + count);
+    }
 }
 
 CnnEvaluator::CnnEvaluator(const Model& m, const Split& test, Activation act)

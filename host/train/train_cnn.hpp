@@ -241,6 +241,12 @@ struct CnnOps {
     // act_code): A = f(Z); G = dA * f'(.) from A (codes 0..3) or Z (GELU), G may be dA.
     virtual void act_fwd(unsigned n, CUdeviceptr A, CUdeviceptr Z, unsigned code) = 0;
     virtual void act_bwd(unsigned n, CUdeviceptr G, CUdeviceptr dA, CUdeviceptr A, CUdeviceptr Z, unsigned code) = 0;
+    // Parameters [first, first + count) of the flat array have their gradient issued (the last
+    // weight-gradient launch, conv_bwd_weights or fused_grad, wrote it), and every launch of the
+    // step that reads them is issued too (their layer's deltas): the optimizer may update them
+    // now. cnn_backward says so for each conv and fc layer; by default nothing (the optimizer runs
+    // after the step, over the whole array). KernelOps with side streams launches the update there.
+    virtual void params_ready(size_t first, size_t count) { (void)first, (void)count; }
 };
 // A conv or fc layer as the conv kernels see it: an fc layer is {B, in = C*H*W, 1, 1, out, 1}.
 ConvDims cnn_kernel_dims(const LayerSpec& l, unsigned B);
@@ -373,9 +379,6 @@ private:
 void enqueue_cnn_forward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                          CUdeviceptr T, CUdeviceptr Y, unsigned loss_code, CUstream s,
                          ConvKernels conv = ConvKernels::Fp32, bool train = true);
-void enqueue_cnn_backward(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
-                          float scale, CUstream s, ConvKernels conv = ConvKernels::Fp32, bool concurrent = false,
-                          bool pool_in_conv = true);
 void enqueue_cnn_step(const KernelSet& ks, const Model& m, const CnnParams& p, const CnnActs& a, CUdeviceptr X,
                       CUdeviceptr T, CUdeviceptr Y, const TrainConfig& cfg, CUdeviceptr hyp, CUstream s);
 

@@ -1,7 +1,8 @@
 // The tensor-core kernels (ptx/tc.ptx, and their BF16 versions in ptx/tcbf16.ptx: one module,
 // as they share their harnesses and shapes): fresh random inputs, the float64 reference with
 // its TF32 (BF16) bound and the launch (tc.hpp). Shapes: tc_forward[_bf16] takes B,I,H,act,
-// tc_grad_input[_bf16] and tc_grad_weights[_bf16] B,I,O,act (act 0 none, 1 ReLU).
+// tc_grad_input[_bf16], tc_grad_weights[_bf16] and tc_grad_weights_wide (TF32 only, B <= 128:
+// tc_grad_weights' inputs and reference) B,I,O,act (act 0 none, 1 ReLU).
 #include "registry.hpp"
 #include "tc.hpp"
 
@@ -46,9 +47,14 @@ Harness make_tc_grad_input(const VerifyCase& c, Rng& rng) {
     return h;
 }
 
+// tc_grad_weights' launch and tc_grad_weights_wide's: the same arguments.
+using GradWeightsLaunch = void (*)(const Kernel&, unsigned, unsigned, unsigned, CUdeviceptr, CUdeviceptr, CUdeviceptr,
+                                   CUdeviceptr, CUdeviceptr, unsigned, float, CUstream);
+
 // tc_grad_weights (B,I,O,act): X a ReLU layer's output, dY in [-1, 1], Y as above, scale about
-// 1/B (the batch mean), drawn afresh so that its rounding is exercised.
-Harness make_tc_grad_weights(const VerifyCase& c, Rng& rng) {
+// 1/B (the batch mean), drawn afresh so that its rounding is exercised; `launch` runs it
+// (tc_grad_weights_wide computes the same sums, so the same reference holds it).
+Harness grad_weights_harness(const VerifyCase& c, Rng& rng, GradWeightsLaunch launch) {
     const unsigned B = c.shape[0], I = c.shape[1], O = c.shape[2], act = c.shape[3];
     const float scale = rng.uniform(0.5f, 2.0f) / float(B);
     Harness h;
@@ -58,10 +64,16 @@ Harness make_tc_grad_weights(const VerifyCase& c, Rng& rng) {
     ref_tc_grad_weights(dY, Y, X, B, I, O, act, scale, h.expected["dW"], h.expected["db"], tc_precision_of(c.entry));
     h.tensors = {{"dW", {O, I}, Role::Out, {}}, {"db", {O}, Role::Out, {}}, {"dY", {B, O}, Role::In, dY},
                  {"Y", {B, O}, Role::In, Y},     {"X", {B, I}, Role::In, X}};
-    h.launch = [B, I, O, act, scale](const Kernel& k, const DevicePtrs& m, CUstream s) {
-        launch_tc_grad_weights(k, B, I, O, m.at("dW"), m.at("db"), m.at("dY"), m.at("Y"), m.at("X"), act, scale, s);
+    h.launch = [B, I, O, act, scale, launch](const Kernel& k, const DevicePtrs& m, CUstream s) {
+        launch(k, B, I, O, m.at("dW"), m.at("db"), m.at("dY"), m.at("Y"), m.at("X"), act, scale, s);
     };
     return h;
+}
+Harness make_tc_grad_weights(const VerifyCase& c, Rng& rng) {
+    return grad_weights_harness(c, rng, launch_tc_grad_weights);
+}
+Harness make_tc_grad_weights_wide(const VerifyCase& c, Rng& rng) {
+    return grad_weights_harness(c, rng, launch_tc_grad_weights_wide);
 }
 
 void validate_tc(const VerifyCase& c) {
@@ -83,6 +95,12 @@ void validate_tc_forward(const VerifyCase& c) {
 void validate_tc_grad(const VerifyCase& c) {
     validate_tc(c);
     const std::string why = tc_grad_unfit(c.entry, c.shape[0], c.shape[1], c.shape[2]);
+    if (!why.empty()) PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
+}
+
+void validate_tc_grad_wide(const VerifyCase& c) {
+    validate_tc(c);
+    const std::string why = tc_grad_wide_unfit(c.shape[0], c.shape[1], c.shape[2]);
     if (!why.empty()) PTXLAB_THROW(InputError, "kernel '{}': {}", c.entry, why);
 }
 
@@ -113,12 +131,21 @@ std::vector<VerifyCase> tc_default_cases() {
     // part-empty; 1003 samples end in a tile of 11).
     const size_t n = v.size();
     for (size_t i = 0; i < n; ++i) v.push_back({v[i].entry + "_bf16", v[i].shape});
+    // tc_grad_weights_wide (TF32 only, B <= 128): the trainer's 1024-wide layers at batch 64
+    // (784 -> 1024 with the mask, 1024 -> 1024, 1024 -> 10); 1x1x1; 17, 9, 5 and 100, 257, 63
+    // leave a tile of 16 outputs, 8 inputs, a k tile of 8 samples and a 64 x 64 block part-empty;
+    // 128, 65, 130 the most samples it stages; 7, 64, 64 one full block, one part-empty k tile.
+    for (const std::vector<unsigned>& s : std::vector<std::vector<unsigned>>{
+             {64, 784, 1024, 1}, {64, 1024, 1024, 0}, {64, 1024, 10, 0}, {1, 1, 1, 0}, {17, 9, 5, 1},
+             {128, 65, 130, 1}, {100, 257, 63, 0}, {7, 64, 64, 1}})
+        v.push_back({"tc_grad_weights_wide", s});
     return v;
 }
 
 std::vector<VerifyCase> tc_quick_cases() {
     return {{"tc_forward", {17, 9, 5, 1}},      {"tc_grad_input", {17, 9, 5, 1}},      {"tc_grad_weights", {17, 9, 5, 1}},
-            {"tc_forward_bf16", {17, 9, 5, 1}}, {"tc_grad_input_bf16", {17, 9, 5, 1}}, {"tc_grad_weights_bf16", {17, 9, 5, 1}}};
+            {"tc_forward_bf16", {17, 9, 5, 1}}, {"tc_grad_input_bf16", {17, 9, 5, 1}}, {"tc_grad_weights_bf16", {17, 9, 5, 1}},
+            {"tc_grad_weights_wide", {17, 9, 5, 1}}};
 }
 
 // bench: the hidden layer's three products (B,I,H,act or B,I,O,act) as training runs them: A1
@@ -130,6 +157,11 @@ BenchShape forward_bench_shape(unsigned B) {
 }
 BenchShape grad_bench_shape(unsigned B) {
     return std::vector<unsigned>{B, kBenchI, kBenchH, kTcActNone};
+}
+// tc_grad_weights_wide the same, at the batches it stages (up to 128).
+BenchShape grad_wide_bench_shape(unsigned B) {
+    if (!tc_grad_wide_unfit(B, kBenchI, kBenchH).empty()) return std::nullopt;
+    return grad_bench_shape(B);
 }
 
 std::pair<double, double> forward_work(const VerifyCase& c) {
@@ -162,6 +194,9 @@ std::vector<KernelRow> tc_rows() {
                         .validate = validate_tc_grad, .harness = make_tc_grad_weights,
                         .bench_shape = grad_bench_shape, .work = grad_weights_work});
     }
+    rows.push_back({.entry = "tc_grad_weights_wide", .shape = "B,I,O,act", .act_named = false,
+                    .validate = validate_tc_grad_wide, .harness = make_tc_grad_weights_wide,
+                    .bench_shape = grad_wide_bench_shape, .work = grad_weights_work});
     return rows;
 }
 

@@ -1,5 +1,6 @@
 // CUDA C twin of ptx/tc.ptx, compiled at run time by NVRTC: a dense layer on the tensor cores,
-// its forward pass (tc_forward) and its two backward products (tc_grad_input, tc_grad_weights).
+// its forward pass (tc_forward) and its two backward products (tc_grad_input, tc_grad_weights,
+// and tc_grad_weights_wide: the same sums as tc_grad_weights for small batches and wide layers).
 //
 // tc_forward: a dense layer's forward pass, W[H][I] in nn.Linear's [out][in] layout:
 //   A[s][h] = act(b[h] + sum_{k < I} X[s][k] W[h][k]),  act 0 none, 1 ReLU (max(z, 0))
@@ -20,8 +21,8 @@
 // in the same order, and the epilogue's add.rn and max are IEEE operations that NVRTC may not
 // contract or reorder (__fadd_rn; fmaxf is max.f32).
 
-#include "tc.cuh"  // tf32, mma_tf32, g_at, four_chains, db_of, store_forward: the PTX's rounding, mma, G,
-                   // k groups, db and epilogue
+#include "tc.cuh"  // tf32, mma_tf32, g_at, four_chains, one_chain, db_of, db_one_chain, store_forward: the
+                   // PTX's rounding, mma, G, k groups, db and epilogue
 
 extern "C" __global__ void tc_forward(const float* X, const float* W, const float* b, float* A,
                                       unsigned B, unsigned I, unsigned H, unsigned act)
@@ -94,23 +95,29 @@ extern "C" __global__ void tc_grad_input(float* dX, const float* dY, const float
 // acc_j = +0, __fadd_rn(acc_j, G[s][o]) for their samples in order, then
 // db = __fmul_rn((acc_0 + acc_1) + (acc_2 + acc_3), scale) (NVRTC may not contract or reorder
 // __fadd_rn and __fmul_rn).
-extern "C" __global__ void tc_grad_weights(float* dW, float* db, const float* dY, const float* Y, const float* X,
-                                           unsigned B, unsigned I, unsigned O, unsigned act, float scale)
+//
+// The body below is tc_grad_weights' (Wide false) and tc_grad_weights_wide's (Wide true): the
+// same warps, tiles, fragments and stores; only the chains differ.
+template <bool Wide>
+__device__ __forceinline__ void grad_weights(float* dW, float* db, const float* dY, const float* Y, const float* X,
+                                             unsigned B, unsigned I, unsigned O, unsigned act, float scale)
 {
     const unsigned nt = (I + 7) / 8, tiles = (O + 15) / 16 * nt, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
     // The warps walk the 16 x 8 tiles with a grid stride (the PTX's blocks take 32 x 32 tiles
-    // of dW), a whole warp at a time, as mma.sync needs all 32 lanes.
+    // of dW, or 64 x 64), a whole warp at a time, as mma.sync needs all 32 lanes.
     for (unsigned w = blockIdx.x * wpb + threadIdx.x / 32; w < tiles; w += gridDim.x * wpb) {
         const unsigned n = w % nt, o0 = w / nt * 16, i0 = n * 8, g = lane / 4, q = lane % 4;
         const unsigned u0 = o0 + g, u1 = o0 + g + 8, iw = i0 + g;  // the lane's outputs, column of X
         auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[(size_t)s * I + i] : 0.0f; };
         auto G = [&](unsigned s, unsigned o) { return g_at(dY, Y, s, o, B, O, act); };
-        float c[4];
-        four_chains(B, 8, c, [&](float* acc, unsigned s0) {
+        auto step = [&](float* acc, unsigned s0) {
             const unsigned s = s0 + q;
             mma_tf32(acc[0], acc[1], acc[2], acc[3], tf32(G(s, u0)), tf32(G(s, u1)), tf32(G(s + 4, u0)),
                      tf32(G(s + 4, u1)), tf32(x_at(s, iw)), tf32(x_at(s + 4, iw)));
-        });
+        };
+        float c[4];
+        if (Wide) one_chain(B, 8, c, step);
+        else four_chains(B, 8, c, step);
         // c0, c1: output o0+g, inputs i0+2q, i0+2q+1; c2, c3: output o0+g+8, the same inputs.
         for (unsigned e = 0; e < 4; ++e) {
             const unsigned o = e < 2 ? u0 : u1, i = i0 + 2 * q + e % 2;
@@ -119,6 +126,27 @@ extern "C" __global__ void tc_grad_weights(float* dW, float* db, const float* dY
         // db: the warps of tile column 0, lanes 0..15, each one output.
         const unsigned o = o0 + lane;
         if (n != 0 || lane >= 16 || o >= O) continue;
-        db[o] = db_of(dY, Y, o, B, O, act, scale);
+        db[o] = Wide ? db_one_chain(dY, Y, o, B, O, act, scale) : db_of(dY, Y, o, B, O, act, scale);
     }
+}
+
+extern "C" __global__ void tc_grad_weights(float* dW, float* db, const float* dY, const float* Y, const float* X,
+                                           unsigned B, unsigned I, unsigned O, unsigned act, float scale)
+{
+    grad_weights<false>(dW, db, dY, Y, X, B, I, O, act, scale);
+}
+
+// tc_grad_weights_wide: tc_grad_weights' sums for small batches and wide layers (B <= 128),
+//   dW[o][i] = scale * sum_{s < B} G[s][o] X[s][i],  db[o] = scale * sum_{s < B} G[s][o]
+// The PTX's launch (256 threads a block, a block the 64-output x 64-input tile n / ceil(I/64),
+// n % ceil(I/64) of dW with the whole batch of G, Y and X staged once in shared memory); here
+// the warps walk the 16 x 8 tiles as in tc_grad_weights, with its fragments, but each tile ONE
+// chain: c0..c3 = +0, then for s0 = 0, 8, 16, ... < B in order one mma.sync onto c (no join);
+// dW = __fmul_rn(c, scale). db: the same lanes (the PTX: the blocks of input tile 0), one FP32
+// chain acc = +0, __fadd_rn(acc, G[s][o]) for s = 0 .. B-1 in order, db = __fmul_rn(acc, scale).
+extern "C" __global__ void tc_grad_weights_wide(float* dW, float* db, const float* dY, const float* Y,
+                                                const float* X, unsigned B, unsigned I, unsigned O, unsigned act,
+                                                float scale)
+{
+    grad_weights<true>(dW, db, dY, Y, X, B, I, O, act, scale);
 }

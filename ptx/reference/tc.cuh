@@ -3,8 +3,8 @@
 // mma.sync through inline asm: tc.cu, tcstep.cu, fc3step.cu); sum4 and column_sum, the four-chain
 // sums of tcstep.cu and fc3step.cu; and for tc.ptx and tcbf16.ptx (tc.cu,
 // tcbf16.cu) G of the backward products, the four k groups' chains and their join, db's four FP32
-// chains, and tc_forward's epilogue. PTX has no #include, so each .ptx file spells these out;
-// this file is their one twin.
+// chains, tc_grad_weights_wide's single chains (of mma and of db's adds), and tc_forward's
+// epilogue. PTX has no #include, so each .ptx file spells these out; this file is their one twin.
 #pragma once
 
 // cvt.rna.tf32.f32: nearest, ties away from zero, the 13 low bits cleared; a tf32 in a .b32.
@@ -80,6 +80,16 @@ __device__ __forceinline__ float db_of(const float* dY, const float* Y, unsigned
     return __fmul_rn(sum4(acc[0], acc[1], acc[2], acc[3]), scale);
 }
 
+// db[o] = scale sum_s G[s][o] as tc_grad_weights_wide sums it: one chain, acc = +0, then
+// __fadd_rn(acc, G[s][o]) for s = 0 .. B-1 in order; then __fmul_rn by scale.
+__device__ __forceinline__ float db_one_chain(const float* dY, const float* Y, unsigned o, unsigned B, unsigned O,
+                                              unsigned act, float scale)
+{
+    float acc = 0.0f;
+    for (unsigned s = 0; s < B; ++s) acc = __fadd_rn(acc, g_at(dY, Y, s, o, B, O, act));
+    return __fmul_rn(acc, scale);
+}
+
 // One tile's sums in the four k groups' chains: chain j = +0, then step(c_j, k0) for the k
 // tiles k0 = 32 ch, 32 ch + kstep, ... (< K) of the 32-wide chunks ch = j, j + 4, ... in
 // order (step issues one mma onto c_j[0..3]); c[e] = sum4 of the chains' e-th accumulators.
@@ -91,6 +101,14 @@ __device__ __forceinline__ void four_chains(unsigned K, unsigned kstep, float c[
         for (unsigned ch = j; ch * 32 < K; ch += 4)
             for (unsigned k0 = ch * 32; k0 < ch * 32 + 32 && k0 < K; k0 += kstep) step(cj[j], k0);
     for (unsigned e = 0; e < 4; ++e) c[e] = sum4(cj[0][e], cj[1][e], cj[2][e], cj[3][e]);
+}
+
+// The same in one chain (tc_grad_weights_wide): c[0..3] = +0, then step(c, k0) for the k tiles
+// k0 = 0, kstep, 2 kstep, ... (< K) in order.
+template <class Step> __device__ __forceinline__ void one_chain(unsigned K, unsigned kstep, float c[4], Step step)
+{
+    for (unsigned e = 0; e < 4; ++e) c[e] = 0.0f;
+    for (unsigned k0 = 0; k0 < K; k0 += kstep) step(c, k0);
 }
 
 // tc_forward's epilogue for a lane's c0..c3 (c0, c1: sample r0, units h0 + 2q, + 1; c2, c3:

@@ -17,6 +17,15 @@ const Context& gpu();  // created by main() before any test runs
 // one_launch false: an fc-only network keeps the layer-by-layer step (not fc3_step for 3 fc layers).
 TrainResult train_model_steps(const Dataset& data, const std::string& spec, unsigned steps, KernelSource src,
                               unsigned batch = 0, bool one_launch = true);
+// A --model run's network and recipe, and its TrainConfig: `train --model r.model --kernels tc
+// --optimizer r.optim --lr r.lr --epochs 1 --max-steps steps --no-progress` (--layers too where
+// the model is fc-only).
+struct ModelRun {
+    const char* model;
+    OptimKind optim;
+    float lr;
+};
+TrainConfig model_run_config(const ModelRun& r, unsigned steps);
 // One verify case of `entry` at `shape`: the PTX from ptx_dirs against the tree's twins, inputs from `seed`.
 CaseResult verify_one(const std::string& entry, std::vector<unsigned> shape, const KernelDirs& ptx_dirs, unsigned seed);
 // One verify case of `entry` at `shape` on fresh inputs (the seed printed on failure), the tree's

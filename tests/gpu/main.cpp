@@ -36,6 +36,19 @@ ptxlab::TrainResult ptxlab::test::train_model_steps(const Dataset& data, const s
     return r;
 }
 
+ptxlab::TrainConfig ptxlab::test::model_run_config(const ModelRun& r, unsigned steps) {
+    TrainConfig cfg;
+    cfg.model = parse_model(r.model);
+    if (cfg.model->fc_only()) cfg.layers = cfg.model->fc_sizes();
+    cfg.optim.kind = r.optim;
+    cfg.lr = r.lr;
+    cfg.epochs = 1;
+    cfg.max_steps = steps;
+    cfg.kernels = {Design::Tc, KernelSource::Ptx};
+    cfg.progress = false;
+    return cfg;
+}
+
 int main(int argc, char** argv) {
     bool listing = false;
     for (int i = 1; i < argc; ++i)

@@ -243,9 +243,11 @@ TEST_CASE("densewgk: the tc set's hidden ReLU fc forward passes take it where it
     CHECK(std::string(cnn_detail::fc_forward_kernel(big, true, true)) == "dense_tc");
     // The listing `train` prints on a 9.0 device: fc1 and fc2 forward on dense_wg_k.
     const Model m = parse_model("fc1024,fc1024,fc10");
+    // The weight gradients at batch 64 on tc_grad_weights_wide (cnn_ops.hpp: B <= 128).
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true) ==
-          "transpose32, dense_wg_k x3, fused_output, dense_mm x3");
-    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, false) == "dense_mm x6, fused_output");
+          "transpose32, dense_wg_k x3, fused_output, tc_grad_weights_wide x3");
+    CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, false) ==
+          "dense_mm x3, fused_output, tc_grad_weights_wide x3");
     CHECK(cnn_step_kernels(m, ConvKernels::Fp32, 64, Activation::Relu, false, true) == "dense_mm x6, fused_output");
     const std::string table = cnn_layer_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true);
     CHECK(table.find("fc1     dense_wg_k") != std::string::npos);
@@ -318,7 +320,7 @@ TEST_CASE("densewgk: train's listing names it where the set loads it: a 9.0 devi
     CHECK_FALSE(cnn_wgk_loaded(h100, KernelSource::Ptx, flat));
     const Model m = parse_model("fc1024,fc1024,fc10");
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, cnn_wgk_loaded(h100, KernelSource::Ptx, flat)) ==
-          "dense_mm x6, fused_output");
+          "dense_mm x3, fused_output, tc_grad_weights_wide x3");
     std::filesystem::create_directory(t.path / "hopper");
     std::filesystem::copy_file(src / "hopper/densewgk.ptx", t.path / "hopper/densewgk.ptx");
     CHECK(cnn_wgk_loaded(h100, KernelSource::Ptx, flat));
@@ -327,12 +329,12 @@ TEST_CASE("densewgk: train's listing names it where the set loads it: a 9.0 devi
     CHECK_FALSE(cnn_transposes_loaded(h100, KernelSource::Ptx, flat));
     const bool wgk = cnn_wgk_loaded(h100, KernelSource::Ptx, flat), wt = cnn_transposes_loaded(h100, KernelSource::Ptx, flat);
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, wgk, wt) ==
-          "dense_wg_k x2, fused_output, dense_mm x4");
+          "dense_wg_k x2, fused_output, tc_grad_weights_wide x3, dense_mm");
     CHECK(cnn_layer_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, wgk, wt).find("transpose32") ==
           std::string::npos);
     std::filesystem::copy_file(src / "hopper/transpose.ptx", t.path / "hopper/transpose.ptx");
     CHECK(cnn_transposes_loaded(h100, KernelSource::Ptx, flat));
     CHECK(cnn_step_kernels(m, ConvKernels::Tc, 64, Activation::Relu, false, true,
                            cnn_transposes_loaded(h100, KernelSource::Ptx, flat)) ==
-          "transpose32, dense_wg_k x3, fused_output, dense_mm x3");
+          "transpose32, dense_wg_k x3, fused_output, tc_grad_weights_wide x3");
 }

@@ -3,6 +3,7 @@
 // a CPU model of the tensor core that truncates every addition, but not for a wrong fragment layout.
 #include "error.hpp"
 #include "reference.hpp"
+#include "registry.hpp"
 #include "rng.hpp"
 #include "tc.hpp"
 #include "tcstep.hpp"
@@ -134,27 +135,32 @@ std::vector<float> model_tc_grad_input(const std::vector<float>& dY, const std::
 
 // tc_grad_weights the same way: dW lane by lane through warp_mma in four chains (k group j the
 // 32-sample chunks j, j + 4, ...), (c0 + c1) + (c2 + c3), then c * scale (float operations,
-// rounded to nearest); db as the designated lanes sum it, in the same four chains. untransposed_a: the A
-// fragment loaded as tc_grad_input's (a0 = G[s0+g][o0+q], ...), G not transposed.
+// rounded to nearest); db as the designated lanes sum it, in the same four chains. one_chain:
+// tc_grad_weights_wide's order, every k tile (and db every sample) in chain 0 (the other three
+// stay +0, and adding +0 is exact). A slip planted on purpose: UntransposedA, the A fragment
+// loaded as tc_grad_input's (a0 = G[s0+g][o0+q], ...), G not transposed; ShortChain, the mma
+// chain stopping one k tile early (s0 + 8 < B for s0 < B).
 struct WeightGrads {
     std::vector<float> dW, db;
 };
+enum class Slip { None, UntransposedA, ShortChain };
 WeightGrads model_tc_grad_weights(const std::vector<float>& dY, const std::vector<float>& Y,
                                   const std::vector<float>& X, unsigned B, unsigned I, unsigned O, unsigned act,
-                                  float scale, bool untransposed_a = false) {
+                                  float scale, bool one_chain = false, Slip slip = Slip::None) {
     auto G = [&](unsigned s, unsigned o) { return g_of(dY, Y, s, o, B, O, act); };
     auto x_at = [&](unsigned s, unsigned i) { return s < B && i < I ? X[size_t(s) * I + i] : 0.0f; };
+    auto chain = [one_chain](unsigned s) { return one_chain ? 0 : s / 32 % 4; };  // a sample's chain
     WeightGrads r{std::vector<float>(size_t(O) * I, NAN), std::vector<float>(O, NAN)};
-    const unsigned nt = (I + 7) / 8;
+    const unsigned nt = (I + 7) / 8, short_by = slip == Slip::ShortChain ? 8 : 0;
     for (size_t t = 0; t < tc_grad_weights_tiles(I, O); ++t) {
         const unsigned o0 = unsigned(t / nt) * 16, i0 = unsigned(t % nt) * 8;
         std::array<std::array<Lane, 32>, 4> LG{};
-        for (unsigned s0 = 0; s0 < B; s0 += 8) {
-            std::array<Lane, 32>& L = LG[s0 / 32 % 4];
+        for (unsigned s0 = 0; s0 + short_by < B; s0 += 8) {
+            std::array<Lane, 32>& L = LG[chain(s0)];
             for (unsigned lane = 0; lane < 32; ++lane) {
                 const unsigned g = lane / 4, q = lane % 4;
                 Lane& l = L[lane];
-                if (untransposed_a) {
+                if (slip == Slip::UntransposedA) {
                     l.a[0] = G(s0 + g, o0 + q), l.a[1] = G(s0 + g + 8, o0 + q);
                     l.a[2] = G(s0 + g, o0 + q + 4), l.a[3] = G(s0 + g + 8, o0 + q + 4);
                 } else {
@@ -174,7 +180,7 @@ WeightGrads model_tc_grad_weights(const std::vector<float>& dY, const std::vecto
         if (i0 != 0) continue;  // db: the warps of tile column 0, lanes 0..15
         for (unsigned lane = 0; lane < 16 && o0 + lane < O; ++lane) {
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (unsigned s = 0; s < B; ++s) acc[s / 32 % 4] += G(s, o0 + lane);
+            for (unsigned s = 0; s < B; ++s) acc[chain(s)] += G(s, o0 + lane);
             r.db[o0 + lane] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
         }
     }
@@ -192,6 +198,22 @@ Inputs random_inputs(Rng& rng, unsigned B, unsigned I, unsigned H) {
         v->resize(n);
         for (auto& x : *v) x = rng.uniform(lo, -lo);
     }
+    return in;
+}
+
+// The backward products' inputs: dY in [-1, 1], Y and X a ReLU layer's outputs, W within
+// nn.Linear's init bound 1/sqrt(I).
+struct GradInputs {
+    std::vector<float> dY, Y, X, W;
+};
+GradInputs random_grad_inputs(Rng& rng, unsigned B, unsigned I, unsigned O) {
+    const float w = 1.0f / std::sqrt(float(I));
+    GradInputs in{std::vector<float>(size_t(B) * O), std::vector<float>(size_t(B) * O),
+                  std::vector<float>(size_t(B) * I), std::vector<float>(size_t(O) * I)};
+    for (auto& v : in.dY) v = rng.uniform(-1.0f, 1.0f);
+    for (auto& v : in.Y) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+    for (auto& v : in.X) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
+    for (auto& v : in.W) v = rng.uniform(-w, w);
     return in;
 }
 
@@ -344,6 +366,80 @@ TEST_CASE("tc: the shapes tc_grad_input and tc_grad_weights take") {
     CHECK(quick_w == 1);
 }
 
+TEST_CASE("tc: the shapes tc_grad_weights_wide takes, its blocks and its shared memory") {
+    const std::string e = "tc_grad_weights_wide";
+    CHECK(shape_names(e) == "B,I,O,act");
+    CHECK(shape_text({e, {64, 1024, 1024, 0}}) == "B=64 I=1024 O=1024 act=0");
+    CHECK_NOTHROW(validate_case({e, {64, 784, 1024, 1}}));
+    CHECK_NOTHROW(validate_case({e, {1, 1, 1, 0}}));
+    CHECK_NOTHROW(validate_case({e, {128, 65, 130, 1}}));
+    CHECK_THROWS_WITH_AS(validate_case({e, {129, 65, 130, 1}}), doctest::Contains("B up to 128, got B=129"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(validate_case({e, {17, 9, 5, 2}}), doctest::Contains("act must be 0 (none) or 1 (ReLU)"),
+                         InputError);
+    CHECK_THROWS_WITH_AS(validate_case({e, {0, 9, 5, 1}}), doctest::Contains("shape sizes must be >= 1"), InputError);
+    // B: 1 to 128, the batch it stages; I and O: the family's 2^31 and fewer than 2^32 warp tiles.
+    CHECK(tc_grad_wide_unfit(1, 1, 1).empty());
+    CHECK(tc_grad_wide_unfit(kTcWideMaxBatch, 1024, 1024).empty());
+    CHECK(tc_grad_wide_unfit(0, 1, 1).find(e + " needs B, I, O >= 1, got B=0") != std::string::npos);
+    CHECK(tc_grad_wide_unfit(1, 0, 1).find("got B=1 I=0 O=1") != std::string::npos);
+    CHECK(tc_grad_wide_unfit(1, 1, 0).find("got B=1 I=1 O=0") != std::string::npos);
+    CHECK(tc_grad_wide_unfit(129, 1, 1) == e + " stages the whole batch in shared memory: it takes B up to 128, got "
+                                               "B=129 (tc_grad_weights takes any batch)");
+    CHECK(tc_grad_wide_unfit((1u << 31) + 1, 1, 1).find("up to 2147483648") != std::string::npos);
+    CHECK(tc_grad_wide_unfit(1, (1u << 31) + 1, 1).find("up to 2147483648") != std::string::npos);
+    CHECK(tc_grad_wide_unfit(1, 1, (1u << 31) + 1).find("up to 2147483648") != std::string::npos);
+    CHECK(tc_grad_wide_unfit(1, 1u << 31, 8).empty());      // 2^28 tiles, 2^25 blocks
+    CHECK(tc_grad_wide_unfit(128, 8, 1u << 31).empty());    // 2^27 tiles, 2^25 blocks
+    CHECK(tc_grad_wide_unfit(1, 1u << 11, 1u << 31).find("fewer than 2^32 warp tiles") != std::string::npos);
+    // The tiles' limit keeps the grid below 2^31 blocks (tc.cpp): every accepted I, O near the
+    // powers of two has fewer, and some are refused.
+    size_t refused = 0;
+    std::vector<unsigned> sizes;
+    for (unsigned k = 0; k <= 31; ++k)
+        for (int64_t d : {-1, 0, 1})
+            sizes.push_back(unsigned(std::clamp<int64_t>((int64_t(1) << k) + d, 1, kTcMaxSize)));
+    for (unsigned I : sizes)
+        for (unsigned O : sizes) {
+            if (!tc_grad_wide_unfit(kTcWideMaxBatch, I, O).empty()) {
+                ++refused;
+                continue;
+            }
+            INFO("I, O = ", I, ", ", O);
+            CHECK(tc_grad_weights_wide_blocks(I, O) < (size_t(1) << 31));
+        }
+    CHECK(refused > 0);
+    // The launch: 64 x 64 blocks of dW; G, Y and X staged as 8-sample k tiles of 72-float rows.
+    CHECK(tc_grad_weights_wide_blocks(1024, 1024) == 16 * 16);
+    CHECK(tc_grad_weights_wide_blocks(784, 1024) == 13 * 16);
+    CHECK(tc_grad_weights_wide_blocks(1024, 10) == 16);
+    CHECK(tc_grad_weights_wide_blocks(65, 130) == 2 * 3);
+    CHECK(tc_grad_weights_wide_blocks(64, 64) == 1);
+    CHECK(tc_grad_weights_wide_blocks(1, 1) == 1);
+    CHECK(tc_grad_weights_wide_smem(1) == 3 * 8 * 72 * 4);
+    CHECK(tc_grad_weights_wide_smem(8) == tc_grad_weights_wide_smem(1));
+    CHECK(tc_grad_weights_wide_smem(9) == 2 * tc_grad_weights_wide_smem(1));
+    CHECK(tc_grad_weights_wide_smem(64) == 55296);
+    CHECK(tc_grad_weights_wide_smem(kTcWideMaxBatch) == 110592);  // past 48 KB: launch_smem raises the opt-in
+    // The default set: the 1024-wide layers at batch 64 and edge sizes, both act codes, no BF16
+    // version; the quick set one case; bench times the MNIST hidden layer's dW up to batch 128.
+    size_t n = 0, relu = 0, wide = 0;
+    for (const auto& c : default_cases()) {
+        if (c.entry.starts_with(e)) CHECK(c.entry == e);
+        if (c.entry == e) ++n, relu += c.shape[3] == 1, wide += c.shape[1] >= 1024 || c.shape[2] >= 1024;
+    }
+    CHECK(n == 8);
+    CHECK(relu == 4);
+    CHECK(wide == 3);
+    size_t quick = 0;
+    for (const auto& c : quick_cases()) quick += c.entry == e;
+    CHECK(quick == 1);
+    const KernelRow& row = kernel_row(e);
+    CHECK(row.bench_shape(64) == std::vector<unsigned>{64, 784, 128, kTcActNone});
+    CHECK(row.bench_shape(128).has_value());
+    CHECK(!row.bench_shape(129).has_value());
+}
+
 TEST_CASE("tc: the float64 references of the backward products by hand") {
     // dY, Y [2][2] (samples x outputs); with act 1, G = [[1, 0], [0, 3]] (Y = 0 and Y < 0 mask).
     const std::vector<float> dY = {1, -2, 0.5f, 3}, Y = {1, 0, -1, 2};
@@ -428,12 +524,8 @@ TEST_CASE("tc: truncating models of tc_grad_input and tc_grad_weights are within
          {std::vector<unsigned>{17, 9, 5, 1}, {64, 128, 10, 0}, {65, 257, 130, 1}, {7, 33, 300, 0}, {1003, 33, 17, 1}}) {
         const unsigned B = s[0], I = s[1], O = s[2], act = s[3];
         INFO("B, I, O, act = ", B, ", ", I, ", ", O, ", ", act);
-        const float w = 1.0f / std::sqrt(float(I)), scale = rng.uniform(0.5f, 2.0f) / float(B);
-        std::vector<float> dY(size_t(B) * O), Y(size_t(B) * O), X(size_t(B) * I), W(size_t(O) * I);
-        for (auto& v : dY) v = rng.uniform(-1.0f, 1.0f);
-        for (auto& v : Y) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
-        for (auto& v : X) v = std::max(rng.uniform(-1.0f, 1.0f), 0.0f);
-        for (auto& v : W) v = rng.uniform(-w, w);
+        const float scale = rng.uniform(0.5f, 2.0f) / float(B);
+        const auto [dY, Y, X, W] = random_grad_inputs(rng, B, I, O);
         // tc_grad_input: every dX written, all within the bound; W's fragment transposed is far outside.
         const Bounded rx = ref_tc_grad_input(dY, Y, W, B, I, O, act);
         CHECK(outside(model_tc_grad_input(dY, Y, W, B, I, O, act), rx) == 0);  // a NaN (unwritten) is outside
@@ -445,8 +537,35 @@ TEST_CASE("tc: truncating models of tc_grad_input and tc_grad_weights are within
         const WeightGrads m = model_tc_grad_weights(dY, Y, X, B, I, O, act, scale);
         CHECK(outside(m.dW, rw) == 0);
         CHECK(outside(m.db, rb) == 0);
-        const WeightGrads bad_w = model_tc_grad_weights(dY, Y, X, B, I, O, act, scale, true);
+        const WeightGrads bad_w = model_tc_grad_weights(dY, Y, X, B, I, O, act, scale, false, Slip::UntransposedA);
         CHECK(outside(bad_w.dW, rw) > bad_w.dW.size() / 4);
+    }
+}
+
+TEST_CASE("tc: a truncating model of tc_grad_weights_wide is within tc_grad_weights' bounds, a short chain is not") {
+    Rng rng(29);
+    for (const std::vector<unsigned>& s : {std::vector<unsigned>{64, 100, 70, 1}, {128, 65, 130, 0}, {128, 33, 17, 1},
+                                           {100, 257, 63, 0}, {7, 64, 64, 1}}) {
+        const unsigned B = s[0], I = s[1], O = s[2], act = s[3];
+        INFO("B, I, O, act = ", B, ", ", I, ", ", O, ", ", act);
+        const float scale = rng.uniform(0.5f, 2.0f) / float(B);
+        const GradInputs in = random_grad_inputs(rng, B, I, O);
+        // ref_tc_grad_weights, tc_grad_weights' reference, is the wide kernel's (tc.hpp).
+        Bounded rw, rb;
+        ref_tc_grad_weights(in.dY, in.Y, in.X, B, I, O, act, scale, rw, rb);
+        const WeightGrads m = model_tc_grad_weights(in.dY, in.Y, in.X, B, I, O, act, scale, true);
+        CHECK(outside(m.dW, rw) == 0);  // a NaN (unwritten) is outside
+        CHECK(outside(m.db, rb) == 0);
+        // Past 32 samples one chain is another order than tc_grad_weights' four: some sums differ.
+        if (B > 32) {
+            const WeightGrads four = model_tc_grad_weights(in.dY, in.Y, in.X, B, I, O, act, scale);
+            size_t differ = 0;
+            for (size_t k = 0; k < m.dW.size(); ++k) differ += m.dW[k] != four.dW[k];
+            CHECK(differ > 0);
+        }
+        // The chain stopping one k tile early (8 samples, or 4 of B = 100, or all 7) is far outside.
+        const WeightGrads bad = model_tc_grad_weights(in.dY, in.Y, in.X, B, I, O, act, scale, true, Slip::ShortChain);
+        CHECK(outside(bad.dW, rw) > bad.dW.size() / 2);
     }
 }
 

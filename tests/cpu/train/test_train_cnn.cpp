@@ -411,8 +411,14 @@ TEST_CASE("train_cnn: the kernels a step launches, as train prints them") {
     CHECK(cnn_step_kernels(fc, ConvKernels::Tc, 64) ==
           "fused_forward x2, fused_output, fused_grad, fc_bwd_data, tc_grad_weights");
     CHECK(cnn_step_kernels(fc, ConvKernels::Fp32, 64) == "fused_forward x2, fused_output, fused_grad, fc_bwd_data, dense_mm");
-    // 1024-wide: every product on dense_mm, the last two layers' gradients as two launches.
-    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) == "dense_mm x6, fused_output");
+    // 1024-wide: the products on dense_mm, the weight gradients at batch 64 on tc_grad_weights_wide
+    // (tc; the last two layers' as two launches; dense_mm on FP32 and past batch 128).
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64) ==
+          "dense_mm x3, fused_output, tc_grad_weights_wide x3");
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 128) ==
+          "dense_mm x3, fused_output, tc_grad_weights_wide x3");
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 129) == "dense_mm x6, fused_output");
+    CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Fp32, 64) == "dense_mm x6, fused_output");
     // At batch 4096, without dense_wg_k (a device other than 9.0: test_densewgk.cpp has 9.0's), the
     // tc set's products of a full wave of 128 x 128 tiles or more (densetc.hpp's
     // kDenseTcMinOutputs) take dense_tc: both forward passes and fc2's deltas
@@ -526,14 +532,17 @@ TEST_CASE("train_cnn: the kernels of each layer, as train prints them") {
     CHECK(row(cnn, "fc1").find("fused_grad (with fc2)") != std::string::npos);
     CHECK(row(cnn, "fc1").find("dense_mm") == std::string::npos);
     CHECK(row(cnn, "fc2").find("fused_output (logits, loss)") != std::string::npos);
-    // A large hidden fc layer's forward pass, deltas and weight gradient on dense_mm, with either set.
+    // A large hidden fc layer's forward pass, deltas and weight gradient on dense_mm with the FP32
+    // set; the tc set's weight gradients at batch 64 on tc_grad_weights_wide.
     for (ConvKernels k : {ConvKernels::Tc, ConvKernels::Fp32}) {
         const std::string fc3 = cnn_layer_kernels(parse_model("fc1024,fc1024,fc10"), k, 64);
         const std::string fc1 = row(fc3, "fc1"), fc2 = row(fc3, "fc2");
-        CHECK(fc1.find("dense_mm") != fc1.rfind("dense_mm"));  // the forward pass and the weight gradient
-        CHECK(fc1.find(" - ") != std::string::npos);           // no deltas below the first layer
+        const std::string grad = k == ConvKernels::Tc ? "tc_grad_weights_wide" : "dense_mm";
+        CHECK(fc1.find("dense_mm") != std::string::npos);  // the forward pass
+        CHECK(fc1.rfind(grad) > fc1.find("dense_mm"));      // and the weight gradient
+        CHECK(fc1.find(" - ") != std::string::npos);        // no deltas below the first layer
         CHECK(fc2.find("dense_mm") != fc2.rfind("dense_mm"));  // the forward pass and the deltas
-        CHECK(fc2.find("dense_mm (with fc3)") != std::string::npos);
+        CHECK(fc2.find(grad + " (with fc3)") != std::string::npos);
     }
     // A small one keeps the older kernels; its FP32 weight gradient is dense_mm's.
     const std::string small = row(cnn_layer_kernels(parse_model("fc256,fc128,fc10"), ConvKernels::Fp32, 64), "fc1");

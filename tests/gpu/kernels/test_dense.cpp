@@ -70,15 +70,16 @@ TEST_CASE("dense: a dense_mm whose join skips a rank is caught by verify") {
     CHECK(run.output.find("0 cases passed, 1 failed") != std::string::npos);
 }
 
-TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 64 on dense_wg_k (9.0) and dense_mm, the PTX as its twins") {
-    // The 1024-wide layers take dense_mm for fc1's weight gradient and the last two layers'
-    // gradients (dense_replaces_fused_grad); their forward passes and fc2's deltas (from W^T, a
-    // transpose32 copy) dense_wg_k on a device of compute capability 9.0 (cnn_ops.hpp), else
-    // dense_mm: 64 steps of the PTX and of the twins, bit for bit.
+TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 64 on dense_wg_k (9.0) and tc_grad_weights_wide, the PTX as its twins") {
+    // The 1024-wide layers take tc_grad_weights_wide for fc1's weight gradient and the last two
+    // layers' gradients (dense_replaces_fused_grad, batch <= 128); their forward passes and fc2's
+    // deltas (from W^T, a transpose32 copy) dense_wg_k on a device of compute capability 9.0
+    // (cnn_ops.hpp), else dense_mm: 64 steps of the PTX and of the twins, bit for bit.
     const bool wgk = cnn_wgk_loaded(gpu().info());
     INFO("dense_wg_k loaded: ", wgk);
     CHECK(cnn_step_kernels(parse_model("fc1024,fc1024,fc10"), ConvKernels::Tc, 64, Activation::Relu, false, wgk) ==
-          (wgk ? "transpose32, dense_wg_k x3, fused_output, dense_mm x3" : "dense_mm x6, fused_output"));
+          (wgk ? "transpose32, dense_wg_k x3, fused_output, tc_grad_weights_wide x3"
+               : "dense_mm x3, fused_output, tc_grad_weights_wide x3"));
     const Dataset data = load_dataset(default_data_dir());
     // (one_launch off: the layer-by-layer step, as train runs it without --dense-program.)
     const TrainResult ptx = train_model_steps(data, "fc1024,fc1024,fc10", 64, KernelSource::Ptx, 0, false),
@@ -88,6 +89,34 @@ TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc at batch 64 on d
     REQUIRE(ptx.params.size() == twin.params.size());
     CHECK(std::memcmp(ptx.params.data(), twin.params.data(), ptx.params.size() * 4) == 0);
     CHECK(ptx.step_losses.back() < ptx.step_losses.front());
+}
+
+TEST_CASE("dense: the optimizer by layer on the side streams gives the bits of one launch after the step") {
+    // With its weight gradients on side streams (cfg.overlap, train's default) the model trainer
+    // updates each layer of 512K parameters or more there, right after its gradient and its
+    // deltas (LayerUpdates, train_cnn.cpp); the others (here the bn's, between two such ranges)
+    // after the join. An update that read a gradient not yet written, wrote a weight a deltas
+    // launch still read, skipped a range or offset the optimizer's state wrongly would change
+    // bits somewhere in 64 steps (CUDA graphs).
+    const Dataset data = load_dataset(default_data_dir());
+    for (const ModelRun& run : {ModelRun{"fc1024,fc1024,fc10", OptimKind::Nesterov, 0.05f},
+                                ModelRun{"fc1024,fc1024,fc10", OptimKind::Adam, 1e-3f},
+                                ModelRun{"fc1024,bn,fc512,fc10", OptimKind::RmsProp, 1e-3f}}) {
+        CAPTURE(run.model);
+        CAPTURE(static_cast<int>(run.optim));
+        auto steps = [&](bool overlap) {
+            TrainConfig cfg = model_run_config(run, 64);
+            cfg.overlap = overlap;
+            std::ostringstream out;
+            return train(gpu(), data, cfg, out);
+        };
+        const TrainResult on = steps(true), off = steps(false);
+        CHECK(on.steps == 64);
+        CHECK(on.step_losses == off.step_losses);
+        REQUIRE(on.params.size() == off.params.size());
+        CHECK(std::memcmp(on.params.data(), off.params.data(), on.params.size() * 4) == 0);
+        CHECK(on.step_losses.back() < on.step_losses.front());
+    }
 }
 
 TEST_CASE("dense: train --model fc1024,fc1024,fc10 --kernels tc --max-steps 64 lists dense_wg_k for fc1 and fc2 on 9.0") {

@@ -362,6 +362,12 @@ TEST_CASE("kernels: tc_grad_weights, both sets") {
     check_both_sets("tc_grad_weights", {17, 9, 5, 1});       // part-empty tiles of outputs, inputs and samples
     check_both_sets("tc_grad_weights", {1003, 33, 17, 0});   // a part-empty last k tile of samples, db over 1003
 }
+TEST_CASE("kernels: tc_grad_weights_wide, both sets") {
+    check_both_sets("tc_grad_weights_wide", {64, 784, 1024, 1});   // the 784 -> 1024 layer at batch 64, masked
+    check_both_sets("tc_grad_weights_wide", {64, 1024, 1024, 0});  // 1024 -> 1024: 256 blocks of 64 x 64
+    check_both_sets("tc_grad_weights_wide", {17, 9, 5, 1});        // part-empty tiles, blocks and k tiles
+    check_both_sets("tc_grad_weights_wide", {128, 65, 130, 1});    // the most samples it stages (108 KB)
+}
 TEST_CASE("kernels: pool_fwd and pool_bwd, both sets") {
     check_both_sets("pool_fwd", {64, 32, 28, 28});
     check_both_sets("pool_fwd", {3, 3, 7, 7});

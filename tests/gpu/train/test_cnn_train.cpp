@@ -451,24 +451,11 @@ TEST_CASE("cnn: a --model run interrupted and resumed from its checkpoint ends b
     // The one training loop (train.cpp) runs every --model: Ctrl-C, the checkpoint (the flat
     // parameters, the optimizer's state and the position) and --resume as for the MLP.
     const Dataset data = load_dataset(default_data_dir());
-    struct Run {
-        const char* model;
-        OptimKind optim;
-        float lr;
-    };
-    for (const Run& run : {Run{"conv8,pool,fc10", OptimKind::Nesterov, kCnnDefaultLr},
-                           Run{"fc256,fc128,fc10", OptimKind::Adam, 1e-3f},
-                           Run{"conv8,bn,pool,fc32,bn,fc10", OptimKind::Nesterov, 0.1f}}) {
+    for (const ModelRun& run : {ModelRun{"conv8,pool,fc10", OptimKind::Nesterov, kCnnDefaultLr},
+                                ModelRun{"fc256,fc128,fc10", OptimKind::Adam, 1e-3f},
+                                ModelRun{"conv8,bn,pool,fc32,bn,fc10", OptimKind::Nesterov, 0.1f}}) {
         CAPTURE(run.model);
-        TrainConfig cfg;
-        cfg.model = parse_model(run.model);
-        if (cfg.model->fc_only()) cfg.layers = cfg.model->fc_sizes();
-        cfg.optim.kind = run.optim;
-        cfg.lr = run.lr;
-        cfg.epochs = 1;
-        cfg.max_steps = 200;
-        cfg.kernels = {Design::Tc, KernelSource::Ptx};
-        cfg.progress = false;
+        const TrainConfig cfg = model_run_config(run, 200);
         std::ostringstream out;
         const TrainResult whole = train(gpu(), data, cfg, out);
         REQUIRE(whole.steps == 200);
