@@ -152,10 +152,6 @@ namespace {
 
 using namespace cnn_detail;
 
-// The operations as kernel launches on stream s; the conv layers on the FP32 kernels or the
-// tensor cores (the same arguments). With a side stream the weight gradients run there, each
-// after the main stream's work so far (cnn_backward issues them before the deltas below), and
-// join() makes the main stream wait for them.
 // The optimizer's update by layer (enqueue_cnn_step with side streams): a large conv or fc
 // layer's parameters updated on the side stream of its gradient as soon as params_ready says so,
 // beside the deltas of the layers below; `done` lists the ranges (first, count) updated that way,
@@ -173,6 +169,11 @@ void launch_optimizer_range(const KernelSet& ks, const LayerUpdates& u, size_t f
     launch_optimizer(ks, u.optim, at(u.P), at(u.G), at(u.M), at(u.V), u.hyp, static_cast<unsigned>(count), s);
 }
 
+// The operations as kernel launches on stream s; the conv layers on the FP32 kernels or the
+// tensor cores (the same arguments). With a side stream the weight gradients run there, each
+// after the main stream's work so far (cnn_backward issues them before the deltas below), and
+// join() makes the main stream wait for them; with LayerUpdates, a large layer's optimizer
+// update on its gradient's side stream too (params_ready).
 class KernelOps : public CnnOps {
 public:
     KernelOps(const KernelSet& ks, CUstream s, ConvKernels conv, CnnSideStream* side = nullptr,

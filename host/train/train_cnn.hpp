@@ -261,10 +261,11 @@ void cnn_transpose_weights(CnnOps& ops, const Model& m, const CnnBuffers& b);
 
 // The launches of one step (or a forward pass), on stream s. X and T: the batch's images and
 // one-hot targets; Y: where the logits go ([B][10]); hyp: this step's StepHyper record. The
-// step's conv kernels are cfg.kernels' (conv_kernels_of). concurrent (the step: cfg.overlap,
-// train's default): the weight gradients on a.side, beside the deltas of the layers below, and
-// the step's other launches at the greatest priority (ScopedLaunchPriority); the bits are the
-// same either way.
+// step's conv kernels are cfg.kernels' (conv_kernels_of). cfg.overlap (train's default): the
+// weight gradients on a.side, beside the deltas of the layers below, the optimizer's update of a
+// layer of 512K parameters or more there too, right after its gradient (the rest after the
+// join), and the step's other launches at the greatest priority (ScopedLaunchPriority); the bits
+// are the same either way.
 // The kernels one training step of `m` launches at batch B, each named once in the order of its
 // first launch with its count ("fused_forward x2, fused_output, fused_grad, ..."), and then the
 // optimizer's (what `train` prints); pool_in_conv: TrainConfig::pool_bwd_in_conv; wgk: dense_wg_k
