@@ -115,8 +115,16 @@ void CnnOps::conv_bwd_data_pool(const ConvDims&, CUdeviceptr, CUdeviceptr, CUdev
 
 namespace {
 
+// Layers lo..hi's parameters (back to back in the flat array) have their gradient and every
+// launch that reads them issued: CnnOps::params_ready.
+void layers_ready(CnnOps& ops, const Model& m, size_t lo, size_t hi) {
+    const LayerSpec &first = m.layers[lo], &last = m.layers[hi];
+    ops.params_ready(first.weight_offset, last.bias_offset + last.bias_count() - first.weight_offset);
+}
+
 // The last layer's weight gradient: with the fc under it, both in one fused_grad (from
-// fused_output's D2 and the deltas D1 it left in delta[L-2]); else through conv_bwd_weights.
+// fused_output's D2 and the deltas D1 it left in delta[L-2]); else through conv_bwd_weights
+// (and then the last layer's parameters are ready: its deltas, fused_output's, came first).
 void backward_last(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr X, float scale, bool fc_pair) {
     const size_t L = m.layers.size();
     const LayerSpec& last = m.layers.back();
@@ -147,6 +155,7 @@ void backward_last(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr
     if (b.act != Activation::Relu && L > 2 && m.layers[L - 2].kind == LayerKind::Pool)
         ops.fc_bwd_data(b.B, static_cast<unsigned>(last.in.size()), last.width, b.delta[L - 2], b.D2, b.D2,
                         b.params + last.weight_offset * 4, kConvActNone);
+    if (!fc_pair) layers_ready(ops, m, L - 1, L - 1);
 }
 
 }  // namespace
@@ -188,10 +197,6 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
     };
     ops.begin_layer(L - 1);
     backward_last(ops, m, b, X, scale, fc_pair);
-    if (!fc_pair) {  // the last layer alone: its deltas (fused_output's) and its gradient are issued
-        const LayerSpec& last = m.layers[L - 1];
-        ops.params_ready(last.weight_offset, last.bias_offset + last.bias_count() - last.weight_offset);
-    }
     for (size_t l = L - 1; l-- > 0;) {
         const LayerSpec& ly = m.layers[l];
         ops.begin_layer(l);
@@ -228,10 +233,9 @@ void cnn_backward(CnnOps& ops, const Model& m, const CnnBuffers& b, CUdeviceptr 
             } else if (l > 0) {
                 ops.conv_bwd_data(d, dX, dY, b.out[l], b.params + ly.weight_offset * 4, act);
             }
-            // Layer l's parameters (with the last layer's, whose gradient fused_grad wrote beside
-            // it) are read by no later launch of the step.
-            const LayerSpec& end = fc_pair && l == L - 2 ? m.layers[L - 1] : ly;
-            ops.params_ready(ly.weight_offset, end.bias_offset + end.bias_count() - ly.weight_offset);
+            // Layer l's parameters (with the last layer's, whose gradient fused_grad wrote) are read
+            // by no later launch of the step.
+            layers_ready(ops, m, l, fc_pair && l == L - 2 ? L - 1 : l);
         }
     }
 }
