@@ -175,7 +175,35 @@ struct HostOps : CnnOps {
         REQUIRE(k.host64);
         k.host64();
     }
+    // The ranges cnn_backward says are ready for the optimizer, in order; each overwritten with
+    // NaN in `params` (as an update in place would change it), so that a launch issued after
+    // params_ready that still read them (a deltas pass) would spoil the gradient.
+    std::vector<std::pair<size_t, size_t>> ready;
+    std::vector<float>* params = nullptr;
+    void params_ready(size_t first, size_t count) override {
+        ready.emplace_back(first, count);
+        REQUIRE(params);
+        REQUIRE(first + count <= params->size());
+        std::fill(params->begin() + first, params->begin() + first + count, std::nanf(""));
+    }
 };
+
+// params_ready's ranges: each conv and fc layer's parameters exactly once (the last two fc
+// layers' as one range when fused_grad takes both), none of a bn's.
+void check_ready_ranges(const Model& m, std::vector<std::pair<size_t, size_t>> ready) {
+    std::vector<char> seen(m.param_count, 0);
+    for (const auto& [first, count] : ready)
+        for (size_t i = first; i < first + count; ++i) ++seen[i];
+    for (const LayerSpec& l : m.layers) {
+        const size_t end = l.bias_offset + l.bias_count();
+        for (size_t i = l.weight_offset; i < end; ++i) {
+            CAPTURE(l.name);
+            CAPTURE(i);
+            CHECK(seen[i] == (l.is_bn() ? 0 : 1));
+            if (seen[i] != (l.is_bn() ? 0 : 1)) return;
+        }
+    }
+}
 
 }  // namespace
 
@@ -295,7 +323,9 @@ std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activ
     }
     std::vector<float> running = m.initial_buffers();
     b.running = addr(running.data());
+    const std::vector<float> params0 = params;  // params_ready poisons the parameters it is told of
     HostOps ops;
+    ops.params = &params;
     ops.fuse = fuse;
     // With the fusions, the layers the tc set keeps W^T for run their deltas as dense_wg_k does.
     ops.wgk = fuse;
@@ -330,11 +360,12 @@ std::vector<float> check_host_step(const char* spec, Loss loss, bool fuse, Activ
                                                                                                         : 0;
     CHECK(ops.wgk_deltas == (fuse ? wgk : 0));
     check_act_passes(m, ops, act);
+    check_ready_ranges(m, ops.ready);
 
     Recipe r;
     r.loss = loss;
     r.activation = act;
-    const std::vector<double> P(params.begin(), params.end()), X64(X.begin(), X.end());
+    const std::vector<double> P(params0.begin(), params0.end()), X64(X.begin(), X.end());
     const std::vector<float> run0 = m.initial_buffers();
     std::vector<double> g, run64(run0.begin(), run0.end());
     model_loss_grad64(m, P, r, X64, labels, B, &g, &run64);
