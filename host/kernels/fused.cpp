@@ -20,9 +20,13 @@ void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s) {
            a.act);
 }
 
+void launch_fused_output(const Kernel& k, const FusedArgs& a, CUstream s) {
+    k.launch_smem_overlapped(fused_output_grid(a.B), fused_output_block(a.H, a.O), fused_output_smem(a.O), a.overlap, s,
+                             a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B, a.H, a.O, a.loss, a.act);
+}
+
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s) {
-    launch(ks.get("fused_output"), a.overlap, fused_output_grid(a.B), s, a.A1, a.W2, a.b2, a.T, a.Y, a.D2, a.D1, a.B, a.H,
-           a.O, a.loss, a.act);
+    launch_fused_output(ks.get("fused_output"), a, s);
 }
 
 void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s) {

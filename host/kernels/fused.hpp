@@ -2,6 +2,8 @@
 #pragma once
 
 #include "kernels.hpp"
+
+#include <algorithm>
 #include "recipe.hpp"
 
 namespace ptxlab {
@@ -16,8 +18,17 @@ inline constexpr unsigned kFusedForwardCluster = 8;
 inline unsigned fused_forward_grid(unsigned B, unsigned H) {
     return ceil_div(H, 32) * ceil_div(B, 8) * kFusedForwardCluster;
 }
-// fused_output: one block per sample.
+// fused_output: one block per sample, a warp for each output (one pass over the outputs) and a
+// thread for each hidden unit (one pass over the hidden deltas) as far as 8 to 16 warps go:
+// 32 * clamp(max(O, ceil(H/32)), 8, 16) threads (the PTX's .maxntid is 512). Its dynamic shared
+// memory holds the sample's O outputs (ds: y, then the exponentials, then the deltas).
 inline unsigned fused_output_grid(unsigned B) { return B; }
+inline constexpr unsigned kFusedOutputMaxWarps = 16;
+inline unsigned fused_output_block(unsigned H, unsigned O) {
+    const unsigned warps = std::max(O, ceil_div(H, 32));
+    return 32 * std::clamp(warps, 8u, kFusedOutputMaxWarps);
+}
+inline unsigned fused_output_smem(unsigned O) { return 4 * O; }
 // fused_grad: 8-row x 32-column tiles of [GW1 | Gb1], then of [GW2 | Gb2].
 inline unsigned fused_grad_grid(unsigned I, unsigned H, unsigned O) {
     return ceil_div(H, 8) * ceil_div(I + 1, 32) + ceil_div(O, 8) * ceil_div(H + 1, 32);
@@ -76,7 +87,9 @@ struct FusedArgs {
 
 // fused_forward with the activation a.act (Z = a.D1 for GELU, else none).
 void launch_fused_forward(const KernelSet& ks, const FusedArgs& a, CUstream s);
-// fused_output with the loss code a.loss and the activation a.act.
+// fused_output with the loss code a.loss and the activation a.act (k: the loaded entry; verify
+// launches it so too).
+void launch_fused_output(const Kernel& k, const FusedArgs& a, CUstream s);
 void launch_fused_output(const KernelSet& ks, const FusedArgs& a, CUstream s);
 // fused_grad: the batch gradients a.GW1, a.Gb1, a.GW2, a.Gb2 = a.scale * (batch sums).
 void launch_fused_grad(const KernelSet& ks, const FusedArgs& a, CUstream s);

@@ -161,6 +161,12 @@ struct Kernel {
     template <class... A> void launch_smem(unsigned grid, unsigned block, unsigned smem, CUstream stream, A... args) const {
         launch_checked(false, grid, block, smem, stream, args...);
     }
+    // The same as a programmatic dependent launch (below) where `overlapped` (fused_output).
+    template <class... A>
+    void launch_smem_overlapped(unsigned grid, unsigned block, unsigned smem, bool overlapped, CUstream stream,
+                                A... args) const {
+        launch_checked(overlapped, grid, block, smem, stream, args...);
+    }
     // The same, as a programmatic dependent launch (sm_90): the kernel may be scheduled
     // while the previous kernel in the stream still runs, and must execute
     // `griddepcontrol.wait` before it touches memory that kernel reads or writes.

@@ -65,8 +65,11 @@ Harness make_fused_output(const VerifyCase& c, Rng& rng) {
                  {"T", {B, O}, Role::In, T},      {"Y", {B, O}, Role::Out, {}}, {"D2", {B, O}, Role::Out, {}},
                  {"D1", {B, H}, act == kActGelu ? Role::InOut : Role::Out, act == kActGelu ? Zin : std::vector<float>{}}};
     h.launch = [B, H, O, loss, act](const Kernel& k, const std::map<std::string, CUdeviceptr>& m, CUstream s) {
-        k.launch(fused_output_grid(B), kFusedBlock, s, ptr(m, "A"), ptr(m, "W"), ptr(m, "b"), ptr(m, "T"),
-                 ptr(m, "Y"), ptr(m, "D2"), ptr(m, "D1"), B, H, O, loss, act);
+        FusedArgs a{};
+        a.A1 = ptr(m, "A"), a.W2 = ptr(m, "W"), a.b2 = ptr(m, "b"), a.T = ptr(m, "T");
+        a.Y = ptr(m, "Y"), a.D2 = ptr(m, "D2"), a.D1 = ptr(m, "D1");
+        a.B = B, a.H = H, a.O = O, a.loss = loss, a.act = act;
+        launch_fused_output(k, a, s);
     };
     return h;
 }
@@ -96,7 +99,9 @@ Harness make_fused_grad(const VerifyCase& c, Rng& rng) {
 // The MNIST sizes, batches that leave partial tiles (63, 1000), column counts that are not a
 // multiple of 4 (257, 2001: single-float copies), that leave cluster ranks without columns (13,
 // 1), that need two 128-column chunks per rank (2000, 2001), more outputs than warps (17) and
-// than a warp's lanes (33, 64, 100), and more hidden units than threads (300, 600). With every activation, fused_output with the loss codes besides
+// than a warp's lanes (33, 64, 100), more hidden units than threads (300, 600), and fused_output's
+// widths (1024: one 32-wide step a lane; 1000: 32-wide for lanes 0..7 only; 2100: two, then the
+// narrower ones). With every activation, fused_output with the loss codes besides
 // (add_with_acts; the shapes counted on from fused_forward's).
 std::vector<VerifyCase> fused_default_cases() {
     std::vector<VerifyCase> v;
@@ -107,7 +112,8 @@ std::vector<VerifyCase> fused_default_cases() {
         add_with_acts(v, ++n_shape, "fused_forward", s, kActGelu);
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 128, 10}, {64, 128, 10}, {1000, 128, 10},
                                                             {63, 300, 10}, {64, 33, 17}, {2, 600, 9}, {7, 5, 3},
-                                                            {1, 1, 1}, {9, 40, 33}, {2, 40, 64}, {3, 50, 100}})
+                                                            {1, 1, 1}, {9, 40, 33}, {2, 40, 64}, {3, 50, 100},
+                                                            {64, 1024, 10}, {5, 1000, 20}, {2, 2100, 40}})
         add_with_acts(v, ++n_shape, "fused_output", s, kActGelu);
     for (const auto& s : std::vector<std::vector<unsigned>>{{1, 784, 128, 10}, {63, 784, 128, 10},
                                                             {64, 784, 128, 10}, {1000, 784, 128, 10},
@@ -120,6 +126,7 @@ std::vector<VerifyCase> fused_quick_cases() {
     std::vector<VerifyCase> out;
     for (auto& c : std::vector<VerifyCase>{{"fused_forward", {63, 784, 128}}, {"fused_forward", {9, 257, 33}},
                                            {"fused_output", {63, 300, 10}},   {"fused_output", {64, 33, 17}},
+                                           {"fused_output", {5, 1000, 20}},
                                            {"fused_grad", {65, 13, 5, 3}},    {"fused_grad", {64, 784, 128, 10}}})
         add_quick(out, std::move(c));
     return out;

@@ -80,10 +80,10 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
     // Programmatic dependent launch, as in the PTX (NVRTC has no CUDA C spelling of it).
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
-    const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarp = blockDim.x / 32;
     const float* a = A + (size_t)s * H;
 
-    for (unsigned o = warp; o < O; o += 8) {
+    for (unsigned o = warp; o < O; o += nwarp) {
         float p = 0.0f;
         for (unsigned h = lane; h < H; h += 32) p = fmaf(a[h], W[(size_t)o * H + h], p);
         for (int m = 16; m >= 1; m /= 2) p = __fadd_rn(p, __shfl_xor_sync(0xffffffffu, p, m));
@@ -105,7 +105,7 @@ extern "C" __global__ void fused_output(const float* A, const float* W, const fl
     }
 
     const float* d2 = D2 + (size_t)s * O;
-    for (unsigned h = tid; h < H; h += 256) {
+    for (unsigned h = tid; h < H; h += blockDim.x) {
         float acc = 0.0f;
         if (act != 0u || a[h] > 0.0f)
             for (unsigned o = 0; o < O; ++o) acc = fmaf(d2[o], W[(size_t)o * H + h], acc);
