@@ -266,7 +266,9 @@ void setup_profile(CLI::App& app, Command& chosen) {
         "--train) anything train itself refuses before the GPU (its flags, --data, the network against the data) "
         "exits 2 before the GPU is touched; outputs are written whole or not at all.");
     o->sub = sub;
-    sub->add_option("target", o->target, "FILE.ptx or FILE.ptx:ENTRY");
+    // Not named "target": with --train, train's --target joins this subcommand, and CLI11 from 2.2 on
+    // refuses a positional and an option of one name (OptionAlreadyAdded, at start-up).
+    sub->add_option("kernel", o->target, "FILE.ptx or FILE.ptx:ENTRY");
     sub->add_flag("--train", o->train, "profile a training run instead; train's flags follow (e.g. --layers, --model, "
                                       "--kernels, --batch, --max-steps)");
     sub->add_option("--json", o->json, "write the profile as JSON to this file")->check(kNonEmptyPath);
