@@ -7,6 +7,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
 using namespace ptxlab::test;
 
 TEST_CASE("cli: --help lists the commands and the exit codes") {
@@ -184,4 +189,38 @@ TEST_CASE("cli: eval checks its checkpoint, data and flags before it looks for a
     RunResult dir = run_command(env + ptxlab_cmd("train --ptx-dir /nonexistent/ptx"));
     CHECK(dir.code == 2);
     CHECK(dir.output.find("--ptx-dir '/nonexistent/ptx' does not exist") != std::string::npos);
+}
+
+// CLI11 from 2.2 on refuses a positional and an option of one name in a subcommand, at start-up,
+// for every command (OptionAlreadyAdded: `profile`'s positional was "target" beside train's
+// --target, and every ptxlab command aborted when built with CLI11 2.7.2). The CLI11 here (2.1)
+// allows it, so the names are compared from each subcommand's --help.
+TEST_CASE("cli: no subcommand has a positional of the same name as one of its options") {
+    for (const char* sub : {"check", "data", "verify", "train", "eval", "bench", "new", "sass", "profile"}) {
+        CAPTURE(sub);
+        const RunResult r = run_command(ptxlab_cmd(std::string(sub) + " --help"));
+        REQUIRE(r.code == 0);
+        std::vector<std::string> positionals, options;
+        std::istringstream in(r.output);
+        std::string line;
+        bool in_positionals = false;
+        while (std::getline(in, line)) {
+            if (line.rfind("Positionals:", 0) == 0) {
+                in_positionals = true;
+                continue;
+            }
+            if (line.empty() || line[0] != ' ') in_positionals = false;
+            std::istringstream words(line);
+            std::string first;
+            words >> first;
+            if (in_positionals && !first.empty() && first[0] != '-') positionals.push_back(first);
+            for (size_t at = first.find("--"); at != std::string::npos; at = first.find("--", at + 2))
+                options.push_back(first.substr(at + 2, first.find(',', at) - at - 2));
+        }
+        CHECK(!options.empty());
+        for (const std::string& p : positionals) {
+            CAPTURE(p);
+            CHECK(std::find(options.begin(), options.end(), p) == options.end());
+        }
+    }
 }
