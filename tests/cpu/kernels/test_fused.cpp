@@ -1,24 +1,12 @@
 // The fused set's launch shapes (host/kernels/fused.hpp) against the PTX that takes them.
 #include "fused.hpp"
+#include "ptx_text.hpp"
 
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 using namespace ptxlab;
-
-namespace {
-
-std::string read_text(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-}  // namespace
 
 TEST_CASE("fused_output_block: a warp an output and a thread a hidden unit, 8 to 16 warps, within the PTX's .maxntid") {
     CHECK(fused_output_block(128, 10) == 320);   // the MLP's and the CNN's output layer: one pass each way
@@ -28,7 +16,7 @@ TEST_CASE("fused_output_block: a warp an output and a thread a hidden unit, 8 to
     CHECK(fused_output_block(300, 17) == 512);   // more outputs than warps: warp w also takes w + 16
     CHECK(fused_output_smem(10) == 40);          // the sample's outputs, one float each
     // The entry's .maxntid bounds every block the host asks for (a larger one fails to launch).
-    const std::string ptx = read_text(std::string(PTXLAB_SOURCE_DIR) + "/ptx/fused.ptx");
+    const std::string ptx = read_source_file(std::string(PTXLAB_SOURCE_DIR) + "/ptx/fused.ptx").text;
     const size_t at = ptx.find(".visible .entry fused_output("), body = ptx.find('{', at);
     const size_t cap = ptx.find(".maxntid", at);
     REQUIRE(at != std::string::npos);
