@@ -2,9 +2,9 @@
 #pragma once
 
 #include "kernels.hpp"
+#include "recipe.hpp"
 
 #include <algorithm>
-#include "recipe.hpp"
 
 namespace ptxlab {
 
